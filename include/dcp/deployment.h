@@ -1,0 +1,234 @@
+/*
+ * deployment.h: a validated, immutable description of one DCP deployment.
+ *
+ * A deployment says which model runs on which hardware with which parallel
+ * layout, how memory is budgeted, what workload to plan for and which backend
+ * runs it. It is loaded from a YAML file (docs/configuration.md lists every key)
+ * or built from a filled struct dcp_config; either way every rule is checked and
+ * all problems are reported into a dcp_diag at once. Once created it never changes.
+ */
+#ifndef DCP_DEPLOYMENT_H
+#define DCP_DEPLOYMENT_H
+
+#include <stdbool.h>
+
+#include "dcp/common.h"
+#include "dcp/diag.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Attention layout of the model. */
+enum dcp_attention_kind {
+    DCP_ATTN_MLA = 0, ///< Multi-head latent attention (DeepSeek-V2/V3, Kimi K2): one latent+RoPE vector per token.
+    DCP_ATTN_GQA = 1, ///< Grouped-query attention: num_kv_heads < num_q_heads K/V heads.
+    DCP_ATTN_MHA = 2, ///< Multi-head attention: one K/V head per query head.
+};
+
+/** Element types of the KV cache and of wire data. */
+enum dcp_dtype {
+    DCP_DTYPE_FP32 = 0,     ///< IEEE binary32.
+    DCP_DTYPE_BF16 = 1,     ///< bfloat16.
+    DCP_DTYPE_FP16 = 2,     ///< IEEE binary16.
+    DCP_DTYPE_FP8_E4M3 = 3, ///< OCP fp8 e4m3 (finite-only, max 448) with a per-tensor scale.
+};
+
+/** Storage format of the model weights (for memory planning only). */
+enum dcp_weight_dtype {
+    DCP_WEIGHT_FP32 = 0,  ///< 4 bytes per parameter.
+    DCP_WEIGHT_BF16 = 1,  ///< 2 bytes per parameter.
+    DCP_WEIGHT_FP16 = 2,  ///< 2 bytes per parameter.
+    DCP_WEIGHT_FP8 = 3,   ///< 1 byte per parameter (scales ignored).
+    DCP_WEIGHT_NVFP4 = 4, ///< 4-bit values + one fp8 scale per 16: 4.5 bits per parameter.
+    DCP_WEIGHT_MXFP4 = 5, ///< 4-bit values + one 8-bit scale per 32: 4.25 bits per parameter.
+    DCP_WEIGHT_INT4 = 6,  ///< 4-bit integers + one bf16 scale per 128: 4.125 bits per parameter.
+};
+
+/** How partial attention results are merged across a DCP group. */
+enum dcp_comm_scheme {
+    DCP_COMM_AG_RS = 0, ///< AllGather LSEs, scale locally, ReduceScatter (sum) the outputs.
+    DCP_COMM_A2A = 1,   ///< One all-to-all of outputs+LSEs, merged in fp32 by the receiver.
+};
+
+/** Which backend executes the ranks. */
+enum dcp_backend_kind {
+    DCP_BACKEND_AUTO = 0, ///< CUDA when a usable driver and device exist, else host (with a notice).
+    DCP_BACKEND_CUDA = 1, ///< CUDA driver API; an error if unavailable.
+    DCP_BACKEND_HOST = 2, ///< CPU threads, one per rank.
+};
+
+/** How CUDA ranks communicate. */
+enum dcp_cuda_comm {
+    DCP_CUDA_COMM_AUTO = 0,    ///< NCCL across GPUs when there are enough devices, else virtual ranks.
+    DCP_CUDA_COMM_NCCL = 1,    ///< NCCL, one GPU per rank.
+    DCP_CUDA_COMM_VIRTUAL = 2, ///< All ranks on one GPU; collectives are device copies.
+};
+
+/** The model. Field defaults are those applied by the YAML loader. */
+struct dcp_model_config {
+    const char *name;                 ///< Display name. Required.
+    enum dcp_attention_kind attention; ///< mla, gqa or mha. Required.
+    uint32_t num_layers;              ///< Attention layers holding a KV cache. Required, >= 1.
+    uint32_t num_q_heads;             ///< Query heads (all TP ranks together). Required, >= 1.
+    uint32_t num_kv_heads;            ///< K/V heads. GQA: required; MHA: = num_q_heads; MLA: 1.
+    uint32_t head_dim;                ///< Per-head dim of Q/K/V (GQA/MHA). Required for GQA/MHA.
+    uint32_t kv_lora_rank;            ///< MLA latent size (512 for DeepSeek-V3). Default 512.
+    uint32_t rope_dim;                ///< MLA decoupled RoPE dim (64 for DeepSeek-V3). Default 64.
+    uint32_t qk_nope_head_dim;        ///< MLA per-head non-RoPE dim, only for the default scale. Default 128.
+    double softmax_scale;             ///< Score scale. Default 1/sqrt(head_dim) (GQA/MHA) or 1/sqrt(qk_nope_head_dim + rope_dim) (MLA).
+    enum dcp_dtype kv_dtype;          ///< KV cache element type. Default bf16.
+    double kv_scale;                  ///< fp8 dequantisation scale (stored * scale = value). Default 1.0.
+    double num_params;                ///< Total parameter count, for the weight memory share. Default 0.
+    enum dcp_weight_dtype weight_dtype; ///< Weight storage format. Default bf16.
+};
+
+/** The hardware one deployment runs on. */
+struct dcp_hardware_config {
+    const char *gpu;                  ///< GPU name (display only). Required.
+    double memory_bytes;              ///< Memory per GPU in bytes (YAML: memory_gb, decimal GB). Required.
+    double hbm_bandwidth;             ///< Memory bandwidth per GPU, bytes/s (YAML: hbm_gbps). Required.
+    double link_bandwidth;            ///< Per-GPU interconnect bandwidth per direction, bytes/s (YAML: link_gbps). Required.
+    double collective_latency;        ///< Fixed cost of one small collective, seconds (YAML: collective_latency_us). Default 20 us.
+    uint32_t gpus_per_node;           ///< GPUs per node. Default 8.
+    uint32_t nodes;                   ///< Nodes. Default 1.
+};
+
+/** The parallel layout. */
+struct dcp_parallel_config {
+    uint32_t tp;                      ///< Tensor-parallel size (the ranks of one model replica). Required.
+    uint32_t dcp;                     ///< DCP group size (divides tp). Default 1 (TP only).
+    uint32_t interleave;              ///< Interleave size I: tokens dealt to a rank in runs of I. Default 1.
+    enum dcp_comm_scheme comm;        ///< Merge scheme. Default a2a.
+    bool replicate_q;                 ///< true: every rank computes all query heads (no Q AllGather). Default false.
+    enum dcp_dtype comm_dtype;        ///< Wire type of Q and partial outputs in the plan. Default bf16.
+};
+
+/** How each GPU's memory is budgeted. */
+struct dcp_memory_config {
+    double gpu_fraction;              ///< Fraction of memory_bytes the engine may use, (0, 1]. Default 0.9.
+    uint32_t block_size;              ///< KV block (page) size in tokens, a power of two. Default 64.
+    double reserve_bytes;             ///< Activations, workspace, graphs (YAML: reserve_gb). Default 4 GB.
+};
+
+/** Longest list of context lengths a workload may give. */
+#define DCP_MAX_CONTEXT_LENGTHS 32
+
+/** The workload to plan for and to run. */
+struct dcp_workload_config {
+    uint64_t context_lengths[DCP_MAX_CONTEXT_LENGTHS]; ///< Context lengths in tokens. Required, at least one.
+    uint32_t num_context_lengths;     ///< Entries used in context_lengths.
+    uint32_t requests;                ///< Requests offered by `dcp-run run` (admitted while blocks fit). Default 64.
+    uint32_t decode_steps;            ///< Decode steps timed by `dcp-run run`. Default 16.
+    uint32_t q_len;                   ///< Query tokens per request per step (1 = plain decode; >1 speculative/MTP). Default 1.
+    uint64_t seed;                    ///< Seed of the synthetic K/V and query generator. Default 1.
+    const char *trace;                ///< Optional request trace file (one context length per line); NULL if none.
+};
+
+/** Settings of the CUDA backend. */
+struct dcp_cuda_config {
+    enum dcp_cuda_comm comm;          ///< auto, nccl or virtual. Default auto.
+    int32_t device;                   ///< First device ordinal for this process. Default 0.
+    double nccl_timeout_s;            ///< Seconds before a stuck collective is aborted. Default 120.
+    bool use_vmm;                     ///< Reserve the KV arena with cuMemAddressReserve/cuMemMap when supported. Default true.
+};
+
+/** Settings of the host (CPU) backend. */
+struct dcp_host_config {
+    uint32_t threads;                 ///< Worker threads per rank; 0 = cores / ranks (at least 1). Default 0.
+    double memory_bytes;              ///< Per-rank memory emulated on the host; 0 = hardware.memory_bytes (YAML: memory_mb). Default 0.
+};
+
+/** Execution settings. */
+struct dcp_runtime_config {
+    enum dcp_backend_kind backend;    ///< auto, cuda or host. Default auto.
+    struct dcp_cuda_config cuda;      ///< CUDA settings.
+    struct dcp_host_config host;      ///< Host settings.
+};
+
+/** A whole deployment. */
+struct dcp_config {
+    struct dcp_model_config model;       ///< The model.
+    struct dcp_hardware_config hardware; ///< The hardware.
+    struct dcp_parallel_config parallel; ///< The parallel layout.
+    struct dcp_memory_config memory;     ///< The memory budget.
+    struct dcp_workload_config workload; ///< The workload.
+    struct dcp_runtime_config runtime;   ///< The execution settings.
+};
+
+/** Opaque validated deployment. */
+typedef struct dcp_deployment dcp_deployment;
+
+/**
+ * Fills cfg with the defaults the YAML loader applies; required fields are left
+ * 0 / NULL. Softmax scale is left 0, meaning "derive".
+ */
+DCP_API void dcp_config_defaults(struct dcp_config *cfg);
+
+/**
+ * Loads and validates a YAML deployment file. On success *out is a new deployment.
+ * On failure returns DCP_ECONFIG (bad content; every problem is in diag),
+ * DCP_EIO (unreadable file; also in diag) or DCP_ENOMEM, and *out is NULL.
+ * diag may be NULL if the caller does not want the messages. Warnings may be
+ * added to diag on success.
+ */
+DCP_API int dcp_deployment_load_file(const char *path, dcp_diag *diag, dcp_deployment **out);
+
+/**
+ * Like dcp_deployment_load_file() for YAML text in memory. name is used as the
+ * file name in diagnostics (NULL: "<string>"). text need not be NUL-terminated.
+ */
+DCP_API int dcp_deployment_load_string(const char *name, const char *text, size_t len,
+                                       dcp_diag *diag, dcp_deployment **out);
+
+/**
+ * Validates a filled config (start from dcp_config_defaults()) and makes a
+ * deployment from a deep copy of it. Problems carry key paths but no positions.
+ */
+DCP_API int dcp_deployment_from_config(const struct dcp_config *cfg, dcp_diag *diag,
+                                       dcp_deployment **out);
+
+/** Frees a deployment and sets *dep to NULL. Accepts NULL. */
+DCP_API void dcp_deployment_destroy(dcp_deployment **dep);
+
+/**
+ * The validated settings, with defaults applied and the softmax scale resolved.
+ * Valid as long as the deployment.
+ */
+DCP_API const struct dcp_config *dcp_deployment_config(const dcp_deployment *dep);
+
+/** The file name the deployment was loaded from ("<string>" or "<config>" otherwise). */
+DCP_API const char *dcp_deployment_source(const dcp_deployment *dep);
+
+/** Canonical lower-case names used in YAML and output ("mla", "bf16", "a2a", ...). */
+DCP_API const char *dcp_attention_kind_name(enum dcp_attention_kind kind);
+DCP_API const char *dcp_dtype_name(enum dcp_dtype dtype);               ///< "fp32", "bf16", "fp16", "fp8_e4m3".
+DCP_API const char *dcp_weight_dtype_name(enum dcp_weight_dtype dtype); ///< "fp32", "bf16", ..., "nvfp4".
+DCP_API const char *dcp_comm_scheme_name(enum dcp_comm_scheme scheme);  ///< "ag_rs" or "a2a".
+DCP_API const char *dcp_backend_kind_name(enum dcp_backend_kind kind);  ///< "auto", "cuda", "host".
+
+/** Bytes per element of a KV / wire dtype (4, 2, 2, 1). */
+DCP_API uint32_t dcp_dtype_size(enum dcp_dtype dtype);
+
+/** Bytes per parameter of a weight format (e.g. 0.5625 for nvfp4). */
+DCP_API double dcp_weight_dtype_bytes(enum dcp_weight_dtype dtype);
+
+/**
+ * Attention dimensions implied by a model: qk_dim is the length of a query/key
+ * vector per head (head_dim, or kv_lora_rank + rope_dim for MLA), v_dim of a value
+ * vector (head_dim, or kv_lora_rank for MLA).
+ */
+DCP_API void dcp_model_attention_dims(const struct dcp_model_config *model,
+                                      uint32_t *qk_dim, uint32_t *v_dim);
+
+/**
+ * KV cache bytes one token takes in one layer for the whole model (all KV heads):
+ * MLA (kv_lora_rank + rope_dim) * dtype size, GQA/MHA 2 * num_kv_heads * head_dim * size.
+ */
+DCP_API uint64_t dcp_model_kv_bytes_per_token_layer(const struct dcp_model_config *model);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DCP_DEPLOYMENT_H */

@@ -1,0 +1,230 @@
+/*
+ * engine.h: the DCP attention/KV layer an inference engine embeds.
+ *
+ * A dcp_engine drives the TP ranks of one model instance that live in this process
+ * (all of them for the host backend and for CUDA virtual ranks or one process with
+ * several GPUs; one of them when a launcher starts a process per GPU). It owns:
+ *  - the scheduler state shared by the group: sequences, their block tables and a
+ *    pool of logical KV block ids (one id is backed by one page on every rank);
+ *  - per rank (dcp_rank): the KV arena (all layers, allocated once), a workspace,
+ *    streams and communicators. The decode path allocates nothing.
+ *
+ * Call order, per step:
+ *   1. one thread: dcp_seq_extend() each sequence by its new tokens, then
+ *      dcp_engine_begin_step() with the batch;
+ *   2. every rank (its own thread, SPMD; dcp_engine_run() helps): for each layer
+ *      dcp_rank_append_kv() with the new tokens' K/V, then dcp_rank_attention()
+ *      with the rank's queries, which returns the rank's heads' exact output and
+ *      LSE over the whole context (the DCP gather/merge happens inside).
+ * Pointers given to rank functions are in the backend's memory: host memory for
+ * the host backend, device addresses (CUdeviceptr cast to void *) for CUDA.
+ * Layouts (T = query tokens of the step, in batch order):
+ *   q   fp32 [T][q_heads_per_rank][qk_dim]     out fp32 [T][q_heads_per_rank][v_dim]
+ *   k   fp32 [T][kv_heads_per_rank][qk_dim]    v   fp32 [T][kv_heads_per_rank][v_dim] (NULL for MLA)
+ *   lse fp32 [T][q_heads_per_rank] (natural log)
+ * MLA is in absorbed form: qk_dim = kv_lora_rank + rope_dim (576), v_dim = kv_lora_rank (512),
+ * k holds the latent followed by the RoPE part, and the output is in latent space.
+ */
+#ifndef DCP_ENGINE_H
+#define DCP_ENGINE_H
+
+#include <stdbool.h>
+
+#include "dcp/deployment.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dcp_engine dcp_engine; ///< Opaque engine.
+typedef struct dcp_rank dcp_rank;     ///< Opaque rank context, owned by its engine.
+
+/** Engine settings. Start from dcp_engine_default_params(). */
+struct dcp_engine_params {
+    const dcp_deployment *deployment; ///< Model, layout, memory, runtime. Required; must outlive the engine.
+    uint32_t dcp;              ///< DCP size; 0 = the deployment's, 1 = TP baseline (replicated KV). Default 0.
+    uint32_t num_layers;       ///< Layers to hold KV for; 0 = the model's. Default 0.
+    double kv_budget_bytes;    ///< KV arena bytes per rank; 0 = from the deployment (see docs). Default 0.
+    uint32_t max_batch;        ///< Most sequences in one step. Default 64.
+    uint32_t max_step_tokens;  ///< Most query tokens in one step (T). Default 0 = max_batch * workload.q_len.
+    uint32_t max_seqs;         ///< Most live sequences. Default 4096.
+    uint64_t max_context;      ///< Longest sequence in tokens (sizes block tables). Default 0 = longest workload context.
+    uint32_t rank_begin;       ///< First TP rank this process drives. Default 0.
+    uint32_t rank_count;       ///< TP ranks this process drives; 0 = all from rank_begin. Default 0.
+};
+
+/** What an engine was built with. */
+struct dcp_engine_info {
+    const char *backend;          ///< "host" or "cuda".
+    const char *backend_detail;   ///< Human-readable detail (device name, threads, comm).
+    uint32_t tp;                  ///< TP size.
+    uint32_t dcp;                 ///< DCP size in use.
+    uint32_t num_local_ranks;     ///< Ranks driven by this process.
+    uint32_t num_layers;          ///< Layers with KV.
+    uint32_t q_heads_per_rank;    ///< Query heads each rank owns (H_l).
+    uint32_t kv_heads_per_rank;   ///< KV heads each rank stores.
+    uint32_t gathered_heads;      ///< Heads each rank attends after the Q gather (dcp * H_l).
+    uint32_t qk_dim;              ///< Query/key row length.
+    uint32_t v_dim;               ///< Value/output row length.
+    uint32_t block_size;          ///< Tokens per page.
+    uint64_t num_blocks;          ///< Logical block ids (= pages per rank).
+    uint64_t tokens_per_block;    ///< Context tokens one logical block holds (block_size * dcp).
+    uint64_t kv_bytes_per_rank;   ///< KV arena bytes per rank.
+    uint64_t workspace_bytes_per_rank; ///< Workspace bytes per rank.
+    uint32_t max_batch;           ///< As configured.
+    uint32_t max_step_tokens;     ///< As configured.
+    uint32_t max_seqs;            ///< As configured.
+    uint64_t max_context;         ///< As configured.
+};
+
+/** One step's batch: the sequences decoded together and their query tokens. */
+struct dcp_batch {
+    uint32_t num_seqs;        ///< Sequences in the step (<= max_batch).
+    const uint32_t *seq_ids;  ///< [num_seqs] sequence ids, each at most once.
+    const uint32_t *q_lens;   ///< [num_seqs] query tokens per sequence, >= 1: the sequence's last q_lens[i] positions.
+};
+
+/** Fills defaults (see the fields). */
+DCP_API void dcp_engine_default_params(struct dcp_engine_params *params);
+
+/**
+ * Creates an engine: selects the backend (runtime.backend), creates every local
+ * rank, and allocates all pools once. Errors: DCP_EINVAL, DCP_ENOMEM, DCP_EDEVMEM,
+ * DCP_ENODRIVER, DCP_ENODEVICE, DCP_ENCCL, DCP_EMODULE, ... with dcp_last_error().
+ */
+DCP_API int dcp_engine_create(const struct dcp_engine_params *params, dcp_engine **out);
+
+/** Frees everything and sets *engine to NULL. Accepts NULL. */
+DCP_API void dcp_engine_destroy(dcp_engine **engine);
+
+/** Fills info. */
+DCP_API void dcp_engine_get_info(const dcp_engine *engine, struct dcp_engine_info *info);
+
+/** Local rank i (0 <= i < num_local_ranks), or NULL. */
+DCP_API dcp_rank *dcp_engine_rank(dcp_engine *engine, uint32_t i);
+
+/* --- scheduler (one thread, between steps) -------------------------------- */
+
+/** Creates an empty sequence. DCP_ENOSPC when max_seqs are live. */
+DCP_API int dcp_seq_create(dcp_engine *engine, uint32_t *seq_id);
+
+/**
+ * Reserves positions [len, len + n) of a sequence, taking the blocks it needs.
+ * All or nothing: on DCP_ENOSPC (no free blocks) or DCP_EINVAL (unknown sequence,
+ * or beyond max_context) nothing changes.
+ */
+DCP_API int dcp_seq_extend(dcp_engine *engine, uint32_t seq_id, uint32_t n);
+
+/** Shortens a sequence to len tokens (e.g. rejected draft tokens), freeing blocks it no longer needs. */
+DCP_API int dcp_seq_truncate(dcp_engine *engine, uint32_t seq_id, uint64_t len);
+
+/**
+ * Creates a sequence sharing src's blocks (prefix sharing; reference counted).
+ * src's length must be a multiple of tokens_per_block (else DCP_EINVAL), so no
+ * partly filled page is ever shared.
+ */
+DCP_API int dcp_seq_fork(dcp_engine *engine, uint32_t src, uint32_t *seq_id);
+
+/** Frees a sequence and releases its blocks. */
+DCP_API int dcp_seq_release(dcp_engine *engine, uint32_t seq_id);
+
+/** Current length of a sequence in tokens, or 0 if it does not exist. */
+DCP_API uint64_t dcp_seq_length(const dcp_engine *engine, uint32_t seq_id);
+
+/** Free logical block ids. */
+DCP_API uint64_t dcp_engine_free_blocks(const dcp_engine *engine);
+
+/** Blocks needed by a sequence of len tokens: ceil(len / tokens_per_block). */
+DCP_API uint64_t dcp_engine_blocks_for(const dcp_engine *engine, uint64_t len);
+
+/**
+ * Fixes the batch of the next step: records block tables, lengths, query offsets
+ * and each rank's write slots into persistent buffers (copied to the device for
+ * CUDA). Call after the extends, before any rank function of the step.
+ */
+DCP_API int dcp_engine_begin_step(dcp_engine *engine, const struct dcp_batch *batch);
+
+/* --- ranks (SPMD: each rank from its own thread) -------------------------- */
+
+/** Signature of a per-rank function for dcp_engine_run(). */
+typedef int (*dcp_rank_fn)(dcp_rank *rank, void *arg);
+
+/**
+ * Runs fn on one thread per local rank and waits. Returns DCP_OK or the first
+ * failure; when one rank fails, ranks waiting in collectives return DCP_EABORTED
+ * and the engine should be destroyed.
+ */
+DCP_API int dcp_engine_run(dcp_engine *engine, dcp_rank_fn fn, void *arg);
+
+/** TP rank index of a rank. */
+DCP_API uint32_t dcp_rank_tp_rank(const dcp_rank *rank);
+
+/** Index of a rank within its DCP group. */
+DCP_API uint32_t dcp_rank_group_rank(const dcp_rank *rank);
+
+/** The engine a rank belongs to. */
+DCP_API dcp_engine *dcp_rank_engine(dcp_rank *rank);
+
+/**
+ * Writes the step's new K/V (all T query tokens, rank's KV heads) for layer into
+ * the cache; only tokens this rank owns are stored. v is NULL for MLA.
+ */
+DCP_API int dcp_rank_append_kv(dcp_rank *rank, uint32_t layer, const void *k, const void *v);
+
+/**
+ * Attention of the step's queries for layer: q holds this rank's heads; out and lse
+ * (lse may be NULL) receive the exact result over the whole context, as if one
+ * device held every token. Collective over the DCP group.
+ */
+DCP_API int dcp_rank_attention(dcp_rank *rank, uint32_t layer, const void *q, void *out, void *lse);
+
+/** Waits until all work queued by this rank has finished. */
+DCP_API int dcp_rank_synchronize(dcp_rank *rank);
+
+/* --- buffers (setup time, not in the hot path) ---------------------------- */
+
+/** Allocates bytes of backend memory for this rank's inputs/outputs. */
+DCP_API int dcp_rank_alloc(dcp_rank *rank, size_t bytes, void **ptr);
+
+/** Frees memory from dcp_rank_alloc(). Accepts NULL. */
+DCP_API void dcp_rank_free(dcp_rank *rank, void *ptr);
+
+/** Copies host memory to backend memory (synchronous). */
+DCP_API int dcp_rank_upload(dcp_rank *rank, void *dst, const void *src, size_t bytes);
+
+/** Copies backend memory to host memory (synchronous; waits for queued work). */
+DCP_API int dcp_rank_download(dcp_rank *rank, void *dst, const void *src, size_t bytes);
+
+/** Synthetic data description for dcp_rank_fill_synthetic(). */
+struct dcp_synth_desc {
+    uint64_t seed;            ///< Stream seed.
+    const void *row_keys;     ///< Backend uint64 [rows] keys, or NULL to use key_base + row.
+    uint64_t key_base;        ///< Key of row 0 when row_keys is NULL.
+    uint32_t rows;            ///< Rows.
+    uint32_t heads;           ///< Heads per row.
+    uint32_t dim;             ///< Values per head.
+    uint32_t head_offset;     ///< Global index of the first head (so TP shards agree).
+    float amplitude;          ///< Values are uniform in [-amplitude, amplitude).
+};
+
+/**
+ * Fills fp32 dst[rows][heads][dim] with seeded values on the backend (no host
+ * traffic): element (r, h, d) = amplitude * u(seed, key_r, head_offset + h, d), the
+ * same generator as dcp_synth_value().
+ */
+DCP_API int dcp_rank_fill_synthetic(dcp_rank *rank, void *dst, const struct dcp_synth_desc *desc);
+
+/** The generator of dcp_rank_fill_synthetic() on the host: uniform in [-1, 1). */
+DCP_API float dcp_synth_value(uint64_t seed, uint64_t key, uint32_t head, uint32_t d);
+
+/**
+ * Backend uint64 [T] keys of the current step's query tokens:
+ * ((uint64_t)seq_id << 40) | global position. Valid until the next begin_step.
+ */
+DCP_API const void *dcp_rank_step_token_keys(const dcp_rank *rank);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DCP_ENGINE_H */

@@ -1,0 +1,215 @@
+/*
+ * dcp_kernels/params.h: the kernel ABI. One parameter struct per kernel, passed by
+ * value as the kernel's only argument (kernelParams = { &params }) and given by
+ * pointer to the kernel's CPU implementation. Device pointers are uint64_t
+ * addresses (host addresses for the host backend and the test doubles).
+ *
+ * Shared conventions
+ * ------------------
+ * Paged KV cache of one layer on one rank: pages of block_size tokens.
+ *   K page: [num_kv_heads][block_size][k_dim] elements of dtype, pages back to back,
+ *   so element (slot, head, d) with page = slot / block_size, off = slot % block_size
+ *   is at ((page * num_kv_heads + head) * block_size + off) * k_dim + d (64-bit).
+ *   V likewise with v_dim. MLA stores one head of k_dim = kv_lora_rank + rope_dim
+ *   values and reads V as the first v_dim = kv_lora_rank values of the K row
+ *   (v_cache == k_cache, v_row_stride = k_dim).
+ * Chunked head layout (how data is laid out for the DCP collectives): the heads of
+ *   one attention call are split into chunks of heads_per_chunk heads (one chunk
+ *   per destination rank of the DCP group; a single chunk when dcp = 1). Row
+ *   (chunk c, query token t, head h) of an array with row length D lives at
+ *   base + c * chunk_stride + (t * heads_per_chunk + h) * D, strides in floats.
+ *   Gathered head g = c * heads_per_chunk + h.
+ * Queries and outputs are fp32; LSE is the natural log of the softmax
+ * denominator, fp32, -INFINITY when no key is visible.
+ * Query token t of sequence b (q_start[b] <= t < q_start[b+1]) has global position
+ *   seq_lens[b] - (q_start[b+1] - q_start[b]) + (t - q_start[b]) and sees every key
+ *   at a global position <= its own (causal mask in global positions).
+ */
+#ifndef DCPK_PARAMS_H
+#define DCPK_PARAMS_H
+
+#include "dcp_kernels/common.h"
+
+/* ------------------------------------------------------------------------- */
+/** Write new tokens' K/V into the paged cache of the rank that owns them. */
+struct dcpk_kv_append_params {
+    uint64_t k_cache;      ///< Layer's K pages (dtype).
+    uint64_t v_cache;      ///< Layer's V pages (dtype); 0 for MLA (V is part of K).
+    uint64_t k_src;        ///< fp32 [num_tokens][num_kv_heads][k_dim].
+    uint64_t v_src;        ///< fp32 [num_tokens][num_kv_heads][v_dim]; 0 for MLA.
+    uint64_t slots;        ///< int64 [num_tokens]: page * block_size + offset, or -1 (not stored on this rank: skipped).
+    uint32_t num_tokens;   ///< Tokens in this call.
+    uint32_t num_kv_heads; ///< KV heads stored on this rank.
+    uint32_t k_dim;        ///< Elements per K row.
+    uint32_t v_dim;        ///< Elements per V row (ignored when v_cache == 0).
+    uint32_t block_size;   ///< Tokens per page.
+    uint32_t dtype;        ///< enum dcpk_dtype of the cache.
+    float inv_scale;       ///< fp8: stored = value * inv_scale (= 1 / kv_scale); ignored otherwise.
+    uint32_t pad0;
+};
+DCPK_STATIC_ASSERT(sizeof(struct dcpk_kv_append_params) == 72, "kv_append ABI");
+
+/* ------------------------------------------------------------------------- */
+/**
+ * Paged decode attention of gathered query heads against this rank's KV shard,
+ * GQA/MHA and MLA (absorbed). Work item = (split s, kv head k, head tile j, sequence b);
+ * grid = (num_splits, num_kv_heads * head_tiles, batch) with
+ * head_tiles = ceil(heads_per_kv / head_tile), heads_per_kv = num_heads / num_kv_heads.
+ * Gathered head g uses local KV head g / heads_per_kv.
+ *
+ * Local KV of sequence b: local_len = dcpk_local_length(seq_lens[b], rank, group_size,
+ * interleave) tokens in pages block_table[b * max_blocks + i]; local index c sits in
+ * page block_table[b * max_blocks + c / block_size] at offset c % block_size.
+ * Split s covers local pages [s * P, (s + 1) * P) with P = ceil(pages_b / num_splits).
+ *
+ * num_splits == 1: writes out/lse (chunked layout) directly.
+ * num_splits > 1:  writes partials for split s at ws_o + s * ws_split_stride_o and
+ *   ws_lse + s * ws_split_stride_lse, in the chunked layout with chunk strides
+ *   T * heads_per_chunk * v_dim and T * heads_per_chunk; dcpk_merge then combines them.
+ * Empty range (no visible key): LSE = -INFINITY and output row = 0, decided from the
+ * lengths, never from arithmetic on an empty set.
+ */
+struct dcpk_attn_params {
+    uint64_t q;                 ///< fp32 queries, chunked layout, row length qk_dim.
+    uint64_t k_cache;           ///< Layer's K pages.
+    uint64_t v_cache;           ///< Layer's V pages (== k_cache for MLA).
+    uint64_t block_table;       ///< int32 [batch][max_blocks] page ids.
+    uint64_t seq_lens;          ///< int32 [batch] global context length (this step's tokens included).
+    uint64_t q_start;           ///< int32 [batch + 1] prefix sums of query tokens per sequence.
+    uint64_t out;               ///< fp32 output, chunked layout, row length v_dim.
+    uint64_t lse;               ///< fp32 LSE, chunked layout, row length 1.
+    uint64_t ws_o;              ///< fp32 split partial outputs (num_splits > 1).
+    uint64_t ws_lse;            ///< fp32 split partial LSEs (num_splits > 1).
+    uint64_t q_chunk_stride;    ///< Floats between query chunks.
+    uint64_t out_chunk_stride;  ///< Floats between output chunks.
+    uint64_t lse_chunk_stride;  ///< Floats between LSE chunks.
+    uint64_t ws_split_stride_o; ///< Floats between splits in ws_o.
+    uint64_t ws_split_stride_lse; ///< Floats between splits in ws_lse.
+    uint32_t batch;             ///< Sequences.
+    uint32_t num_q_tokens;      ///< T: query tokens of all sequences (q_start[batch]).
+    uint32_t num_heads;         ///< Gathered query heads (all chunks).
+    uint32_t heads_per_chunk;   ///< Heads per chunk (= num_heads when dcp = 1).
+    uint32_t num_kv_heads;      ///< KV heads stored on this rank.
+    uint32_t head_tile;         ///< Query heads per work item (<= heads_per_kv).
+    uint32_t qk_dim;            ///< Query/key row length (MLA 576).
+    uint32_t v_dim;             ///< Value/output row length (MLA 512).
+    uint32_t v_row_stride;      ///< Elements between V rows within a page (v_dim; MLA: k_dim).
+    uint32_t block_size;        ///< Tokens per page.
+    uint32_t max_blocks;        ///< Row length of block_table.
+    uint32_t rank;              ///< Rank within the DCP group.
+    uint32_t group_size;        ///< DCP group size N.
+    uint32_t interleave;        ///< Interleave size I.
+    uint32_t num_splits;        ///< Split-KV factor (>= 1).
+    uint32_t dtype;             ///< enum dcpk_dtype of the cache.
+    float scale;                ///< Softmax scale applied to q.k.
+    float kv_scale;             ///< fp8: value = stored * kv_scale; 1 otherwise.
+};
+DCPK_STATIC_ASSERT(sizeof(struct dcpk_attn_params) == 192, "attn ABI");
+
+/* ------------------------------------------------------------------------- */
+/**
+ * Exact merge of n_src partial results by their LSEs (split-KV combine and the a2a
+ * DCP merge). For each row r (< rows) with sources s:
+ *   m = max_s lse_s (0 if every lse_s is -inf), Lambda = m + log sum_s exp(lse_s - m),
+ *   out_r = sum_s w_s * o_s with w_s = exp(lse_s - Lambda), w_s = 0 where lse_s is -inf;
+ *   NaN and +inf LSEs count as -inf. All -inf: out_r = 0, out_lse_r = -inf.
+ * Source row r: src_o + s * src_stride_o + r * v_dim, src_lse + s * src_stride_lse + r.
+ * Output row r = c * rows_per_chunk + i: out + c * out_chunk_stride + i * v_dim and
+ * out_lse + c * out_lse_chunk_stride + i (out_lse == 0: not written).
+ * Work item = row; grid = (rows).
+ */
+struct dcpk_merge_params {
+    uint64_t src_o;
+    uint64_t src_lse;
+    uint64_t out;
+    uint64_t out_lse;
+    uint64_t src_stride_o;        ///< Floats between sources' outputs.
+    uint64_t src_stride_lse;      ///< Floats between sources' LSEs.
+    uint64_t out_chunk_stride;    ///< Floats between output chunks.
+    uint64_t out_lse_chunk_stride;///< Floats between output LSE chunks.
+    uint32_t n_src;
+    uint32_t rows;
+    uint32_t rows_per_chunk;      ///< Rows per output chunk (= rows for one chunk).
+    uint32_t v_dim;
+};
+DCPK_STATIC_ASSERT(sizeof(struct dcpk_merge_params) == 80, "merge ABI");
+
+/* ------------------------------------------------------------------------- */
+/**
+ * The ag_rs correction: with every rank's LSEs gathered as lse_all[n_src][rows]
+ * (rows in this rank's chunked order), computes Lambda_r as in dcpk_merge and scales
+ * this rank's partial output row r (o + r * v_dim) by exp(lse_all[self][r] - Lambda_r)
+ * (0 where that LSE is -inf/NaN). Rows of chunk own_chunk (rows
+ * [own_chunk * rows_per_chunk, +rows_per_chunk)) also get out_lse[i] = Lambda (if out_lse != 0).
+ * A ReduceScatter (sum) of o then yields the merged output. Work item = row.
+ */
+struct dcpk_lse_scale_params {
+    uint64_t lse_all;
+    uint64_t o;
+    uint64_t out_lse;
+    uint32_t n_src;
+    uint32_t self;
+    uint32_t rows;
+    uint32_t rows_per_chunk;
+    uint32_t own_chunk;
+    uint32_t v_dim;
+};
+DCPK_STATIC_ASSERT(sizeof(struct dcpk_lse_scale_params) == 48, "lse_scale ABI");
+
+/* ------------------------------------------------------------------------- */
+/**
+ * Sum reduction used by virtual-rank ReduceScatter: dst[i] = sum_s src_s[i] for
+ * i < count, summing sources in order s = 0..n_src-1 (deterministic), where src_s
+ * is the fp32 array at address ((const uint64_t *)src_ptrs)[s] + src_offset floats.
+ * Work item = 1024-element block of i.
+ */
+struct dcpk_reduce_params {
+    uint64_t dst;
+    uint64_t src_ptrs;   ///< uint64 [n_src] source base addresses (device memory).
+    uint64_t src_offset; ///< Floats added to every source address.
+    uint64_t count;
+    uint32_t n_src;
+    uint32_t pad0;
+};
+DCPK_STATIC_ASSERT(sizeof(struct dcpk_reduce_params) == 40, "reduce ABI");
+
+/* ------------------------------------------------------------------------- */
+/**
+ * Seeded synthetic data, the same on every backend: element (row, head, d) of
+ * dst[rows][heads][dim] gets amplitude * dcpk_synth_unit(seed, key, head_offset + head, d)
+ * with key = row_keys ? row_keys[row] : key_base + row, converted to dtype
+ * (fp8: times inv_scale, saturated). Work item = row.
+ */
+struct dcpk_fill_params {
+    uint64_t dst;
+    uint64_t row_keys;    ///< uint64 [rows] or 0.
+    uint64_t key_base;    ///< Key of row 0 when row_keys == 0.
+    uint64_t seed;
+    uint32_t rows;
+    uint32_t heads;
+    uint32_t dim;
+    uint32_t head_offset;
+    uint32_t dtype;       ///< enum dcpk_dtype of dst.
+    float amplitude;
+    float inv_scale;      ///< fp8 only.
+    uint32_t pad0;
+};
+DCPK_STATIC_ASSERT(sizeof(struct dcpk_fill_params) == 64, "fill ABI");
+
+/** splitmix64 finaliser: a well-mixed 64-bit hash. */
+DCPK_HD uint64_t dcpk_mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/** Uniform value in [-1, 1) determined by (seed, key, head, d). */
+DCPK_HD float dcpk_synth_unit(uint64_t seed, uint64_t key, uint32_t head, uint32_t d)
+{
+    uint64_t h = dcpk_mix64(seed ^ dcpk_mix64(key ^ dcpk_mix64(((uint64_t)head << 32) | d)));
+    return (float)(int32_t)(uint32_t)(h >> 32) * (1.0f / 2147483648.0f);
+}
+
+#endif /* DCPK_PARAMS_H */

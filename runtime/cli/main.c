@@ -1,0 +1,128 @@
+/*
+ * dcp-run: plan, run and benchmark Decode Context Parallelism deployments.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static const struct cli_command commands[] = {
+    {"plan", "what DCP buys over TP for a deployment: memory, capacity, communication", cmd_plan},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: dcp-run [--version] [--help] <command> [args]\n"
+            "\n"
+            "Decode Context Parallelism: shard the KV cache along the sequence across GPUs.\n"
+            "\n"
+            "commands:\n");
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out,
+            "\n"
+            "Every command takes --help. Deployment files are YAML; see docs/configuration.md.\n"
+            "With no deployment argument, commands use the default deployment:\n"
+            "  %s\n",
+            cli_default_deployment());
+}
+
+const char *cli_default_deployment(void)
+{
+    const char *env = getenv("DCP_DEFAULT_DEPLOYMENT");
+    if (env && *env)
+        return env;
+    if (access(DCP_SOURCE_DEFAULT_DEPLOYMENT, R_OK) == 0)
+        return DCP_SOURCE_DEFAULT_DEPLOYMENT;
+    return DCP_INSTALLED_DEFAULT_DEPLOYMENT;
+}
+
+dcp_deployment *cli_load_deployment(const char *path)
+{
+    dcp_diag *diag = NULL;
+    dcp_deployment *dep = NULL;
+    if (dcp_diag_create(&diag)) {
+        fprintf(stderr, "dcp-run: out of memory\n");
+        return NULL;
+    }
+    int err = dcp_deployment_load_file(path, diag, &dep);
+    dcp_diag_print(diag, stderr);
+    if (err && dcp_diag_count(diag) == 0)
+        fprintf(stderr, "%s: %s\n", path, dcp_strerror(err));
+    if (err && dcp_diag_error_count(diag) > 1)
+        fprintf(stderr, "%s: %zu errors\n", path, dcp_diag_error_count(diag));
+    dcp_diag_destroy(&diag);
+    return err ? NULL : dep;
+}
+
+bool cli_opt(int argc, char **argv, int *i, const char *name, const char **value, bool *bad)
+{
+    const char *arg = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(arg, name, n) != 0)
+        return false;
+    if (!value)
+        return arg[n] == '\0';
+    if (arg[n] == '=') {
+        *value = arg + n + 1;
+        return true;
+    }
+    if (arg[n] != '\0')
+        return false;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "dcp-run: option %s needs a value\n", name);
+        *bad = true;
+        return true;
+    }
+    *value = argv[++*i];
+    return true;
+}
+
+bool cli_parse_u64(const char *s, unsigned long long *out)
+{
+    if (!s || !*s || *s == '-')
+        return false;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        return false;
+    unsigned long long mul = 1;
+    if (*end == 'k' || *end == 'K')
+        mul = 1ull << 10;
+    else if (*end == 'M')
+        mul = 1ull << 20;
+    else if (*end == 'G')
+        mul = 1ull << 30;
+    if (mul != 1)
+        end++;
+    if (*end != '\0' || (v && mul > ~0ull / v))
+        return false;
+    *out = v * mul;
+    return true;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return CLI_EXIT_OK;
+    }
+    if (!strcmp(cmd, "--version")) {
+        printf("dcp-run %s\n", dcp_version());
+        return CLI_EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (!strcmp(cmd, commands[i].name))
+            return commands[i].main(argc - 1, argv + 1);
+    fprintf(stderr, "dcp-run: unknown command '%s' (try dcp-run --help)\n", cmd);
+    return CLI_EXIT_USAGE;
+}

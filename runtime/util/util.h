@@ -1,0 +1,57 @@
+/*
+ * util.h: small internal helpers shared by the whole library.
+ */
+#ifndef DCP_UTIL_H
+#define DCP_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dcp/common.h"
+
+#if defined(__GNUC__)
+#define DCP_PRINTF(fmt_idx, arg_idx) __attribute__((format(printf, fmt_idx, arg_idx)))
+#define DCP_UNUSED __attribute__((unused))
+#define DCP_LIKELY(x) __builtin_expect(!!(x), 1)
+#define DCP_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define DCP_PRINTF(fmt_idx, arg_idx)
+#define DCP_UNUSED
+#define DCP_LIKELY(x) (x)
+#define DCP_UNLIKELY(x) (x)
+#endif
+
+#define DCP_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define DCP_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define DCP_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/**
+ * Records the detail of a failure for dcp_last_error() on this thread and returns
+ * status, so callers can write `return dcp_error(DCP_EINVAL, "tp=%u", tp);`.
+ */
+int dcp_error(int status, const char *fmt, ...) DCP_PRINTF(2, 3);
+/** va_list form of dcp_error(). */
+int dcp_verror(int status, const char *fmt, va_list ap);
+/** Clears the thread's last error detail. */
+void dcp_clear_error(void);
+
+/** Integer ceil(a / b) for b > 0. */
+static inline uint64_t dcp_div_ceil_u64(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+/** strdup that returns NULL for NULL input. */
+char *dcp_strdup(const char *s);
+
+/** malloc'd printf; NULL on failure. */
+char *dcp_asprintf(const char *fmt, ...) DCP_PRINTF(1, 2);
+
+/**
+ * Grows *buf (elements of elem_size) so it can hold at least need elements,
+ * doubling. Returns 0 or DCP_ENOMEM (then *buf and *cap are unchanged).
+ */
+int dcp_grow_array(void **buf, size_t *cap, size_t need, size_t elem_size);
+
+/** Monotonic clock in seconds. */
+double dcp_now_seconds(void);
+
+#endif /* DCP_UTIL_H */
