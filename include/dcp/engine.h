@@ -46,7 +46,10 @@ struct dcp_engine_params {
     uint32_t num_layers;       ///< Layers to hold KV for; 0 = the model's. Default 0.
     double kv_budget_bytes;    ///< KV arena bytes per rank; 0 = from the deployment (see docs). Default 0.
     uint32_t max_batch;        ///< Most sequences in one step. Default 64.
-    uint32_t max_step_tokens;  ///< Most query tokens in one step (T). Default 0 = max_batch * workload.q_len.
+    uint32_t max_query_tokens; ///< Most query tokens one dcp_rank_attention() handles (sizes the attention
+                               ///< workspace). Default 0 = max_batch * workload.q_len.
+    uint32_t max_step_tokens;  ///< Most tokens one step appends (T; prefill chunks may exceed
+                               ///< max_query_tokens when they only append). Default 0 = max_query_tokens.
     uint32_t max_seqs;         ///< Most live sequences. Default 4096.
     uint64_t max_context;      ///< Longest sequence in tokens (sizes block tables). Default 0 = longest workload context.
     uint32_t rank_begin;       ///< First TP rank this process drives. Default 0.
@@ -57,6 +60,7 @@ struct dcp_engine_params {
 struct dcp_engine_info {
     const char *backend;          ///< "host" or "cuda".
     const char *backend_detail;   ///< Human-readable detail (device name, threads, comm).
+    const char *backend_notice;   ///< Why backend auto fell back to host (one line), or "".
     uint32_t tp;                  ///< TP size.
     uint32_t dcp;                 ///< DCP size in use.
     uint32_t num_local_ranks;     ///< Ranks driven by this process.
@@ -72,6 +76,7 @@ struct dcp_engine_info {
     uint64_t kv_bytes_per_rank;   ///< KV arena bytes per rank.
     uint64_t workspace_bytes_per_rank; ///< Workspace bytes per rank.
     uint32_t max_batch;           ///< As configured.
+    uint32_t max_query_tokens;    ///< As configured.
     uint32_t max_step_tokens;     ///< As configured.
     uint32_t max_seqs;            ///< As configured.
     uint64_t max_context;         ///< As configured.
@@ -162,6 +167,12 @@ DCP_API uint32_t dcp_rank_tp_rank(const dcp_rank *rank);
 /** Index of a rank within its DCP group. */
 DCP_API uint32_t dcp_rank_group_rank(const dcp_rank *rank);
 
+/**
+ * Global index of the first query head and of the first KV head this rank holds
+ * (its heads are consecutive), e.g. to generate or load the matching weights.
+ */
+DCP_API void dcp_rank_head_offsets(const dcp_rank *rank, uint32_t *q_head0, uint32_t *kv_head0);
+
 /** The engine a rank belongs to. */
 DCP_API dcp_engine *dcp_rank_engine(dcp_rank *rank);
 
@@ -195,6 +206,18 @@ DCP_API int dcp_rank_upload(dcp_rank *rank, void *dst, const void *src, size_t b
 /** Copies backend memory to host memory (synchronous; waits for queued work). */
 DCP_API int dcp_rank_download(dcp_rank *rank, void *dst, const void *src, size_t bytes);
 
+/**
+ * Copies bytes between two backend buffers of this rank (device to device for
+ * CUDA), queued like a kernel. Used by benchmarks as the bandwidth yardstick.
+ */
+DCP_API int dcp_rank_copy(dcp_rank *rank, void *dst, const void *src, size_t bytes);
+
+/**
+ * The rank's KV arena (all layers' pages, allocated once): its address in backend
+ * memory and its size. For registering memory with other libraries or measuring.
+ */
+DCP_API void dcp_rank_kv_arena(const dcp_rank *rank, void **ptr, size_t *bytes);
+
 /** Synthetic data description for dcp_rank_fill_synthetic(). */
 struct dcp_synth_desc {
     uint64_t seed;            ///< Stream seed.
@@ -216,6 +239,12 @@ DCP_API int dcp_rank_fill_synthetic(dcp_rank *rank, void *dst, const struct dcp_
 
 /** The generator of dcp_rank_fill_synthetic() on the host: uniform in [-1, 1). */
 DCP_API float dcp_synth_value(uint64_t seed, uint64_t key, uint32_t head, uint32_t d);
+
+/**
+ * The value a KV cache of this dtype holds for value (fp8: stored as value / scale,
+ * read back times scale). Lets a caller compute references from the exact cached values.
+ */
+DCP_API float dcp_dtype_round(enum dcp_dtype dtype, float value, float scale);
 
 /**
  * Backend uint64 [T] keys of the current step's query tokens:

@@ -10,6 +10,8 @@
 
 static const struct cli_command commands[] = {
     {"plan", "what DCP buys over TP for a deployment: memory, capacity, communication", cmd_plan},
+    {"run", "run the deployment: TP baseline vs DCP concurrency, speed and a correctness check", cmd_run},
+    {"bench", "decode attention bandwidth next to a copy of the same bytes, GQA and MLA", cmd_bench},
 };
 
 static void usage(FILE *out)

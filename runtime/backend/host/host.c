@@ -1,0 +1,360 @@
+/*
+ * host.c: the host backend. Each rank is a CPU thread (plus optional workers);
+ * "device" memory is host memory; kernels run their CPU implementations; the DCP
+ * group's collectives go through shared memory between the rank threads with an
+ * abortable barrier. Results are deterministic (sums in group-rank order).
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/host/host_pool.h"
+#include "engine/engine_internal.h"
+#include "util/util.h"
+
+/* One DCP group's rendezvous point. */
+struct host_group {
+    uint32_t size;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint32_t arrived;
+    uint64_t generation;
+    bool aborted;
+    uint64_t *published; ///< [size] each member's send address for the current collective.
+};
+
+struct host_engine {
+    uint32_t threads_per_rank;
+    uint32_t num_groups;
+    struct host_group *groups;
+};
+
+struct host_rank {
+    struct host_pool pool;
+    struct host_group *group;
+};
+
+static struct host_engine *H(const struct dcp_engine *e) { return e->backend; }
+static struct host_rank *HR(const struct dcp_rank *r) { return r->backend; }
+
+static uint32_t online_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+        return (uint32_t)CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (uint32_t)n : 1;
+}
+
+/* ---- groups ------------------------------------------------------------------ */
+
+/* Waits until every member arrived; DCP_EABORTED if the engine failed meanwhile. */
+static int group_barrier(struct host_group *g)
+{
+    pthread_mutex_lock(&g->mu);
+    if (g->aborted) {
+        pthread_mutex_unlock(&g->mu);
+        return dcp_error(DCP_EABORTED, "collective abandoned: another rank failed");
+    }
+    const uint64_t gen = g->generation;
+    if (++g->arrived == g->size) {
+        g->arrived = 0;
+        g->generation++;
+        pthread_cond_broadcast(&g->cv);
+    } else {
+        while (g->generation == gen && !g->aborted)
+            pthread_cond_wait(&g->cv, &g->mu);
+    }
+    const bool aborted = g->generation == gen;
+    pthread_mutex_unlock(&g->mu);
+    return aborted ? dcp_error(DCP_EABORTED, "collective abandoned: another rank failed") : DCP_OK;
+}
+
+/* Publishes this member's send address and waits for the others'. */
+static int group_publish(struct dcp_rank *r, uint64_t send)
+{
+    struct host_group *g = HR(r)->group;
+    g->published[r->group_rank] = send;
+    return group_barrier(g);
+}
+
+static int host_all_gather(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes)
+{
+    struct host_group *g = HR(r)->group;
+    int err = group_publish(r, send);
+    if (err)
+        return err;
+    for (uint32_t s = 0; s < g->size; s++)
+        memcpy((char *)(uintptr_t)recv + s * bytes, (const void *)(uintptr_t)g->published[s], bytes);
+    return group_barrier(g); /* nobody reuses its send buffer before all have read it */
+}
+
+static int host_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t floats)
+{
+    struct host_group *g = HR(r)->group;
+    int err = group_publish(r, send);
+    if (err)
+        return err;
+    float *restrict dst = (float *)(uintptr_t)recv;
+    const size_t offset = (size_t)r->group_rank * floats;
+    memcpy(dst, (const float *)(uintptr_t)g->published[0] + offset, floats * sizeof(float));
+    for (uint32_t s = 1; s < g->size; s++) {
+        const float *restrict src = (const float *)(uintptr_t)g->published[s] + offset;
+        for (size_t i = 0; i < floats; i++)
+            dst[i] += src[i];
+    }
+    return group_barrier(g);
+}
+
+static int host_all_to_all(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes)
+{
+    struct host_group *g = HR(r)->group;
+    int err = group_publish(r, send);
+    if (err)
+        return err;
+    for (uint32_t s = 0; s < g->size; s++)
+        memcpy((char *)(uintptr_t)recv + s * bytes,
+               (const char *)(uintptr_t)g->published[s] + (size_t)r->group_rank * bytes, bytes);
+    return group_barrier(g);
+}
+
+static void host_abort(struct dcp_engine *e)
+{
+    struct host_engine *h = H(e);
+    if (!h)
+        return;
+    for (uint32_t i = 0; i < h->num_groups; i++) {
+        struct host_group *g = &h->groups[i];
+        pthread_mutex_lock(&g->mu);
+        g->aborted = true;
+        pthread_cond_broadcast(&g->cv);
+        pthread_mutex_unlock(&g->mu);
+    }
+}
+
+/* ---- engine / rank ---------------------------------------------------------- */
+
+static int host_engine_init(struct dcp_engine *e)
+{
+    if (e->params.rank_begin != 0 || e->num_ranks != e->tp)
+        return dcp_error(DCP_ENOTSUP, "the host backend runs all %u ranks in one process "
+                         "(rank_begin=%u, rank_count=%u)", e->tp, e->params.rank_begin, e->num_ranks);
+    struct host_engine *h = calloc(1, sizeof(*h));
+    if (!h)
+        return dcp_error(DCP_ENOMEM, "host backend");
+    e->backend = h;
+    const uint32_t cpus = online_cpus();
+    const uint32_t configured = e->cfg->runtime.host.threads;
+    h->threads_per_rank = configured ? configured : DCP_MAX(1u, cpus / e->num_ranks);
+    h->num_groups = e->tp / e->dcp;
+    h->groups = calloc(h->num_groups, sizeof(*h->groups));
+    if (!h->groups)
+        return dcp_error(DCP_ENOMEM, "host groups");
+    for (uint32_t i = 0; i < h->num_groups; i++) {
+        struct host_group *g = &h->groups[i];
+        g->size = e->dcp;
+        pthread_mutex_init(&g->mu, NULL);
+        pthread_cond_init(&g->cv, NULL);
+        g->published = calloc(e->dcp, sizeof(*g->published));
+        if (!g->published)
+            return dcp_error(DCP_ENOMEM, "host groups");
+    }
+    e->shape = (struct dcp_launch_shape){
+        .parallelism = h->threads_per_rank,
+        .head_tile = 0,
+        .max_splits = h->threads_per_rank > 1 ? 2 * h->threads_per_rank : 1,
+    };
+    snprintf(e->detail, sizeof(e->detail), "%u CPU thread%s per rank, %u CPUs", h->threads_per_rank,
+             h->threads_per_rank == 1 ? "" : "s", cpus);
+    return DCP_OK;
+}
+
+static void host_engine_fini(struct dcp_engine *e)
+{
+    struct host_engine *h = H(e);
+    if (!h)
+        return;
+    for (uint32_t i = 0; h->groups && i < h->num_groups; i++) {
+        pthread_mutex_destroy(&h->groups[i].mu);
+        pthread_cond_destroy(&h->groups[i].cv);
+        free(h->groups[i].published);
+    }
+    free(h->groups);
+    free(h);
+    e->backend = NULL;
+}
+
+/* Scratch one thread needs for the largest launch of each kernel this engine makes. */
+static size_t max_scratch(const struct dcp_engine *e)
+{
+    const uint32_t heads_per_kv = e->gathered_heads / e->kv_heads_per_rank;
+    const uint32_t rows = e->max_qtokens * e->gathered_heads;
+    const struct dcpk_attn_params attn = {
+        .batch = e->max_batch,
+        .num_q_tokens = e->max_qtokens,
+        .num_heads = e->gathered_heads,
+        .heads_per_chunk = e->q_heads_per_rank,
+        .num_kv_heads = e->kv_heads_per_rank,
+        .head_tile = heads_per_kv,
+        .qk_dim = e->qk_dim,
+        .v_dim = e->v_dim,
+        .v_row_stride = e->v_row_stride,
+        .block_size = e->block_size,
+        .max_blocks = e->max_blocks_per_seq,
+        .group_size = e->dcp,
+        .interleave = e->interleave,
+        .num_splits = e->shape.max_splits,
+        .dtype = e->dtype,
+    };
+    const struct dcpk_merge_params merge = {
+        .n_src = DCP_MAX(e->dcp, e->shape.max_splits),
+        .rows = rows,
+        .rows_per_chunk = rows,
+        .v_dim = e->v_dim,
+    };
+    const struct dcpk_lse_scale_params scale = {
+        .n_src = e->dcp, .rows = rows, .rows_per_chunk = rows, .v_dim = e->v_dim,
+    };
+    const struct dcpk_kv_append_params append = {
+        .num_tokens = e->max_tokens, .num_kv_heads = e->kv_heads_per_rank, .k_dim = e->qk_dim,
+        .v_dim = e->v_dim, .block_size = e->block_size, .dtype = e->dtype,
+    };
+    const struct dcpk_reduce_params reduce = {.n_src = e->dcp, .count = (uint64_t)rows * e->v_dim};
+    const struct dcpk_fill_params fill = {
+        .rows = e->max_tokens, .heads = e->gathered_heads, .dim = e->qk_dim, .dtype = e->dtype,
+    };
+    size_t need = dcpk_kernels[DCPK_KERNEL_attn].scratch(&attn);
+    need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_merge].scratch(&merge));
+    need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_lse_scale].scratch(&scale));
+    need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_kv_append].scratch(&append));
+    need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_reduce].scratch(&reduce));
+    return DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_fill].scratch(&fill));
+}
+
+static int host_rank_init(struct dcp_rank *r)
+{
+    struct dcp_engine *e = r->engine;
+    struct host_rank *hr = calloc(1, sizeof(*hr));
+    if (!hr)
+        return dcp_error(DCP_ENOMEM, "host rank");
+    r->backend = hr;
+    hr->group = &H(e)->groups[r->group_id];
+    return host_pool_init(&hr->pool, H(e)->threads_per_rank - 1, max_scratch(e));
+}
+
+static void host_rank_fini(struct dcp_rank *r)
+{
+    struct host_rank *hr = HR(r);
+    if (!hr)
+        return;
+    host_pool_fini(&hr->pool);
+    free(hr);
+    r->backend = NULL;
+}
+
+static int host_alloc(struct dcp_rank *r, size_t bytes, uint64_t *addr)
+{
+    (void)r;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes ? bytes : 64))
+        return dcp_error(DCP_EDEVMEM, "host backend: cannot allocate %zu bytes", bytes);
+    memset(p, 0, bytes);
+    *addr = (uint64_t)(uintptr_t)p;
+    return DCP_OK;
+}
+
+static void host_free(struct dcp_rank *r, uint64_t addr)
+{
+    (void)r;
+    free((void *)(uintptr_t)addr);
+}
+
+static int host_upload(struct dcp_rank *r, uint64_t dst, const void *src, size_t bytes)
+{
+    (void)r;
+    memcpy((void *)(uintptr_t)dst, src, bytes);
+    return DCP_OK;
+}
+
+static int host_download(struct dcp_rank *r, void *dst, uint64_t src, size_t bytes)
+{
+    (void)r;
+    memcpy(dst, (const void *)(uintptr_t)src, bytes);
+    return DCP_OK;
+}
+
+/* Copies run on the rank's threads in 1 MiB items, like a kernel, so a copy and
+ * an attention launch are measured with the same parallelism. */
+#define COPY_ITEM_BYTES (1u << 20)
+
+struct copy_params {
+    uint64_t dst, src, bytes;
+};
+
+static struct dcpk_grid copy_grid(const void *params)
+{
+    const struct copy_params *p = params;
+    return (struct dcpk_grid){(uint32_t)dcp_div_ceil_u64(p->bytes, COPY_ITEM_BYTES), 1, 1};
+}
+
+static size_t copy_scratch(const void *params)
+{
+    (void)params;
+    return 0;
+}
+
+static void copy_cpu(const void *params, uint64_t begin, uint64_t end, void *scratch)
+{
+    (void)scratch;
+    const struct copy_params *p = params;
+    const uint64_t lo = begin * COPY_ITEM_BYTES, hi = DCP_MIN(end * COPY_ITEM_BYTES, p->bytes);
+    memcpy((char *)(uintptr_t)p->dst + lo, (const char *)(uintptr_t)p->src + lo, hi - lo);
+}
+
+static const struct dcpk_kernel_desc copy_desc = {
+    .name = "copy", .params_size = sizeof(struct copy_params),
+    .cpu = copy_cpu, .grid = copy_grid, .scratch = copy_scratch,
+};
+
+static int host_copy(struct dcp_rank *r, uint64_t dst, uint64_t src, size_t bytes)
+{
+    if ((dst < src + bytes && src < dst + bytes) || bytes < COPY_ITEM_BYTES) {
+        memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes);
+        return DCP_OK;
+    }
+    const struct copy_params p = {.dst = dst, .src = src, .bytes = bytes};
+    return host_pool_run(&HR(r)->pool, &copy_desc, &p);
+}
+
+static int host_launch(struct dcp_rank *r, enum dcpk_kernel_id kernel, const void *params)
+{
+    return host_pool_run(&HR(r)->pool, &dcpk_kernels[kernel], params);
+}
+
+static int host_synchronize(struct dcp_rank *r)
+{
+    (void)r;
+    return DCP_OK; /* launches complete before they return */
+}
+
+const struct dcp_backend_ops dcp_host_backend = {
+    .name = "host",
+    .engine_init = host_engine_init,
+    .engine_fini = host_engine_fini,
+    .rank_init = host_rank_init,
+    .rank_fini = host_rank_fini,
+    .alloc = host_alloc,
+    .free = host_free,
+    .upload = host_upload,
+    .download = host_download,
+    .copy = host_copy,
+    .launch = host_launch,
+    .all_gather = host_all_gather,
+    .reduce_scatter = host_reduce_scatter,
+    .all_to_all = host_all_to_all,
+    .synchronize = host_synchronize,
+    .abort = host_abort,
+};

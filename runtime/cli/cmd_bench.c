@@ -1,0 +1,518 @@
+/*
+ * cmd_bench.c: `dcp-run bench` -- how fast decode attention streams the KV cache
+ * compared with a plain copy of the same bytes, measured side by side.
+ *
+ * For each case (GQA, MLA) and context length: one rank, a batch of sequences
+ * large enough that the KV cache far exceeds the CPU caches, filled through the
+ * append path. Each repetition times one attention step and one copy of the same
+ * number of bytes out of the KV arena, alternately; medians are reported. On the
+ * host backend MLA is compute-bound, so its GFLOP/s is also compared with a plain
+ * fp32 FMA loop run on the same number of threads in the same run.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "progress.h"
+#include "run_common.h"
+#include "dcp_build_config.h"
+
+/* KV bytes per case: well above the last-level cache of common CPUs. */
+#define BENCH_TARGET_KV_BYTES (256ull << 20)
+#define BENCH_MAX_BATCH 256u
+
+struct bench_case {
+    const char *name;
+    enum dcp_attention_kind kind;
+    uint32_t q_heads;   /* query heads attending (all share one KV head for GQA/MLA here) */
+    uint32_t kv_heads;
+    uint32_t head_dim;  /* GQA */
+};
+
+static const struct bench_case cases[] = {
+    {"gqa", DCP_ATTN_GQA, 8, 1, 128},   /* Llama-3.1-70B at tp 8: 8 query heads share one KV head */
+    {"mla", DCP_ATTN_MLA, 16, 1, 0},    /* DeepSeek-V3 at tp 8 without DCP: 16 heads per rank */
+    {"mla", DCP_ATTN_MLA, 128, 1, 0},   /* ... with DCP 8: 8 x 16 gathered heads */
+};
+
+struct bench_opts {
+    bool json, quiet;
+    unsigned long long repeat, threads;
+    const char *backend;
+    enum dcp_dtype dtype;
+    uint64_t contexts[8];
+    uint32_t num_contexts;
+};
+
+struct bench_row {
+    const char *name;
+    uint32_t heads;
+    uint64_t context, batch;
+    double kv_bytes;
+    double attn_s, copy_s;   /* medians */
+    double attn_gbps, copy_gbps, ratio;
+    double gflops;           /* attention arithmetic rate */
+    double fma_gflops;       /* plain FMA loop, host only (0 otherwise) */
+    char backend[160];
+};
+
+/* ---- the FMA yardstick ---------------------------------------------------- */
+
+#define FMA_LANES 64 /* 8 independent 8-wide accumulators */
+
+#if DCP_ARCH_X86_64 && defined(__GNUC__)
+#define FMA_TARGETS __attribute__((target_clones("avx2,fma", "default")))
+#else
+#define FMA_TARGETS
+#endif
+
+FMA_TARGETS
+static float fma_loop(uint64_t iterations, float a, float b)
+{
+    float acc[FMA_LANES];
+    for (int i = 0; i < FMA_LANES; i++)
+        acc[i] = (float)i * 1e-3f;
+    for (uint64_t it = 0; it < iterations; it++)
+        for (int i = 0; i < FMA_LANES; i++)
+            acc[i] = acc[i] * a + b;
+    float s = 0;
+    for (int i = 0; i < FMA_LANES; i++)
+        s += acc[i];
+    return s;
+}
+
+struct fma_job {
+    uint64_t iterations;
+    float result;
+};
+
+static void *fma_thread(void *p)
+{
+    struct fma_job *j = p;
+    j->result = fma_loop(j->iterations, 0.999999f, 1e-7f);
+    return NULL;
+}
+
+/* GFLOP/s of the FMA loop on threads threads (2 flops per multiply-add). */
+static double measure_fma(uint32_t threads)
+{
+    const uint64_t iterations = 20u << 20;
+    struct fma_job jobs[64];
+    pthread_t tid[64];
+    threads = DCP_CLI_MIN(threads, 64u);
+    const double t0 = cli_now();
+    for (uint32_t i = 0; i < threads; i++) {
+        jobs[i].iterations = iterations;
+        if (pthread_create(&tid[i], NULL, fma_thread, &jobs[i]))
+            threads = i;
+    }
+    float sink = 0;
+    for (uint32_t i = 0; i < threads; i++) {
+        pthread_join(tid[i], NULL);
+        sink += jobs[i].result;
+    }
+    const double dt = cli_now() - t0;
+    if (!isfinite(sink))
+        return 0; /* keeps the compiler from discarding the loop */
+    return 2.0 * FMA_LANES * (double)iterations * threads / dt / 1e9;
+}
+
+/* ---- one case ------------------------------------------------------------- */
+
+static int make_deployment(const struct bench_case *c, const struct bench_opts *o, dcp_deployment **dep)
+{
+    struct dcp_config cfg;
+    dcp_config_defaults(&cfg);
+    cfg.model.name = c->name;
+    cfg.model.attention = c->kind;
+    cfg.model.num_layers = 1;
+    cfg.model.num_q_heads = c->q_heads;
+    cfg.model.num_kv_heads = c->kv_heads;
+    cfg.model.head_dim = c->head_dim;
+    cfg.model.kv_dtype = o->dtype;
+    cfg.hardware.gpu = "bench";
+    cfg.hardware.memory_bytes = 1e12;
+    cfg.hardware.hbm_bandwidth = 1e12;
+    cfg.hardware.link_bandwidth = 1e11;
+    cfg.parallel.tp = 1;
+    cfg.parallel.dcp = 1;
+    cfg.memory.reserve_bytes = 0;
+    cfg.workload.context_lengths[0] = o->contexts[0];
+    cfg.workload.num_context_lengths = 1;
+    cfg.runtime.host.threads = (uint32_t)o->threads;
+    if (o->backend)
+        cfg.runtime.backend = !strcmp(o->backend, "cuda") ? DCP_BACKEND_CUDA
+                              : !strcmp(o->backend, "host") ? DCP_BACKEND_HOST
+                                                            : DCP_BACKEND_AUTO;
+    dcp_diag *diag = NULL;
+    int err = dcp_diag_create(&diag);
+    if (!err)
+        err = dcp_deployment_from_config(&cfg, diag, dep);
+    dcp_diag_print(diag, stderr);
+    dcp_diag_destroy(&diag);
+    return err;
+}
+
+struct bench_state {
+    dcp_engine *engine;
+    dcp_rank *rank;
+    void *q, *k, *v, *out, *lse, *copy_dst;
+    void *arena;
+    size_t arena_bytes;
+    uint32_t batch;
+    uint32_t step_tokens;
+    struct dcp_engine_info info;
+    bool mla;
+};
+
+static int bench_fill(dcp_rank *rank, void *arg)
+{
+    struct bench_state *b = arg;
+    struct dcp_synth_desc d = {
+        .seed = 11, .row_keys = dcp_rank_step_token_keys(rank), .rows = b->step_tokens,
+        .heads = b->info.kv_heads_per_rank, .dim = b->info.qk_dim, .amplitude = 1.0f,
+    };
+    int err = dcp_rank_fill_synthetic(rank, b->k, &d);
+    if (!err && !b->mla) {
+        d.seed = 12;
+        d.dim = b->info.v_dim;
+        err = dcp_rank_fill_synthetic(rank, b->v, &d);
+    }
+    return err ? err : dcp_rank_append_kv(rank, 0, b->k, b->mla ? NULL : b->v);
+}
+
+/* Creates `batch` sequences of `context` tokens (minus the decode token) filled through append. */
+static int bench_prefill(struct bench_state *b, uint64_t context, uint32_t chunk)
+{
+    uint32_t *ids = calloc(b->batch, sizeof(*ids)), *lens = calloc(b->batch, sizeof(*lens));
+    int err = ids && lens ? DCP_OK : DCP_ENOMEM;
+    for (uint32_t i = 0; i < b->batch && !err; i++)
+        err = dcp_seq_create(b->engine, &ids[i]);
+    for (uint32_t i = 0; i < b->batch && !err; i++) {
+        for (uint64_t done = 0; done < context - 1 && !err;) {
+            const uint32_t n = (uint32_t)DCP_CLI_MIN((uint64_t)chunk, context - 1 - done);
+            err = dcp_seq_extend(b->engine, ids[i], n);
+            const struct dcp_batch one = {.num_seqs = 1, .seq_ids = &ids[i], .q_lens = &n};
+            if (!err)
+                err = dcp_engine_begin_step(b->engine, &one);
+            b->step_tokens = n;
+            if (!err)
+                err = dcp_engine_run(b->engine, bench_fill, b);
+            done += n;
+        }
+    }
+    /* The decode step: one new token per sequence. */
+    for (uint32_t i = 0; i < b->batch && !err; i++) {
+        lens[i] = 1;
+        err = dcp_seq_extend(b->engine, ids[i], 1);
+    }
+    const struct dcp_batch all = {.num_seqs = b->batch, .seq_ids = ids, .q_lens = lens};
+    if (!err)
+        err = dcp_engine_begin_step(b->engine, &all);
+    b->step_tokens = b->batch;
+    if (!err)
+        err = dcp_engine_run(b->engine, bench_fill, b);
+    free(ids);
+    free(lens);
+    return err;
+}
+
+static int time_attention(struct bench_state *b, double *seconds)
+{
+    const double t0 = cli_now();
+    int err = dcp_rank_attention(b->rank, 0, b->q, b->out, b->lse);
+    if (!err)
+        err = dcp_rank_synchronize(b->rank);
+    *seconds = cli_now() - t0;
+    return err;
+}
+
+static int time_copy(struct bench_state *b, size_t bytes, double *seconds)
+{
+    const double t0 = cli_now();
+    int err = dcp_rank_copy(b->rank, b->copy_dst, b->arena, bytes);
+    if (!err)
+        err = dcp_rank_synchronize(b->rank);
+    *seconds = cli_now() - t0;
+    return err;
+}
+
+static int run_case(const struct bench_case *c, uint64_t context, const struct bench_opts *o,
+                    struct progress *pg, struct bench_row *row)
+{
+    dcp_deployment *dep = NULL;
+    int err = make_deployment(c, o, &dep);
+    if (err)
+        return err;
+    const uint64_t bytes_per_token = dcp_model_kv_bytes_per_token_layer(&dcp_deployment_config(dep)->model);
+    const uint64_t per_seq = bytes_per_token * context;
+    const uint32_t batch = (uint32_t)DCP_CLI_MAX(1ull, DCP_CLI_MIN((unsigned long long)BENCH_MAX_BATCH,
+                                                                  (BENCH_TARGET_KV_BYTES + per_seq - 1) / per_seq));
+    const uint32_t chunk = 4096;
+    struct dcp_engine_params p;
+    dcp_engine_default_params(&p);
+    p.deployment = dep;
+    p.max_batch = batch;
+    p.max_seqs = batch;
+    p.max_context = context;
+    p.max_query_tokens = batch;
+    p.max_step_tokens = DCP_CLI_MAX(chunk, batch);
+    /* A little more than the sequences need, in whole 64-token pages. */
+    p.kv_budget_bytes = (double)bytes_per_token * 64.0 * (double)(batch * ((context + 63) / 64) + 1);
+    struct bench_state b = {.batch = batch, .mla = c->kind == DCP_ATTN_MLA};
+    err = dcp_engine_create(&p, &b.engine);
+    if (err)
+        goto out;
+    dcp_engine_get_info(b.engine, &b.info);
+    b.rank = dcp_engine_rank(b.engine, 0);
+    dcp_rank_kv_arena(b.rank, &b.arena, &b.arena_bytes);
+    const size_t f = sizeof(float), Ts = p.max_step_tokens;
+    if ((err = dcp_rank_alloc(b.rank, batch * b.info.q_heads_per_rank * b.info.qk_dim * f, &b.q)) ||
+        (err = dcp_rank_alloc(b.rank, Ts * b.info.qk_dim * f, &b.k)) ||
+        (!b.mla && (err = dcp_rank_alloc(b.rank, Ts * b.info.v_dim * f, &b.v))) ||
+        (err = dcp_rank_alloc(b.rank, batch * b.info.q_heads_per_rank * b.info.v_dim * f, &b.out)) ||
+        (err = dcp_rank_alloc(b.rank, batch * b.info.q_heads_per_rank * f, &b.lse)) ||
+        (err = dcp_rank_alloc(b.rank, b.arena_bytes, &b.copy_dst)))
+        goto out;
+    err = bench_prefill(&b, context, chunk);
+    const struct dcp_synth_desc qd = {
+        .seed = 13, .key_base = 0, .rows = batch, .heads = b.info.q_heads_per_rank,
+        .dim = b.info.qk_dim, .amplitude = 1.0f,
+    };
+    if (!err)
+        err = dcp_rank_fill_synthetic(b.rank, b.q, &qd);
+    const double kv_bytes = (double)bytes_per_token * (double)context * batch;
+    const size_t copy_bytes = (size_t)DCP_CLI_MIN((double)b.arena_bytes, kv_bytes);
+    const uint32_t reps = (uint32_t)o->repeat;
+    double *ta = calloc(reps, sizeof(double)), *tc = calloc(reps, sizeof(double));
+    if (!ta || !tc)
+        err = DCP_ENOMEM;
+    /* One untimed round warms both paths, then they alternate. */
+    double warm;
+    if (!err)
+        err = time_attention(&b, &warm);
+    if (!err)
+        err = time_copy(&b, copy_bytes, &warm);
+    for (uint32_t i = 0; i < reps && !err; i++) {
+        err = time_attention(&b, &ta[i]);
+        if (!err)
+            err = time_copy(&b, copy_bytes, &tc[i]);
+        progress_update(pg, i + 1, reps);
+    }
+    if (!err) {
+        row->name = c->name;
+        row->heads = c->q_heads;
+        row->context = context;
+        row->batch = batch;
+        row->kv_bytes = kv_bytes;
+        row->attn_s = run_percentile(ta, reps, 0.5);
+        row->copy_s = run_percentile(tc, reps, 0.5);
+        row->attn_gbps = kv_bytes / row->attn_s / 1e9;
+        row->copy_gbps = (double)copy_bytes / row->copy_s / 1e9;
+        row->ratio = row->attn_gbps / row->copy_gbps;
+        const double flops_per_token_head = 2.0 * b.info.qk_dim + 2.0 * b.info.v_dim;
+        row->gflops = flops_per_token_head * (double)context * batch * c->q_heads / row->attn_s / 1e9;
+        snprintf(row->backend, sizeof(row->backend), "%s (%s)", b.info.backend, b.info.backend_detail);
+    }
+    free(ta);
+    free(tc);
+out:
+    if (err)
+        fprintf(stderr, "dcp-run bench: %s h=%u L=%llu: %s: %s\n", c->name, c->q_heads,
+                (unsigned long long)context, dcp_strerror(err), dcp_last_error());
+    if (b.rank) {
+        dcp_rank_free(b.rank, b.q);
+        dcp_rank_free(b.rank, b.k);
+        dcp_rank_free(b.rank, b.v);
+        dcp_rank_free(b.rank, b.out);
+        dcp_rank_free(b.rank, b.lse);
+        dcp_rank_free(b.rank, b.copy_dst);
+    }
+    dcp_engine_destroy(&b.engine);
+    dcp_deployment_destroy(&dep);
+    return err;
+}
+
+/* ---- output ------------------------------------------------------------------------ */
+
+static void print_text(const struct bench_row *rows, int n, const struct bench_opts *o)
+{
+    printf("dcp-run bench: decode attention vs copying the same bytes, one rank, kv %s\n",
+           dcp_dtype_name(o->dtype));
+    if (n > 0)
+        printf("backend: %s; medians of %llu alternating runs\n\n", rows[0].backend, o->repeat);
+    printf("%-4s %5s %8s %6s %9s %9s %10s %11s %6s %9s %10s %6s\n", "kind", "heads", "context", "batch",
+           "KV MB", "attn ms", "attn GB/s", "copy GB/s", "ratio", "GFLOP/s", "FMA GFLOP/s", "ratio");
+    for (int i = 0; i < n; i++) {
+        const struct bench_row *r = &rows[i];
+        printf("%-4s %5u %8llu %6llu %9.1f %9.2f %10.2f %11.2f %6.2f %9.1f", r->name, r->heads,
+               (unsigned long long)r->context, (unsigned long long)r->batch, r->kv_bytes / 1e6,
+               r->attn_s * 1e3, r->attn_gbps, r->copy_gbps, r->ratio, r->gflops);
+        if (r->fma_gflops > 0)
+            printf(" %10.1f %6.2f\n", r->fma_gflops, r->gflops / r->fma_gflops);
+        else
+            printf(" %10s %6s\n", "-", "-");
+    }
+    printf("\nattn GB/s: KV bytes the step reads / its time; copy GB/s: the same number of bytes copied\n"
+           "out of the KV arena / time (each byte read once and written once); ratio = attn / copy.\n"
+           "GFLOP/s counts 2*(qk+v) flops per token per head; FMA GFLOP/s is a plain fp32 FMA loop on\n"
+           "the same threads (host backend only).\n");
+}
+
+static void print_json(const struct bench_row *rows, int n, const struct bench_opts *o)
+{
+    struct json_writer w;
+    json_init(&w, stdout);
+    json_begin_object(&w);
+    json_kv_string(&w, "kv_dtype", dcp_dtype_name(o->dtype));
+    json_kv_uint(&w, "repeat", o->repeat);
+    json_key(&w, "results");
+    json_begin_array(&w);
+    for (int i = 0; i < n; i++) {
+        const struct bench_row *r = &rows[i];
+        json_begin_object(&w);
+        json_kv_string(&w, "kind", r->name);
+        json_kv_uint(&w, "heads", r->heads);
+        json_kv_uint(&w, "context", r->context);
+        json_kv_uint(&w, "batch", r->batch);
+        json_kv_number(&w, "kv_bytes", r->kv_bytes);
+        json_kv_number(&w, "attention_seconds", r->attn_s);
+        json_kv_number(&w, "copy_seconds", r->copy_s);
+        json_kv_number(&w, "attention_gbps", r->attn_gbps);
+        json_kv_number(&w, "copy_gbps", r->copy_gbps);
+        json_kv_number(&w, "bandwidth_ratio", r->ratio);
+        json_kv_number(&w, "attention_gflops", r->gflops);
+        if (r->fma_gflops > 0) {
+            json_kv_number(&w, "fma_gflops", r->fma_gflops);
+            json_kv_number(&w, "flops_ratio", r->gflops / r->fma_gflops);
+        }
+        json_kv_string(&w, "backend", r->backend);
+        json_end_object(&w);
+    }
+    json_end_array(&w);
+    json_end_object(&w);
+    json_finish(&w);
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: dcp-run bench [options]\n"
+            "\n"
+            "Measures decode attention's KV streaming rate next to a copy of the same bytes, in the\n"
+            "same run, for GQA (8 query heads per KV head, head_dim 128) and MLA (576/512, 16 and 128\n"
+            "heads) at several context lengths, on one rank of the selected backend.\n"
+            "\n"
+            "options:\n"
+            "  --contexts L,L,..  context lengths (default 4k,16k,64k; k/M suffixes)\n"
+            "  --dtype D          KV dtype: bf16 (default), fp16, fp32, fp8_e4m3\n"
+            "  --repeat N         timed runs per case (default 5; medians are reported)\n"
+            "  --threads N        host worker threads (default: all CPUs)\n"
+            "  --backend B        auto (default), host or cuda\n"
+            "  --json             machine-readable output\n"
+            "  --quiet            no progress line\n");
+}
+
+static bool parse_dtype(const char *s, enum dcp_dtype *d)
+{
+    static const enum dcp_dtype all[] = {DCP_DTYPE_FP32, DCP_DTYPE_BF16, DCP_DTYPE_FP16, DCP_DTYPE_FP8_E4M3};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        if (!strcmp(s, dcp_dtype_name(all[i]))) {
+            *d = all[i];
+            return true;
+        }
+    return false;
+}
+
+static bool parse_contexts(const char *s, struct bench_opts *o)
+{
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", s);
+    o->num_contexts = 0;
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        unsigned long long v;
+        if (o->num_contexts == 8 || !cli_parse_u64(tok, &v) || v < 2)
+            return false;
+        o->contexts[o->num_contexts++] = v;
+    }
+    return o->num_contexts > 0;
+}
+
+static int parse(int argc, char **argv, struct bench_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->repeat = 5;
+    o->dtype = DCP_DTYPE_BF16;
+    parse_contexts("4k,16k,64k", o);
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL, *a = argv[i];
+        bool bad = false;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return -1;
+        } else if (cli_opt(argc, argv, &i, "--json", NULL, &bad)) {
+            o->json = true;
+        } else if (cli_opt(argc, argv, &i, "--quiet", NULL, &bad)) {
+            o->quiet = true;
+        } else if (cli_opt(argc, argv, &i, "--contexts", &v, &bad)) {
+            bad = bad || !parse_contexts(v, o);
+        } else if (cli_opt(argc, argv, &i, "--dtype", &v, &bad)) {
+            bad = bad || !parse_dtype(v, &o->dtype);
+        } else if (cli_opt(argc, argv, &i, "--repeat", &v, &bad)) {
+            bad = bad || !cli_parse_u64(v, &o->repeat) || o->repeat == 0 || o->repeat > 1000;
+        } else if (cli_opt(argc, argv, &i, "--threads", &v, &bad)) {
+            bad = bad || !cli_parse_u64(v, &o->threads) || o->threads > 1024;
+        } else if (cli_opt(argc, argv, &i, "--backend", &v, &bad)) {
+            o->backend = v;
+            bad = bad || (strcmp(v, "auto") && strcmp(v, "host") && strcmp(v, "cuda"));
+        } else {
+            fprintf(stderr, "dcp-run bench: unexpected argument '%s' (see dcp-run bench --help)\n", a);
+            return CLI_EXIT_USAGE;
+        }
+        if (bad) {
+            fprintf(stderr, "dcp-run bench: bad value for %s (see dcp-run bench --help)\n", a);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    struct bench_opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? CLI_EXIT_OK : rc;
+    struct progress pg;
+    progress_init(&pg, o.quiet);
+    struct bench_row rows[3 * 8];
+    int n = 0, err = DCP_OK;
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]) && !err; c++)
+        for (uint32_t i = 0; i < o.num_contexts && !err; i++) {
+            char label[64];
+            snprintf(label, sizeof(label), "bench %s h=%u L=%llu", cases[c].name, cases[c].q_heads,
+                     (unsigned long long)o.contexts[i]);
+            progress_begin(&pg, label);
+            memset(&rows[n], 0, sizeof(rows[n]));
+            err = run_case(&cases[c], o.contexts[i], &o, &pg, &rows[n]);
+            if (!err)
+                n++;
+        }
+    progress_end(&pg);
+    /* The FMA yardstick runs on as many threads as the host backend used. */
+    if (!err && n > 0 && !strncmp(rows[0].backend, "host", 4)) {
+        const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        const uint32_t threads = o.threads ? (uint32_t)o.threads : (uint32_t)(cpus > 0 ? cpus : 1);
+        const double fma = measure_fma(threads);
+        for (int i = 0; i < n; i++)
+            rows[i].fma_gflops = fma;
+    }
+    if (o.json)
+        print_json(rows, n, &o);
+    else
+        print_text(rows, n, &o);
+    return err ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+}

@@ -1,0 +1,457 @@
+/* run_common.c: requests, set-up, synthetic data and the correctness check of `dcp-run run`. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "run_common.h"
+
+/* ---- requests ------------------------------------------------------------- */
+
+static int load_trace(struct run_requests *r, const char *path, uint32_t limit)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "dcp-run: cannot read trace %s: %s\n", path, strerror(errno));
+        return DCP_EIO;
+    }
+    char line[256];
+    uint32_t cap = 0, lineno = 0;
+    int err = DCP_OK;
+    while (fgets(line, sizeof(line), f) && (!limit || r->count < limit)) {
+        lineno++;
+        char *s = line + strspn(line, " \t");
+        s[strcspn(s, " \t\r\n#")] = '\0';
+        if (!*s)
+            continue;
+        unsigned long long v;
+        if (!cli_parse_u64(s, &v) || v == 0) {
+            fprintf(stderr, "%s:%u: expected a context length in tokens, got '%s'\n", path, lineno, s);
+            err = DCP_ECONFIG;
+            break;
+        }
+        if (r->count == cap) {
+            cap = cap ? 2 * cap : 64;
+            uint64_t *p = realloc(r->len, cap * sizeof(*p));
+            if (!p) {
+                err = DCP_ENOMEM;
+                break;
+            }
+            r->len = p;
+        }
+        r->len[r->count++] = v;
+    }
+    fclose(f);
+    if (!err && r->count == 0) {
+        fprintf(stderr, "%s: the trace holds no requests\n", path);
+        err = DCP_ECONFIG;
+    }
+    snprintf(r->describe, sizeof(r->describe), "trace %s", path);
+    return err;
+}
+
+int run_requests_load(struct run_requests *r, const dcp_deployment *dep, uint32_t count_override)
+{
+    memset(r, 0, sizeof(*r));
+    const struct dcp_workload_config *w = &dcp_deployment_config(dep)->workload;
+    if (w->trace) {
+        int err = load_trace(r, w->trace, count_override);
+        if (err)
+            run_requests_free(r);
+        return err;
+    }
+    r->count = count_override ? count_override : w->requests;
+    r->len = malloc(r->count * sizeof(*r->len));
+    if (!r->len)
+        return DCP_ENOMEM;
+    for (uint32_t i = 0; i < r->count; i++)
+        r->len[i] = w->context_lengths[i % w->num_context_lengths];
+    int n = snprintf(r->describe, sizeof(r->describe), "contexts ");
+    for (uint32_t i = 0; i < w->num_context_lengths && n < (int)sizeof(r->describe); i++)
+        n += snprintf(r->describe + n, sizeof(r->describe) - n, "%s%llu", i ? " / " : "",
+                      (unsigned long long)w->context_lengths[i]);
+    if (n < (int)sizeof(r->describe))
+        snprintf(r->describe + n, sizeof(r->describe) - n, " tokens, cycled");
+    return DCP_OK;
+}
+
+void run_requests_free(struct run_requests *r)
+{
+    free(r->len);
+    memset(r, 0, sizeof(*r));
+}
+
+/* ---- set-up ------------------------------------------------------------------- */
+
+static int alloc_rank_io(struct run_setup *s, dcp_rank *rank, struct rank_io *io)
+{
+    const struct dcp_engine_info *in = &s->info;
+    const size_t f = sizeof(float), Tq = in->max_query_tokens, Ts = in->max_step_tokens;
+    int err;
+    if ((err = dcp_rank_alloc(rank, Tq * in->q_heads_per_rank * in->qk_dim * f, &io->q)) ||
+        (err = dcp_rank_alloc(rank, Ts * in->kv_heads_per_rank * in->qk_dim * f, &io->k)) ||
+        (!s->mla && (err = dcp_rank_alloc(rank, Ts * in->kv_heads_per_rank * in->v_dim * f, &io->v))) ||
+        (err = dcp_rank_alloc(rank, Tq * in->q_heads_per_rank * in->v_dim * f, &io->out)) ||
+        (err = dcp_rank_alloc(rank, Tq * in->q_heads_per_rank * f, &io->lse)))
+        return err;
+    dcp_rank_head_offsets(rank, &io->q_head0, &io->kv_head0);
+    for (int c = 0; c < 2 && s->check; c++) {
+        io->host_out[c] = malloc(Tq * in->q_heads_per_rank * in->v_dim * f);
+        io->host_lse[c] = malloc(Tq * in->q_heads_per_rank * f);
+        if (!io->host_out[c] || !io->host_lse[c])
+            return DCP_ENOMEM;
+    }
+    return DCP_OK;
+}
+
+static void free_rank_io(dcp_rank *rank, struct rank_io *io)
+{
+    dcp_rank_free(rank, io->q);
+    dcp_rank_free(rank, io->k);
+    dcp_rank_free(rank, io->v);
+    dcp_rank_free(rank, io->out);
+    dcp_rank_free(rank, io->lse);
+    for (int c = 0; c < 2; c++) {
+        free(io->host_out[c]);
+        free(io->host_lse[c]);
+    }
+    memset(io, 0, sizeof(*io));
+}
+
+/* Admits requests in order while the blocks they need for the whole run fit. */
+static int admit(struct run_setup *s, const struct run_requests *reqs, uint32_t steps)
+{
+    s->seq = calloc(reqs->count, sizeof(*s->seq));
+    s->req_len = calloc(reqs->count, sizeof(*s->req_len));
+    if (!s->seq || !s->req_len)
+        return DCP_ENOMEM;
+    uint64_t used = 0;
+    for (uint32_t i = 0; i < reqs->count; i++) {
+        const uint64_t need = dcp_engine_blocks_for(s->engine, reqs->len[i] + (uint64_t)steps * s->q_len);
+        if (used + need > s->info.num_blocks)
+            break;
+        int err = dcp_seq_create(s->engine, &s->seq[i]);
+        if (err)
+            return err;
+        used += need;
+        s->req_len[i] = reqs->len[i];
+        s->admitted = i + 1;
+    }
+    return DCP_OK;
+}
+
+int run_setup_create(struct run_setup *s, const dcp_deployment *dep, uint32_t dcp, uint32_t layers,
+                     double kv_budget_bytes, const struct run_requests *reqs, uint32_t steps,
+                     uint32_t prefill_step_tokens, bool check)
+{
+    memset(s, 0, sizeof(*s));
+    s->cfg = dcp_deployment_config(dep);
+    s->mla = s->cfg->model.attention == DCP_ATTN_MLA;
+    s->q_len = s->cfg->workload.q_len;
+    s->seed = s->cfg->workload.seed;
+    s->check = check;
+    uint64_t longest = 0;
+    for (uint32_t i = 0; i < reqs->count; i++)
+        longest = DCP_CLI_MAX(longest, reqs->len[i]);
+    struct dcp_engine_params p;
+    dcp_engine_default_params(&p);
+    p.deployment = dep;
+    p.dcp = dcp;
+    p.num_layers = layers;
+    p.kv_budget_bytes = kv_budget_bytes;
+    p.max_batch = reqs->count;
+    p.max_seqs = reqs->count;
+    p.max_query_tokens = reqs->count * s->q_len;
+    p.max_step_tokens = DCP_CLI_MAX(prefill_step_tokens, p.max_query_tokens);
+    p.max_context = longest + (uint64_t)steps * s->q_len;
+    int err = dcp_engine_create(&p, &s->engine);
+    if (err)
+        return err;
+    dcp_engine_get_info(s->engine, &s->info);
+    s->checked_layers[0] = 0;
+    s->checked_layers[1] = s->info.num_layers - 1;
+    s->rank_begin = dcp_rank_tp_rank(dcp_engine_rank(s->engine, 0));
+    s->io = calloc(s->info.num_local_ranks, sizeof(*s->io));
+    if (!s->io)
+        return DCP_ENOMEM;
+    for (uint32_t i = 0; i < s->info.num_local_ranks && !err; i++)
+        err = alloc_rank_io(s, dcp_engine_rank(s->engine, i), &s->io[i]);
+    return err ? err : admit(s, reqs, steps);
+}
+
+void run_setup_destroy(struct run_setup *s)
+{
+    if (s->io)
+        for (uint32_t i = 0; i < s->info.num_local_ranks; i++)
+            free_rank_io(dcp_engine_rank(s->engine, i), &s->io[i]);
+    free(s->io);
+    free(s->seq);
+    free(s->req_len);
+    dcp_engine_destroy(&s->engine);
+    memset(s, 0, sizeof(*s));
+}
+
+/* ---- synthetic data --------------------------------------------------------------- */
+
+enum tensor_kind { TENSOR_Q, TENSOR_K, TENSOR_V };
+
+/* One generator stream per (run seed, layer, tensor). */
+static uint64_t stream_seed(uint64_t seed, uint32_t layer, enum tensor_kind kind)
+{
+    return seed * 0x9e3779b97f4a7c15ull + ((uint64_t)layer << 2 | (uint64_t)kind) + 1;
+}
+
+/* Keys of a step's tokens: ((uint64_t)seq_id << 40) | position (engine.h). */
+static uint64_t token_key(uint32_t seq, uint64_t pos) { return ((uint64_t)seq << 40) | pos; }
+
+int run_fill_kv(struct run_setup *s, dcp_rank *rank, struct rank_io *io, uint32_t layer, uint32_t T)
+{
+    const struct dcp_engine_info *in = &s->info;
+    struct dcp_synth_desc d = {
+        .seed = stream_seed(s->seed, layer, TENSOR_K),
+        .row_keys = dcp_rank_step_token_keys(rank),
+        .rows = T,
+        .heads = in->kv_heads_per_rank,
+        .dim = in->qk_dim,
+        .head_offset = io->kv_head0,
+        .amplitude = 1.0f,
+    };
+    int err = dcp_rank_fill_synthetic(rank, io->k, &d);
+    if (err || s->mla)
+        return err;
+    d.seed = stream_seed(s->seed, layer, TENSOR_V);
+    d.dim = in->v_dim;
+    return dcp_rank_fill_synthetic(rank, io->v, &d);
+}
+
+int run_fill_q(struct run_setup *s, dcp_rank *rank, struct rank_io *io, uint32_t layer, uint32_t T)
+{
+    const struct dcp_synth_desc d = {
+        .seed = stream_seed(s->seed, layer, TENSOR_Q),
+        .row_keys = dcp_rank_step_token_keys(rank),
+        .rows = T,
+        .heads = s->info.q_heads_per_rank,
+        .dim = s->info.qk_dim,
+        .head_offset = io->q_head0,
+        .amplitude = 1.0f,
+    };
+    return dcp_rank_fill_synthetic(rank, io->q, &d);
+}
+
+bool run_is_checked_layer(const struct run_setup *s, uint32_t layer)
+{
+    return layer == s->checked_layers[0] || layer == s->checked_layers[1];
+}
+
+int run_download_outputs(struct run_setup *s, dcp_rank *rank, struct rank_io *io, uint32_t layer,
+                         uint32_t T)
+{
+    const int c = layer == s->checked_layers[0] ? 0 : 1;
+    const size_t rows = (size_t)T * s->info.q_heads_per_rank;
+    int err = dcp_rank_download(rank, io->host_out[c], io->out, rows * s->info.v_dim * sizeof(float));
+    return err ? err : dcp_rank_download(rank, io->host_lse[c], io->lse, rows * sizeof(float));
+}
+
+/* ---- float64 reference ------------------------------------------------------------- */
+
+/* One checked output row: (local rank, local head, step token) and its running softmax. */
+struct ref_row {
+    uint32_t rank, head, token;
+    uint64_t pos;      /* the query's global position */
+    double m, l;
+    double *acc;       /* [v_dim] */
+    float *q;          /* [qk_dim] */
+};
+
+/* KV head a global query head reads. */
+static uint32_t kv_head_of(const struct run_setup *s, uint32_t q_head)
+{
+    const struct dcp_model_config *m = &s->cfg->model;
+    return s->mla ? 0 : q_head / (m->num_q_heads / m->num_kv_heads);
+}
+
+/* Streams the sequence's keys once for all rows that share kv_head, updating each
+ * row's online softmax in double precision from the cache-rounded values. */
+static void reference_rows(const struct run_setup *s, uint32_t seq, uint64_t len, uint32_t layer,
+                           uint32_t kv_head, struct ref_row *rows, uint32_t n, float *k, float *v)
+{
+    const struct dcp_model_config *m = &s->cfg->model;
+    const uint32_t qk = s->info.qk_dim, vd = s->info.v_dim;
+    const double scale = (double)(float)m->softmax_scale;
+    const uint64_t sk = stream_seed(s->seed, layer, TENSOR_K), sv = stream_seed(s->seed, layer, TENSOR_V);
+    for (uint64_t p = 0; p < len; p++) {
+        const uint64_t key = token_key(seq, p);
+        for (uint32_t d = 0; d < qk; d++)
+            k[d] = dcp_dtype_round(m->kv_dtype, dcp_synth_value(sk, key, kv_head, d), (float)m->kv_scale);
+        const float *vv = k; /* MLA: the value is the latent part of the cached row */
+        if (!s->mla) {
+            for (uint32_t d = 0; d < vd; d++)
+                v[d] = dcp_dtype_round(m->kv_dtype, dcp_synth_value(sv, key, kv_head, d), (float)m->kv_scale);
+            vv = v;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            struct ref_row *r = &rows[i];
+            if (p > r->pos)
+                continue;
+            double dot = 0;
+            for (uint32_t d = 0; d < qk; d++)
+                dot += (double)r->q[d] * k[d];
+            const double sc = dot * scale;
+            const double m_new = sc > r->m ? sc : r->m;
+            const double corr = exp(r->m - m_new), w = exp(sc - m_new);
+            for (uint32_t d = 0; d < vd; d++)
+                r->acc[d] = r->acc[d] * corr + w * vv[d];
+            r->l = r->l * corr + w;
+            r->m = m_new;
+        }
+    }
+}
+
+/* Compares rows with the downloaded outputs of checked layer index c. */
+static void compare_rows(const struct run_setup *s, int c, const struct ref_row *rows, uint32_t n,
+                         struct check_result *res)
+{
+    const uint32_t H = s->info.q_heads_per_rank, vd = s->info.v_dim;
+    for (uint32_t i = 0; i < n; i++) {
+        const struct ref_row *r = &rows[i];
+        const struct rank_io *io = &s->io[r->rank];
+        const size_t row = (size_t)r->token * H + r->head;
+        const float *o = io->host_out[c] + row * vd;
+        double diff = 0, norm = 0;
+        bool finite = true;
+        for (uint32_t d = 0; d < vd; d++) {
+            const double ref = r->acc[d] / r->l;
+            finite = finite && isfinite(o[d]);
+            diff += (o[d] - ref) * (o[d] - ref);
+            norm += ref * ref;
+        }
+        const double rel = sqrt(diff) / (norm > 0 ? sqrt(norm) : 1.0);
+        const double lse_ref = r->m + log(r->l);
+        const double lse_err = fabs((double)io->host_lse[c][row] - lse_ref);
+        if (!finite || !isfinite(rel) || !isfinite(lse_err) || rel > s->tolerance)
+            res->pass = false;
+        if (!finite || !isfinite(rel))
+            res->max_rel_err = INFINITY;
+        else if (rel > res->max_rel_err)
+            res->max_rel_err = rel;
+        if (isfinite(lse_err) && lse_err > res->max_lse_err)
+            res->max_lse_err = lse_err;
+        res->rows++;
+    }
+}
+
+/* The rows checked for one sequence: the first and last head of every local rank. */
+static uint32_t pick_rows(const struct run_setup *s, uint32_t seq_index, struct ref_row *rows, uint32_t cap)
+{
+    const uint32_t H = s->info.q_heads_per_rank;
+    const uint64_t len = dcp_seq_length(s->engine, s->seq[seq_index]);
+    uint32_t n = 0;
+    for (uint32_t r = 0; r < s->info.num_local_ranks; r++)
+        for (uint32_t hi = 0; hi < (H > 1 ? 2u : 1u); hi++)
+            for (uint32_t j = 0; j < s->q_len && n < cap; j++) {
+                struct ref_row *row = &rows[n++];
+                row->rank = r;
+                row->head = hi ? H - 1 : 0;
+                row->token = seq_index * s->q_len + j;
+                row->pos = len - s->q_len + j;
+            }
+    return n;
+}
+
+int run_check_outputs(struct run_setup *s, struct check_result *res)
+{
+    if (s->admitted == 0)
+        return DCP_OK;
+    if (res->rows == 0) {
+        res->pass = true;
+        res->max_rel_err = 0;
+    }
+    s->tolerance = 1e-3;
+    const uint32_t qk = s->info.qk_dim, vd = s->info.v_dim;
+    const uint32_t cap = s->info.num_local_ranks * 2 * s->q_len;
+    struct ref_row *rows = calloc(cap, sizeof(*rows));
+    double *acc = calloc((size_t)cap * vd, sizeof(*acc));
+    float *qbuf = calloc((size_t)cap * qk, sizeof(*qbuf));
+    float *k = calloc(qk, sizeof(*k)), *v = calloc(vd, sizeof(*v));
+    if (!rows || !acc || !qbuf || !k || !v) {
+        free(rows), free(acc), free(qbuf), free(k), free(v);
+        return DCP_ENOMEM;
+    }
+    const uint32_t picks[2] = {0, s->admitted - 1};
+    for (uint32_t pi = 0; pi < (s->admitted > 1 ? 2u : 1u); pi++) {
+        const uint32_t si = picks[pi], seq = s->seq[si];
+        const uint64_t len = dcp_seq_length(s->engine, seq);
+        for (int c = 0; c < (s->info.num_layers > 1 ? 2 : 1); c++) {
+            const uint32_t layer = s->checked_layers[c];
+            uint32_t n = pick_rows(s, si, rows, cap);
+            for (uint32_t i = 0; i < n; i++) {
+                struct ref_row *r = &rows[i];
+                r->acc = acc + (size_t)i * vd;
+                r->q = qbuf + (size_t)i * qk;
+                memset(r->acc, 0, vd * sizeof(double));
+                r->m = -INFINITY;
+                r->l = 0;
+                const uint32_t hq = s->io[r->rank].q_head0 + r->head;
+                for (uint32_t d = 0; d < qk; d++)
+                    r->q[d] = dcp_synth_value(stream_seed(s->seed, layer, TENSOR_Q), token_key(seq, r->pos), hq, d);
+            }
+            /* Group rows by the KV head they read so each key stream is generated once. */
+            for (uint32_t i = 0; i < n;) {
+                const uint32_t g = kv_head_of(s, s->io[rows[i].rank].q_head0 + rows[i].head);
+                uint32_t j = i;
+                while (j < n && kv_head_of(s, s->io[rows[j].rank].q_head0 + rows[j].head) == g)
+                    j++;
+                reference_rows(s, seq, len, layer, g, rows + i, j - i, k, v);
+                i = j;
+            }
+            compare_rows(s, c, rows, n, res);
+        }
+    }
+    free(rows), free(acc), free(qbuf), free(k), free(v);
+    return DCP_OK;
+}
+
+/* ---- misc ------------------------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double run_percentile(const double *v, uint32_t n, double p)
+{
+    if (n == 0)
+        return 0;
+    double *c = malloc(n * sizeof(*c));
+    if (!c)
+        return NAN;
+    memcpy(c, v, n * sizeof(*c));
+    qsort(c, n, sizeof(*c), cmp_double);
+    uint32_t k = (uint32_t)ceil(p * n);
+    const double r = c[k ? k - 1 : 0];
+    free(c);
+    return r;
+}
+
+int cli_override_backend(dcp_deployment **dep, const char *name)
+{
+    struct dcp_config cfg = *dcp_deployment_config(*dep);
+    cfg.runtime.backend = !strcmp(name, "cuda") ? DCP_BACKEND_CUDA
+                          : !strcmp(name, "host") ? DCP_BACKEND_HOST
+                                                  : DCP_BACKEND_AUTO;
+    dcp_diag *diag = NULL;
+    dcp_deployment *copy = NULL;
+    int err = dcp_diag_create(&diag);
+    if (!err)
+        err = dcp_deployment_from_config(&cfg, diag, &copy);
+    dcp_diag_print(diag, stderr);
+    dcp_diag_destroy(&diag);
+    if (err)
+        return err;
+    dcp_deployment_destroy(dep);
+    *dep = copy;
+    return DCP_OK;
+}

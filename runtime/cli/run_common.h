@@ -1,0 +1,89 @@
+/*
+ * run_common.h: the pieces of `dcp-run run`: requests, engine set-up and
+ * admission, synthetic Q/K/V, and the float64 correctness check.
+ */
+#ifndef DCP_CLI_RUN_COMMON_H
+#define DCP_CLI_RUN_COMMON_H
+
+#include <stdbool.h>
+
+#include "dcp/dcp.h"
+
+#define DCP_CLI_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define DCP_CLI_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/** The requests offered to a run. */
+struct run_requests {
+    uint32_t count;
+    uint64_t *len;        ///< Context length of each request.
+    char describe[160];   ///< "contexts 4,096 / 16,384 tokens, cycled" or "trace FILE".
+};
+
+/** Builds the request list from the workload (trace file or cycled context lengths). */
+int run_requests_load(struct run_requests *r, const dcp_deployment *dep, uint32_t count_override);
+void run_requests_free(struct run_requests *r);
+
+/** Result of the correctness check. */
+struct check_result {
+    uint64_t rows;        ///< Output rows compared.
+    double max_rel_err;   ///< max ||o - ref|| / ||ref|| over rows.
+    double max_lse_err;   ///< max |lse - ref_lse| over rows with finite LSE.
+    bool pass;            ///< Every row within tolerance and finite.
+};
+
+/** One local rank's buffers (backend memory) and its sampled outputs (host). */
+struct rank_io {
+    void *q, *k, *v, *out, *lse;
+    float *host_out[2];   ///< Outputs of the checked layers [2][T][H_l][v_dim].
+    float *host_lse[2];   ///< LSEs of the checked layers [2][T][H_l].
+    uint32_t q_head0, kv_head0;
+};
+
+/** A run of one layout. */
+struct run_setup {
+    dcp_engine *engine;
+    struct dcp_engine_info info;
+    const struct dcp_config *cfg;
+    bool mla;
+    bool check;
+    uint32_t q_len;
+    uint64_t seed;
+    double tolerance;
+    uint32_t rank_begin;
+    struct rank_io *io;     ///< [info.num_local_ranks]
+    uint32_t admitted;
+    uint32_t *seq;          ///< [admitted] sequence ids
+    uint64_t *req_len;      ///< [admitted] prefill lengths
+    uint32_t step_tokens;   ///< Tokens of the current step.
+    uint32_t checked_layers[2];
+};
+
+/**
+ * Creates the engine for one layout (dcp, optional layer count and KV budget),
+ * admits requests in order while their blocks (for the whole run) fit, creates
+ * their sequences and the per-rank buffers.
+ */
+int run_setup_create(struct run_setup *s, const dcp_deployment *dep, uint32_t dcp, uint32_t layers,
+                     double kv_budget_bytes, const struct run_requests *reqs, uint32_t steps,
+                     uint32_t prefill_step_tokens, bool check);
+void run_setup_destroy(struct run_setup *s);
+
+/** Fills the rank's K (and V) for the step's T tokens of layer with seeded values. */
+int run_fill_kv(struct run_setup *s, dcp_rank *rank, struct rank_io *io, uint32_t layer, uint32_t T);
+/** Fills the rank's queries for the step's T tokens of layer. */
+int run_fill_q(struct run_setup *s, dcp_rank *rank, struct rank_io *io, uint32_t layer, uint32_t T);
+/** true for the layers whose outputs the check compares (the first and the last). */
+bool run_is_checked_layer(const struct run_setup *s, uint32_t layer);
+/** Copies the rank's output and LSE of a checked layer to the host. */
+int run_download_outputs(struct run_setup *s, dcp_rank *rank, struct rank_io *io, uint32_t layer,
+                         uint32_t T);
+/** Compares the downloaded outputs of the last decode step with float64 dense attention. */
+int run_check_outputs(struct run_setup *s, struct check_result *res);
+
+/** Nearest-rank percentile p in [0, 1] of n values (sorts a copy). */
+double run_percentile(const double *v, uint32_t n, double p);
+
+/** Replaces *dep by a copy whose runtime.backend is name ("auto", "host", "cuda"). */
+int cli_override_backend(dcp_deployment **dep, const char *name);
+
+#endif /* DCP_CLI_RUN_COMMON_H */

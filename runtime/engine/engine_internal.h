@@ -1,0 +1,165 @@
+/*
+ * engine_internal.h: the engine, its ranks, and the backend operations table.
+ *
+ * Everything above the table (scheduler, step metadata, the DCP attention flow)
+ * is backend-free; a backend (host threads, CUDA) implements the table. Device
+ * addresses are uint64_t throughout (host addresses for the host backend).
+ */
+#ifndef DCP_ENGINE_INTERNAL_H
+#define DCP_ENGINE_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "dcp/engine.h"
+#include "dcp_kernels/cpu.h"
+#include "kv/kv_manager.h"
+
+struct dcp_engine;
+struct dcp_rank;
+
+/** Operations one backend provides. Rank functions are called from the rank's thread. */
+struct dcp_backend_ops {
+    const char *name; ///< "host" or "cuda".
+
+    /** Engine-wide setup after the engine's sizes are known, before any rank_init. */
+    int (*engine_init)(struct dcp_engine *e);
+    /** Engine-wide teardown after every rank_fini. Must accept a partial engine_init. */
+    void (*engine_fini)(struct dcp_engine *e);
+    /** Per-rank setup: streams, communicators. Called from the creating thread. */
+    int (*rank_init)(struct dcp_rank *r);
+    /** Per-rank teardown. Must accept a partial rank_init. */
+    void (*rank_fini)(struct dcp_rank *r);
+
+    /** Allocates backend memory (setup time only). */
+    int (*alloc)(struct dcp_rank *r, size_t bytes, uint64_t *addr);
+    /** Frees backend memory. Accepts 0. */
+    void (*free)(struct dcp_rank *r, uint64_t addr);
+    /** Host -> backend copy; the host buffer may be reused when it returns. */
+    int (*upload)(struct dcp_rank *r, uint64_t dst, const void *src, size_t bytes);
+    /** Backend -> host copy after all queued work. */
+    int (*download)(struct dcp_rank *r, void *dst, uint64_t src, size_t bytes);
+    /** Queues a copy between two backend buffers. */
+    int (*copy)(struct dcp_rank *r, uint64_t dst, uint64_t src, size_t bytes);
+    /** Queues one kernel launch. */
+    int (*launch)(struct dcp_rank *r, enum dcpk_kernel_id kernel, const void *params);
+
+    /** recv[N][bytes] = every group member's send[bytes], in group-rank order. */
+    int (*all_gather)(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes);
+    /** recv[floats] = sum over members of their send[group_rank][floats] (fp32, rank order). */
+    int (*reduce_scatter)(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t floats);
+    /** recv[s][bytes] = member s's send[group_rank][bytes]. */
+    int (*all_to_all)(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes);
+    /** Waits for all queued work of the rank. */
+    int (*synchronize)(struct dcp_rank *r);
+    /** Wakes every rank blocked in a collective after a failure (they return DCP_EABORTED). */
+    void (*abort)(struct dcp_engine *e);
+};
+
+extern const struct dcp_backend_ops dcp_host_backend;
+extern const struct dcp_backend_ops dcp_cuda_backend;
+
+/** How attention launches are shaped, chosen by the backend at engine_init. */
+struct dcp_launch_shape {
+    uint32_t parallelism;   ///< Work items the backend runs at once (threads, SMs x CTAs per SM).
+    uint32_t head_tile;     ///< Query heads per attention work item (0 = all heads of a KV head).
+    uint32_t max_splits;    ///< Upper bound on split-KV (workspace is sized for it).
+};
+
+/** Per-rank backend buffers holding one step's metadata and the collective workspace. */
+struct dcp_rank_buffers {
+    uint64_t block_table;   ///< int32 [max_batch][max_blocks_per_seq]
+    uint64_t seq_lens;      ///< int32 [max_batch]
+    uint64_t q_start;       ///< int32 [max_batch + 1]
+    uint64_t slots;         ///< int64 [max_step_tokens] (this rank's write slots)
+    uint64_t token_keys;    ///< uint64 [max_step_tokens]
+    /* The rest is sized for T = max_query_tokens. */
+    uint64_t q_gathered;    ///< fp32 [dcp][T][H_l][qk]   (dcp > 1)
+    uint64_t part;          ///< fp32 partial outputs (+ LSEs for a2a), chunked per destination
+    uint64_t part_lse;      ///< fp32 [dcp][T][H_l]       (ag_rs)
+    uint64_t recv;          ///< fp32 a2a receive [dcp][T][H_l][v+1], or ag_rs LSE gather [dcp][dcp*T*H_l]
+    uint64_t lse_scratch;   ///< fp32 [T][H_l] when the caller passes no LSE buffer
+    uint64_t ws_o;          ///< fp32 split-KV partial outputs [max_splits][T*Hg*v]
+    uint64_t ws_lse;        ///< fp32 split-KV partial LSEs [max_splits][T*Hg]
+};
+
+/** One rank. */
+struct dcp_rank {
+    struct dcp_engine *engine;
+    uint32_t local_index;   ///< Index among the engine's local ranks.
+    uint32_t tp_rank;       ///< TP rank.
+    uint32_t group_rank;    ///< Rank within the DCP group.
+    uint32_t group_id;      ///< Which DCP group (tp_rank / dcp).
+    uint64_t kv_arena;      ///< All layers' K and V pages.
+    struct dcp_rank_buffers buf;
+    void *backend;          ///< Backend-private state.
+};
+
+/** The current step, on the host. */
+struct dcp_step {
+    uint32_t batch;         ///< Sequences.
+    uint32_t tokens;        ///< T.
+    uint32_t max_blocks;    ///< Row stride of block_table this step.
+    uint32_t num_splits;    ///< Split-KV factor chosen for this step.
+    int32_t *block_table;   ///< [max_batch * max_blocks_per_seq]
+    int32_t *seq_lens;      ///< [max_batch]
+    int32_t *q_start;       ///< [max_batch + 1]
+    uint64_t *token_keys;   ///< [max_step_tokens]
+    int64_t *slots;         ///< [dcp][max_step_tokens] write slot per group rank
+    uint32_t *seen;         ///< [max_seqs] step stamp per sequence (duplicate check)
+    uint32_t stamp;
+    bool valid;             ///< begin_step succeeded.
+};
+
+/** The engine. */
+struct dcp_engine {
+    struct dcp_engine_params params;
+    const struct dcp_config *cfg;
+    const struct dcp_backend_ops *ops;
+    void *backend;                  ///< Backend-private engine state.
+    struct dcp_kv_manager *kv;
+
+    /* shape */
+    uint32_t tp, dcp, interleave, block_size, num_layers;
+    uint32_t q_heads_per_rank;      ///< H_l
+    uint32_t kv_heads_per_rank;
+    uint32_t gathered_heads;        ///< dcp * H_l
+    uint32_t qk_dim, v_dim, v_row_stride;
+    uint32_t dtype;                 ///< enum dcpk_dtype of the cache.
+    float scale, kv_scale;
+    bool mla;
+    enum dcp_comm_scheme comm;
+    struct dcp_launch_shape shape;
+
+    /* sizes */
+    uint64_t num_blocks;
+    uint32_t max_blocks_per_seq;
+    uint32_t max_batch, max_seqs;
+    uint32_t max_tokens;            ///< Tokens one step may append.
+    uint32_t max_qtokens;           ///< Query tokens one attention call may handle.
+    uint64_t max_context;
+    uint64_t k_page_bytes, v_page_bytes; ///< One page of one layer.
+    uint64_t layer_bytes;           ///< All pages of one layer, K then V.
+    uint64_t kv_bytes;              ///< Arena bytes per rank.
+    uint64_t workspace_bytes;       ///< Workspace bytes per rank.
+
+    struct dcp_step step;
+    struct dcp_rank *ranks;
+    uint32_t num_ranks;
+    uint32_t ranks_initialised;
+
+    atomic_int failed;              ///< Set when a rank failed inside dcp_engine_run().
+    char detail[256];               ///< Backend detail for dcp_engine_info.
+    char notice[256];               ///< Why auto fell back to host ("" if it did not).
+};
+
+/** Address of layer l's K pages (V pages follow the K pages of the same layer). */
+static inline uint64_t dcp_layer_k(const struct dcp_rank *r, uint32_t layer)
+{
+    return r->kv_arena + (uint64_t)layer * r->engine->layer_bytes;
+}
+
+/** Marks the engine failed and wakes ranks blocked in collectives. */
+void dcp_engine_fail(struct dcp_engine *e);
+
+#endif /* DCP_ENGINE_INTERNAL_H */

@@ -1,0 +1,324 @@
+/*
+ * rank.c: one rank's decode-path operations: KV append and the DCP attention step
+ * (Q AllGather -> local attention -> merge by ag_rs or a2a), plus its buffers.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "dcp_kernels/params.h"
+#include "engine/engine_internal.h"
+#include "util/util.h"
+
+#define ADDR(p) ((uint64_t)(uintptr_t)(p))
+
+static int check_step(const struct dcp_rank *r, uint32_t layer)
+{
+    const struct dcp_engine *e = r->engine;
+    if (!e->step.valid)
+        return dcp_error(DCP_EINVAL, "no step: call dcp_engine_begin_step() after changing sequences");
+    if (layer >= e->num_layers)
+        return dcp_error(DCP_EINVAL, "layer %u out of range (%u layers)", layer, e->num_layers);
+    return DCP_OK;
+}
+
+DCP_API uint32_t dcp_rank_tp_rank(const dcp_rank *r) { return r ? r->tp_rank : 0; }
+
+DCP_API uint32_t dcp_rank_group_rank(const dcp_rank *r) { return r ? r->group_rank : 0; }
+
+DCP_API dcp_engine *dcp_rank_engine(dcp_rank *r) { return r ? r->engine : NULL; }
+
+DCP_API void dcp_rank_head_offsets(const dcp_rank *r, uint32_t *q_head0, uint32_t *kv_head0)
+{
+    if (!r)
+        return;
+    const struct dcp_engine *e = r->engine;
+    const uint32_t kv = e->mla ? 1 : e->cfg->model.num_kv_heads;
+    if (q_head0)
+        *q_head0 = r->tp_rank * e->q_heads_per_rank;
+    if (kv_head0)
+        *kv_head0 = e->mla ? 0 : e->tp >= kv ? r->tp_rank / (e->tp / kv) : r->tp_rank * e->kv_heads_per_rank;
+}
+
+DCP_API const void *dcp_rank_step_token_keys(const dcp_rank *r)
+{
+    return r ? (const void *)(uintptr_t)r->buf.token_keys : NULL;
+}
+
+/* ---- append ---------------------------------------------------------------- */
+
+DCP_API int dcp_rank_append_kv(dcp_rank *r, uint32_t layer, const void *k, const void *v)
+{
+    if (!r || !k)
+        return dcp_error(DCP_EINVAL, "append_kv: rank and k are required");
+    int err = check_step(r, layer);
+    if (err)
+        return err;
+    const struct dcp_engine *e = r->engine;
+    if (!e->mla && !v)
+        return dcp_error(DCP_EINVAL, "append_kv: v is required for %s",
+                         dcp_attention_kind_name(e->cfg->model.attention));
+    if (e->step.tokens == 0)
+        return DCP_OK;
+    const uint64_t k_cache = dcp_layer_k(r, layer);
+    const struct dcpk_kv_append_params p = {
+        .k_cache = k_cache,
+        .v_cache = e->mla ? 0 : k_cache + e->k_page_bytes * e->num_blocks,
+        .k_src = ADDR(k),
+        .v_src = e->mla ? 0 : ADDR(v),
+        .slots = r->buf.slots,
+        .num_tokens = e->step.tokens,
+        .num_kv_heads = e->kv_heads_per_rank,
+        .k_dim = e->qk_dim,
+        .v_dim = e->v_dim,
+        .block_size = e->block_size,
+        .dtype = e->dtype,
+        .inv_scale = 1.0f / e->kv_scale,
+    };
+    return e->ops->launch(r, DCPK_KERNEL_kv_append, &p);
+}
+
+/* ---- attention --------------------------------------------------------------- */
+
+/* Where the local attention writes: directly to the caller (dcp = 1) or into the
+ * per-destination chunks the merge collective moves. */
+struct attn_target {
+    uint64_t out, lse;
+    uint64_t out_chunk_stride, lse_chunk_stride;
+};
+
+static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint64_t q_chunk_stride,
+                            const struct attn_target *t)
+{
+    const struct dcp_engine *e = r->engine;
+    const struct dcp_step *s = &e->step;
+    const uint64_t T = s->tokens, Hg = e->gathered_heads, H = e->q_heads_per_rank, v = e->v_dim;
+    const uint32_t heads_per_kv = e->gathered_heads / e->kv_heads_per_rank;
+    const uint64_t k_cache = dcp_layer_k(r, layer);
+    struct dcpk_attn_params p = {
+        .q = q,
+        .k_cache = k_cache,
+        .v_cache = e->mla ? k_cache : k_cache + e->k_page_bytes * e->num_blocks,
+        .block_table = r->buf.block_table,
+        .seq_lens = r->buf.seq_lens,
+        .q_start = r->buf.q_start,
+        .out = t->out,
+        .lse = t->lse,
+        .ws_o = r->buf.ws_o,
+        .ws_lse = r->buf.ws_lse,
+        .q_chunk_stride = q_chunk_stride,
+        .out_chunk_stride = t->out_chunk_stride,
+        .lse_chunk_stride = t->lse_chunk_stride,
+        .ws_split_stride_o = T * Hg * v,
+        .ws_split_stride_lse = T * Hg,
+        .batch = s->batch,
+        .num_q_tokens = (uint32_t)T,
+        .num_heads = e->gathered_heads,
+        .heads_per_chunk = e->q_heads_per_rank,
+        .num_kv_heads = e->kv_heads_per_rank,
+        .head_tile = e->shape.head_tile ? DCP_MIN(e->shape.head_tile, heads_per_kv) : heads_per_kv,
+        .qk_dim = e->qk_dim,
+        .v_dim = e->v_dim,
+        .v_row_stride = e->v_row_stride,
+        .block_size = e->block_size,
+        .max_blocks = s->max_blocks,
+        .rank = r->group_rank,
+        .group_size = e->dcp,
+        .interleave = e->interleave,
+        .num_splits = s->num_splits,
+        .dtype = e->dtype,
+        .scale = e->scale,
+        .kv_scale = e->kv_scale,
+    };
+    int err = e->ops->launch(r, DCPK_KERNEL_attn, &p);
+    if (err || s->num_splits == 1)
+        return err;
+    /* Combine the splits: source s row i lives at ws + s * stride + i * v, rows in the
+     * chunked order (chunk c = destination rank), written to the target's chunks. */
+    const struct dcpk_merge_params m = {
+        .src_o = r->buf.ws_o,
+        .src_lse = r->buf.ws_lse,
+        .out = t->out,
+        .out_lse = t->lse,
+        .src_stride_o = T * Hg * v,
+        .src_stride_lse = T * Hg,
+        .out_chunk_stride = t->out_chunk_stride,
+        .out_lse_chunk_stride = t->lse_chunk_stride,
+        .n_src = s->num_splits,
+        .rows = (uint32_t)(T * Hg),
+        .rows_per_chunk = (uint32_t)(T * H),
+        .v_dim = e->v_dim,
+    };
+    return e->ops->launch(r, DCPK_KERNEL_merge, &m);
+}
+
+/* ag_rs: gather every rank's LSEs, scale the local partials, ReduceScatter (sum). */
+static int merge_ag_rs(struct dcp_rank *r, uint64_t out, uint64_t lse)
+{
+    const struct dcp_engine *e = r->engine;
+    const uint64_t T = e->step.tokens, H = e->q_heads_per_rank, N = e->dcp, v = e->v_dim;
+    const uint64_t rows = N * T * H;
+    int err = e->ops->all_gather(r, r->buf.part_lse, r->buf.recv, rows * sizeof(float));
+    if (err)
+        return err;
+    const struct dcpk_lse_scale_params p = {
+        .lse_all = r->buf.recv,
+        .o = r->buf.part,
+        .out_lse = lse,
+        .n_src = (uint32_t)N,
+        .self = r->group_rank,
+        .rows = (uint32_t)rows,
+        .rows_per_chunk = (uint32_t)(T * H),
+        .own_chunk = r->group_rank,
+        .v_dim = e->v_dim,
+    };
+    if ((err = e->ops->launch(r, DCPK_KERNEL_lse_scale, &p)))
+        return err;
+    return e->ops->reduce_scatter(r, r->buf.part, out, T * H * v);
+}
+
+/* a2a: send each destination its heads' partial outputs and LSEs; merge in fp32. */
+static int merge_a2a(struct dcp_rank *r, uint64_t out, uint64_t lse)
+{
+    const struct dcp_engine *e = r->engine;
+    const uint64_t T = e->step.tokens, H = e->q_heads_per_rank, v = e->v_dim;
+    const uint64_t chunk = T * H * (v + 1);
+    int err = e->ops->all_to_all(r, r->buf.part, r->buf.recv, chunk * sizeof(float));
+    if (err)
+        return err;
+    const struct dcpk_merge_params m = {
+        .src_o = r->buf.recv,
+        .src_lse = r->buf.recv + T * H * v * sizeof(float),
+        .out = out,
+        .out_lse = lse,
+        .src_stride_o = chunk,
+        .src_stride_lse = chunk,
+        .out_chunk_stride = 0,
+        .out_lse_chunk_stride = 0,
+        .n_src = e->dcp,
+        .rows = (uint32_t)(T * H),
+        .rows_per_chunk = (uint32_t)(T * H),
+        .v_dim = e->v_dim,
+    };
+    return e->ops->launch(r, DCPK_KERNEL_merge, &m);
+}
+
+DCP_API int dcp_rank_attention(dcp_rank *r, uint32_t layer, const void *q, void *out, void *lse)
+{
+    if (!r || !q || !out)
+        return dcp_error(DCP_EINVAL, "attention: rank, q and out are required");
+    int err = check_step(r, layer);
+    if (err)
+        return err;
+    const struct dcp_engine *e = r->engine;
+    const uint64_t T = e->step.tokens, H = e->q_heads_per_rank, v = e->v_dim, qk = e->qk_dim;
+    if (T == 0)
+        return DCP_OK;
+    if (T > e->max_qtokens)
+        return dcp_error(DCP_EINVAL, "attention: the step has %llu query tokens, max_query_tokens is %u",
+                         (unsigned long long)T, e->max_qtokens);
+    const uint64_t out_lse = lse ? ADDR(lse) : r->buf.lse_scratch;
+    if (e->dcp == 1) {
+        const struct attn_target t = {.out = ADDR(out), .lse = out_lse};
+        return launch_attention(r, layer, ADDR(q), 0, &t);
+    }
+    /* Every rank gets all N * H_l heads' queries, laid out [N][T][H_l][qk]. */
+    err = e->ops->all_gather(r, ADDR(q), r->buf.q_gathered, T * H * qk * sizeof(float));
+    if (err)
+        return err;
+    const bool a2a = e->comm == DCP_COMM_A2A;
+    const uint64_t f = sizeof(float);
+    const struct attn_target t = a2a ? (struct attn_target){
+        .out = r->buf.part,
+        .lse = r->buf.part + T * H * v * f,
+        .out_chunk_stride = T * H * (v + 1),
+        .lse_chunk_stride = T * H * (v + 1),
+    } : (struct attn_target){
+        .out = r->buf.part,
+        .lse = r->buf.part_lse,
+        .out_chunk_stride = T * H * v,
+        .lse_chunk_stride = T * H,
+    };
+    err = launch_attention(r, layer, r->buf.q_gathered, T * H * qk, &t);
+    if (err)
+        return err;
+    return a2a ? merge_a2a(r, ADDR(out), out_lse) : merge_ag_rs(r, ADDR(out), out_lse);
+}
+
+DCP_API int dcp_rank_synchronize(dcp_rank *r)
+{
+    return r ? r->engine->ops->synchronize(r) : DCP_EINVAL;
+}
+
+/* ---- buffers ------------------------------------------------------------------ */
+
+DCP_API int dcp_rank_alloc(dcp_rank *r, size_t bytes, void **ptr)
+{
+    if (!r || !ptr || !bytes)
+        return dcp_error(DCP_EINVAL, "rank_alloc: rank, ptr and a size are required");
+    uint64_t addr = 0;
+    int err = r->engine->ops->alloc(r, bytes, &addr);
+    *ptr = err ? NULL : (void *)(uintptr_t)addr;
+    return err;
+}
+
+DCP_API void dcp_rank_free(dcp_rank *r, void *ptr)
+{
+    if (r && ptr)
+        r->engine->ops->free(r, ADDR(ptr));
+}
+
+DCP_API int dcp_rank_upload(dcp_rank *r, void *dst, const void *src, size_t bytes)
+{
+    if (!r || (bytes && (!dst || !src)))
+        return dcp_error(DCP_EINVAL, "rank_upload: arguments");
+    return bytes ? r->engine->ops->upload(r, ADDR(dst), src, bytes) : DCP_OK;
+}
+
+DCP_API int dcp_rank_download(dcp_rank *r, void *dst, const void *src, size_t bytes)
+{
+    if (!r || (bytes && (!dst || !src)))
+        return dcp_error(DCP_EINVAL, "rank_download: arguments");
+    return bytes ? r->engine->ops->download(r, dst, ADDR(src), bytes) : DCP_OK;
+}
+
+DCP_API void dcp_rank_kv_arena(const dcp_rank *r, void **ptr, size_t *bytes)
+{
+    if (ptr)
+        *ptr = r ? (void *)(uintptr_t)r->kv_arena : NULL;
+    if (bytes)
+        *bytes = r ? (size_t)r->engine->kv_bytes : 0;
+}
+
+DCP_API int dcp_rank_copy(dcp_rank *r, void *dst, const void *src, size_t bytes)
+{
+    if (!r || (bytes && (!dst || !src)))
+        return dcp_error(DCP_EINVAL, "rank_copy: arguments");
+    return bytes ? r->engine->ops->copy(r, ADDR(dst), ADDR(src), bytes) : DCP_OK;
+}
+
+DCP_API int dcp_rank_fill_synthetic(dcp_rank *r, void *dst, const struct dcp_synth_desc *d)
+{
+    if (!r || !dst || !d)
+        return dcp_error(DCP_EINVAL, "fill_synthetic: arguments");
+    if (d->rows == 0)
+        return DCP_OK;
+    const struct dcpk_fill_params p = {
+        .dst = ADDR(dst),
+        .row_keys = ADDR(d->row_keys),
+        .key_base = d->key_base,
+        .seed = d->seed,
+        .rows = d->rows,
+        .heads = d->heads,
+        .dim = d->dim,
+        .head_offset = d->head_offset,
+        .dtype = DCPK_FP32,
+        .amplitude = d->amplitude,
+        .inv_scale = 1.0f,
+    };
+    return r->engine->ops->launch(r, DCPK_KERNEL_fill, &p);
+}
+
+DCP_API float dcp_synth_value(uint64_t seed, uint64_t key, uint32_t head, uint32_t d)
+{
+    return dcpk_synth_unit(seed, key, head, d);
+}
