@@ -1,0 +1,114 @@
+/*
+ * kv_manager.h: logical KV block ids and sequence block tables of one DCP group.
+ *
+ * One scheduler decides for every rank of a DCP group of N ranks, so all ranks use
+ * the same logical block ids 0..num_blocks-1: a logical block covers
+ * tokens_per_block = block_size * N tokens of a sequence, and each rank backs it
+ * with one physical page of block_size tokens whose page id equals the block id.
+ * A sequence of L tokens owns ceil(L / tokens_per_block) block ids, in order (its
+ * block table). The TP baseline is simply N = 1.
+ *
+ * Blocks are reference counted so that forked sequences share a prefix; a block
+ * returns to the (LIFO) free list when its count drops to 0. Every partly filled
+ * block has exactly one owner: fork needs a whole number of blocks, and truncate
+ * refuses to cut into a shared block, so appending never writes into a page that
+ * another sequence reads.
+ *
+ * All fixed-size state is allocated at create; only a block table that outgrows
+ * its preallocated slice allocates (doubling). Every function costs O(blocks it
+ * touches), and every failure leaves the manager exactly as it was. Not thread
+ * safe: one scheduler thread calls it between steps.
+ */
+#ifndef DCP_KV_MANAGER_H
+#define DCP_KV_MANAGER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dcp/common.h"
+
+/** Opaque block manager. */
+struct dcp_kv_manager;
+
+/** Sizes of a block manager; all fields are required. */
+struct dcp_kv_manager_params {
+    uint64_t num_blocks;  ///< Logical block ids (= pages per rank), 1..INT32_MAX.
+    uint32_t block_size;  ///< Tokens per physical page, >= 1.
+    uint32_t group_size;  ///< DCP group size N, >= 1 (1 = TP baseline).
+    uint32_t max_seqs;    ///< Most live sequences, >= 1; ids are 0..max_seqs-1.
+    uint64_t max_context; ///< Longest sequence in tokens, >= 1.
+};
+
+/**
+ * Creates a manager with every block free and no sequence. Allocates the free
+ * list, reference counts, sequence slots and the preallocated block tables.
+ * Errors: DCP_EINVAL (a size is 0, num_blocks > INT32_MAX), DCP_ENOMEM.
+ */
+int dcp_kv_manager_create(const struct dcp_kv_manager_params *p, struct dcp_kv_manager **out);
+
+/** Frees everything and sets *m to NULL. Accepts NULL and a NULL *m. */
+void dcp_kv_manager_destroy(struct dcp_kv_manager **m);
+
+/**
+ * Creates an empty sequence and stores its id (the most recently released free
+ * id, so ids stay small) in *seq_id. DCP_ENOSPC when max_seqs are live.
+ */
+int dcp_kv_seq_create(struct dcp_kv_manager *m, uint32_t *seq_id);
+
+/**
+ * Reserves positions [L, L + n) of sequence seq (L its length), taking the blocks
+ * it needs from the free list. All or nothing: DCP_EINVAL for an unknown id or
+ * when L + n exceeds max_context, DCP_ENOSPC when too few blocks are free,
+ * DCP_ENOMEM when the block table cannot grow. n = 0 is a no-op.
+ */
+int dcp_kv_seq_extend(struct dcp_kv_manager *m, uint32_t seq, uint32_t n);
+
+/**
+ * Shortens sequence seq to len tokens, releasing the blocks it no longer needs.
+ * DCP_EINVAL for an unknown id, len greater than the length, or a len that would
+ * leave a partly filled block shared with another sequence (appending to it would
+ * overwrite the other's tokens).
+ */
+int dcp_kv_seq_truncate(struct dcp_kv_manager *m, uint32_t seq, uint64_t len);
+
+/**
+ * Creates a sequence with src's length sharing all of src's blocks (each block's
+ * reference count goes up by one) and stores its id in *seq_id. src's length must
+ * be a multiple of tokens_per_block, else DCP_EINVAL, so that no partly filled
+ * block is shared. DCP_ENOSPC when max_seqs are live, DCP_ENOMEM when the new
+ * table cannot grow.
+ */
+int dcp_kv_seq_fork(struct dcp_kv_manager *m, uint32_t src, uint32_t *seq_id);
+
+/** Frees sequence seq and drops its references to its blocks. DCP_EINVAL for an unknown id. */
+int dcp_kv_seq_release(struct dcp_kv_manager *m, uint32_t seq);
+
+/** Whether seq is the id of a live sequence. */
+bool dcp_kv_seq_exists(const struct dcp_kv_manager *m, uint32_t seq);
+
+/** Length of sequence seq in tokens, or 0 if it does not exist. */
+uint64_t dcp_kv_seq_length(const struct dcp_kv_manager *m, uint32_t seq);
+
+/**
+ * Block table of sequence seq: *count block ids, position p lives in block
+ * table[p / tokens_per_block]. Valid until the next call that changes seq.
+ * NULL with *count = 0 if seq does not exist. count may be NULL.
+ */
+const int32_t *dcp_kv_seq_blocks(const struct dcp_kv_manager *m, uint32_t seq, uint32_t *count);
+
+/** Number of free block ids. */
+uint64_t dcp_kv_free_blocks(const struct dcp_kv_manager *m);
+
+/** Tokens one logical block holds: block_size * group_size. */
+uint64_t dcp_kv_tokens_per_block(const struct dcp_kv_manager *m);
+
+/** Blocks a sequence of len tokens owns: ceil(len / tokens_per_block). */
+uint64_t dcp_kv_blocks_for(const struct dcp_kv_manager *m, uint64_t len);
+
+/** How many sequences hold block (0 when free or out of range). */
+uint32_t dcp_kv_block_refcount(const struct dcp_kv_manager *m, int32_t block);
+
+/** Number of live sequences. */
+uint32_t dcp_kv_live_seqs(const struct dcp_kv_manager *m);
+
+#endif /* DCP_KV_MANAGER_H */
