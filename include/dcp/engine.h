@@ -120,7 +120,11 @@ DCP_API int dcp_seq_create(dcp_engine *engine, uint32_t *seq_id);
  */
 DCP_API int dcp_seq_extend(dcp_engine *engine, uint32_t seq_id, uint32_t n);
 
-/** Shortens a sequence to len tokens (e.g. rejected draft tokens), freeing blocks it no longer needs. */
+/**
+ * Shortens a sequence to len tokens (e.g. rejected draft tokens), freeing blocks it
+ * no longer needs. DCP_EINVAL if len is longer than the sequence, or if it would cut
+ * into a block another sequence shares (forks share whole blocks only).
+ */
 DCP_API int dcp_seq_truncate(dcp_engine *engine, uint32_t seq_id, uint64_t len);
 
 /**

@@ -11,30 +11,20 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/group.h"
 #include "backend/host/host_pool.h"
 #include "engine/engine_internal.h"
 #include "util/util.h"
 
-/* One DCP group's rendezvous point. */
-struct host_group {
-    uint32_t size;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    uint32_t arrived;
-    uint64_t generation;
-    bool aborted;
-    uint64_t *published; ///< [size] each member's send address for the current collective.
-};
-
 struct host_engine {
     uint32_t threads_per_rank;
     uint32_t num_groups;
-    struct host_group *groups;
+    struct rank_group *groups;
 };
 
 struct host_rank {
     struct host_pool pool;
-    struct host_group *group;
+    struct rank_group *group;
 };
 
 static struct host_engine *H(const struct dcp_engine *e) { return e->backend; }
@@ -51,50 +41,26 @@ static uint32_t online_cpus(void)
 
 /* ---- groups ------------------------------------------------------------------ */
 
-/* Waits until every member arrived; DCP_EABORTED if the engine failed meanwhile. */
-static int group_barrier(struct host_group *g)
-{
-    pthread_mutex_lock(&g->mu);
-    if (g->aborted) {
-        pthread_mutex_unlock(&g->mu);
-        return dcp_error(DCP_EABORTED, "collective abandoned: another rank failed");
-    }
-    const uint64_t gen = g->generation;
-    if (++g->arrived == g->size) {
-        g->arrived = 0;
-        g->generation++;
-        pthread_cond_broadcast(&g->cv);
-    } else {
-        while (g->generation == gen && !g->aborted)
-            pthread_cond_wait(&g->cv, &g->mu);
-    }
-    const bool aborted = g->generation == gen;
-    pthread_mutex_unlock(&g->mu);
-    return aborted ? dcp_error(DCP_EABORTED, "collective abandoned: another rank failed") : DCP_OK;
-}
-
 /* Publishes this member's send address and waits for the others'. */
 static int group_publish(struct dcp_rank *r, uint64_t send)
 {
-    struct host_group *g = HR(r)->group;
-    g->published[r->group_rank] = send;
-    return group_barrier(g);
+    return rank_group_publish(HR(r)->group, r->group_rank, send);
 }
 
 static int host_all_gather(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes)
 {
-    struct host_group *g = HR(r)->group;
+    struct rank_group *g = HR(r)->group;
     int err = group_publish(r, send);
     if (err)
         return err;
     for (uint32_t s = 0; s < g->size; s++)
         memcpy((char *)(uintptr_t)recv + s * bytes, (const void *)(uintptr_t)g->published[s], bytes);
-    return group_barrier(g); /* nobody reuses its send buffer before all have read it */
+    return rank_group_barrier(g); /* nobody reuses its send buffer before all have read it */
 }
 
 static int host_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t floats)
 {
-    struct host_group *g = HR(r)->group;
+    struct rank_group *g = HR(r)->group;
     int err = group_publish(r, send);
     if (err)
         return err;
@@ -106,33 +72,26 @@ static int host_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t recv,
         for (size_t i = 0; i < floats; i++)
             dst[i] += src[i];
     }
-    return group_barrier(g);
+    return rank_group_barrier(g);
 }
 
 static int host_all_to_all(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes)
 {
-    struct host_group *g = HR(r)->group;
+    struct rank_group *g = HR(r)->group;
     int err = group_publish(r, send);
     if (err)
         return err;
     for (uint32_t s = 0; s < g->size; s++)
         memcpy((char *)(uintptr_t)recv + s * bytes,
                (const char *)(uintptr_t)g->published[s] + (size_t)r->group_rank * bytes, bytes);
-    return group_barrier(g);
+    return rank_group_barrier(g);
 }
 
 static void host_abort(struct dcp_engine *e)
 {
     struct host_engine *h = H(e);
-    if (!h)
-        return;
-    for (uint32_t i = 0; i < h->num_groups; i++) {
-        struct host_group *g = &h->groups[i];
-        pthread_mutex_lock(&g->mu);
-        g->aborted = true;
-        pthread_cond_broadcast(&g->cv);
-        pthread_mutex_unlock(&g->mu);
-    }
+    for (uint32_t i = 0; h && i < h->num_groups; i++)
+        rank_group_abort(&h->groups[i]);
 }
 
 /* ---- engine / rank ---------------------------------------------------------- */
@@ -154,13 +113,9 @@ static int host_engine_init(struct dcp_engine *e)
     if (!h->groups)
         return dcp_error(DCP_ENOMEM, "host groups");
     for (uint32_t i = 0; i < h->num_groups; i++) {
-        struct host_group *g = &h->groups[i];
-        g->size = e->dcp;
-        pthread_mutex_init(&g->mu, NULL);
-        pthread_cond_init(&g->cv, NULL);
-        g->published = calloc(e->dcp, sizeof(*g->published));
-        if (!g->published)
-            return dcp_error(DCP_ENOMEM, "host groups");
+        int err = rank_group_init(&h->groups[i], e->dcp);
+        if (err)
+            return err;
     }
     e->shape = (struct dcp_launch_shape){
         .parallelism = h->threads_per_rank,
@@ -177,11 +132,8 @@ static void host_engine_fini(struct dcp_engine *e)
     struct host_engine *h = H(e);
     if (!h)
         return;
-    for (uint32_t i = 0; h->groups && i < h->num_groups; i++) {
-        pthread_mutex_destroy(&h->groups[i].mu);
-        pthread_cond_destroy(&h->groups[i].cv);
-        free(h->groups[i].published);
-    }
+    for (uint32_t i = 0; h->groups && i < h->num_groups; i++)
+        rank_group_fini(&h->groups[i]);
     free(h->groups);
     free(h);
     e->backend = NULL;
