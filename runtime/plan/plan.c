@@ -178,8 +178,9 @@ DCP_API int dcp_plan_compute(const dcp_deployment *dep, struct dcp_plan *plan)
 
     memset(plan, 0, sizeof(*plan));
     plan_memory(cfg, &plan->memory);
-    plan_layout(cfg, 1, token_layer_bytes, plan->memory.kv_budget_bytes, &plan->baseline);
-    plan_layout(cfg, cfg->parallel.dcp, token_layer_bytes, plan->memory.kv_budget_bytes, &plan->dcp);
+    const double budget = plan->memory.kv_budget_bytes;
+    plan_layout(cfg, 1, token_layer_bytes, budget, &plan->baseline);
+    plan_layout(cfg, cfg->parallel.dcp, token_layer_bytes, budget, &plan->dcp);
 
     plan->num_contexts = cfg->workload.num_context_lengths;
     for (uint32_t i = 0; i < plan->num_contexts; i++)

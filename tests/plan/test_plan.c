@@ -117,7 +117,8 @@ static void test_kv_bytes_per_token_anchors(void **state)
     compute_plan(&cfg, &plan);
     check_near(plan.baseline.kv_bytes_per_token, 35136, 0, "DeepSeek-V3 fp8");
 
-    /* Llama-3.1-70B at tp 1: 2 (K, V) * 8 heads * 128 * 2 B = 4,096 B per layer; * 80 = 327,680 B. */
+    /* Llama-3.1-70B at tp 1: 2 (K, V) * 8 heads * 128 * 2 B = 4,096 B per layer;
+     * * 80 = 327,680 B. */
     gqa(&cfg, "Llama-3.1-70B", 80, 8);
     cfg.parallel.tp = 1;
     compute_plan(&cfg, &plan);
