@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "dcp/placement.h"
-#include "dcp/plan.h"
+#include "plan/plan_internal.h"
 #include "util/util.h"
 
 /* Batch sizes the crossover is estimated for (struct dcp_plan.crossover). */
@@ -168,11 +168,8 @@ static void plan_crossover(const struct dcp_config *cfg, const struct dcp_plan_c
     out->context_len = n == 1 ? INFINITY : out->comm_seconds / out->saved_per_token_seconds;
 }
 
-DCP_API int dcp_plan_compute(const dcp_deployment *dep, struct dcp_plan *plan)
+void dcp_plan_from_config(const struct dcp_config *cfg, struct dcp_plan *plan)
 {
-    if (!dep || !plan)
-        return dcp_error(DCP_EINVAL, "dcp_plan_compute: %s is NULL", dep ? "plan" : "deployment");
-    const struct dcp_config *cfg = dcp_deployment_config(dep);
     const uint32_t tp = cfg->parallel.tp;
     const uint64_t token_layer_bytes = baseline_token_layer_bytes(&cfg->model, tp);
 
@@ -195,5 +192,12 @@ DCP_API int dcp_plan_compute(const dcp_deployment *dep, struct dcp_plan *plan)
                        &plan->crossover[i]);
 
     plan->instances = cfg->hardware.gpus_per_node * cfg->hardware.nodes / tp;
+}
+
+DCP_API int dcp_plan_compute(const dcp_deployment *dep, struct dcp_plan *plan)
+{
+    if (!dep || !plan)
+        return dcp_error(DCP_EINVAL, "dcp_plan_compute: %s is NULL", dep ? "plan" : "deployment");
+    dcp_plan_from_config(dcp_deployment_config(dep), plan);
     return DCP_OK;
 }

@@ -1,5 +1,5 @@
 /*
- * Every shipped deployment (configs/*.yaml) loads without a diagnostic and plans,
+ * Every shipped deployment (the YAML files in configs/) loads without a diagnostic and plans,
  * sets dcp to the largest valid size, and gives the figures worked out by hand
  * (the derivations are in test_plan.c and in the files' comments).
  */
