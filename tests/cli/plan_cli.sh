@@ -5,13 +5,7 @@
 set -u
 dcp_run=$1
 config=$2
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
+. "$(dirname "$0")/common.sh"
 
 "$dcp_run" plan "$config" >"$tmp/text" 2>"$tmp/err" || fail "plan $config exited $?: $(cat "$tmp/err")"
 cat "$tmp/text"

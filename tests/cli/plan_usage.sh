@@ -6,13 +6,7 @@
 set -u
 dcp_run=$1
 broken=$2
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
-
-fail() {
-    echo "FAIL: $*" >&2
-    exit 1
-}
+. "$(dirname "$0")/common.sh"
 
 # expect STATUS ARGS...: runs dcp-run plan ARGS, checks the exit status.
 expect() {
