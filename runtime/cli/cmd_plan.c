@@ -1,0 +1,623 @@
+/*
+ * cmd_plan.c: `dcp-run plan [FILE] [--json]`, what DCP buys over plain TP for a
+ * deployment. The figures come from dcp_plan_compute(); this file only presents
+ * them, as aligned tables or as one JSON object (keys documented in docs/plan.md).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cli.h"
+#include "format.h"
+#include "table.h"
+
+/* Version of the JSON layout; bumped when a key changes meaning or goes away. */
+#define PLAN_JSON_SCHEMA "dcp-plan/1"
+
+/* Caveat printed with every crossover figure. */
+#define ESTIMATE_NOTE                                                                           \
+    "datasheet bandwidths and a fixed latency per collective; real kernels reach about 50-90% " \
+    "of peak HBM bandwidth, so treat crossovers as order-of-magnitude estimates"
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: dcp-run plan [FILE] [--json] [--help]\n");
+}
+
+static void help(void)
+{
+    usage(stdout);
+    printf(
+        "\n"
+        "Shows what Decode Context Parallelism buys over plain tensor parallelism for one\n"
+        "deployment, with no GPU needed. FILE is a YAML deployment (default:\n"
+        "%s).\n"
+        "\n"
+        "  --json    print one JSON object with the same figures (keys: docs/plan.md)\n"
+        "  --help    this text\n"
+        "\n"
+        "\"tp only\" is the deployment's TP layout with dcp 1: TP splits the KV heads until\n"
+        "each GPU holds one, then every further rank holds a copy (MLA: every rank holds\n"
+        "the whole latent cache). \"dcp N\" keeps the same heads but shards each sequence's\n"
+        "tokens over N ranks. The figures:\n"
+        "\n"
+        "  memory        per GPU: usable = memory x gpu_fraction; weights = parameters x\n"
+        "                bytes per parameter / tp; KV budget = usable - weights - reserve\n"
+        "  KV layout     KV bytes per context token per GPU (all layers), copies of each\n"
+        "                token across the TP group, whole pages of block_size local tokens\n"
+        "                that fit the budget (same page size in both layouts), and the\n"
+        "                context tokens one instance (TP group) holds: pages x block x dcp\n"
+        "  capacity      per context length: pages one request needs per GPU,\n"
+        "                ceil(L / block) or ceil(L / (block x dcp)), and how many such\n"
+        "                requests fit at once (whole pages)\n"
+        "  comm          bytes one rank sends and receives per layer per query token for\n"
+        "                the Q AllGather and the merge (a2a or ag_rs), and collectives\n"
+        "  KV read       bytes one rank reads per layer per decode step for one request\n"
+        "                (with DCP: its largest shard), and that time at HBM bandwidth\n"
+        "  crossover     an ESTIMATE: the context length above which the KV read DCP saves\n"
+        "                outweighs its extra communication, for batches of 1, 8, 64, 256\n"
+        "\n"
+        "Exit status: 0 success, 1 the deployment could not be loaded or planned,\n"
+        "2 bad command line.\n",
+        cli_default_deployment());
+}
+
+/* ---- shared wording ---------------------------------------------------------- */
+
+/* Column label of the DCP layout: "dcp 8". */
+static const char *dcp_label(char *buf, uint32_t dcp)
+{
+    snprintf(buf, CLI_FMT_LEN, "dcp %u", dcp);
+    return buf;
+}
+
+/* Requests that fit with DCP over those without, or why there is no ratio. */
+static const char *concurrency_gain(char *buf, const struct dcp_plan_context *c)
+{
+    if (c->baseline_concurrency > 0)
+        return cli_fmt_ratio(buf, (double)c->dcp_concurrency / (double)c->baseline_concurrency);
+    snprintf(buf, CLI_FMT_LEN, "%s", c->dcp_concurrency > 0 ? "dcp only" : "-");
+    return buf;
+}
+
+/* Writes the one-line verdict into buf. */
+static void verdict(const struct dcp_config *cfg, const struct dcp_plan *plan, char *buf,
+                    size_t size)
+{
+    char a[CLI_FMT_LEN], b[CLI_FMT_LEN], c[CLI_FMT_LEN], d[CLI_FMT_LEN];
+    const struct dcp_plan_memory *mem = &plan->memory;
+    const uint32_t dcp = cfg->parallel.dcp;
+    const uint32_t copies = (uint32_t)lround(plan->baseline.replication);
+
+    if (mem->kv_budget_bytes <= 0) {
+        snprintf(buf, size,
+                 "does not fit: the weights (%s) and reserve (%s) exceed the %s usable per GPU "
+                 "by %s; no KV cache fits, with or without DCP",
+                 cli_fmt_bytes(a, mem->weight_bytes), cli_fmt_bytes(b, mem->reserve_bytes),
+                 cli_fmt_bytes(c, mem->usable_bytes), cli_fmt_bytes(d, -mem->kv_budget_bytes));
+        return;
+    }
+    if (plan->dcp.pages == 0) {
+        snprintf(buf, size, "does not fit: the KV budget (%s) is smaller than one page (%s)",
+                 cli_fmt_bytes(a, mem->kv_budget_bytes), cli_fmt_bytes(b, plan->dcp.page_bytes));
+        return;
+    }
+    if (dcp == 1 && copies <= 1) {
+        snprintf(buf, size,
+                 "no DCP needed: at tp %u each GPU holds its own KV heads, nothing is stored "
+                 "twice, so DCP has no copies to remove",
+                 cfg->parallel.tp);
+        return;
+    }
+    if (dcp == 1) {
+        snprintf(buf, size,
+                 "TP alone keeps %u copies of every token's KV; dcp %u (the largest valid at "
+                 "tp %u) would hold %ux the context per instance",
+                 copies, copies, cfg->parallel.tp, copies);
+        return;
+    }
+    size_t n = (size_t)snprintf(buf, size,
+                                "DCP %u holds %ux the context per instance (%s -> %s tokens)", dcp,
+                                dcp, cli_fmt_count(a, plan->baseline.context_tokens),
+                                cli_fmt_count(b, plan->dcp.context_tokens));
+    if (plan->num_contexts > 0 && n < size) {
+        const struct dcp_plan_context *longest = &plan->contexts[plan->num_contexts - 1];
+        n += (size_t)snprintf(buf + n, size - n, "; at %s tokens %s -> %s requests fit",
+                              cli_fmt_count(a, longest->context_len),
+                              cli_fmt_count(b, longest->baseline_concurrency),
+                              cli_fmt_count(c, longest->dcp_concurrency));
+    }
+    if (n < size)
+        snprintf(buf + n, size - n,
+                 "; its extra communication is repaid above %s tokens at batch %u, %s at batch %u "
+                 "(estimate)",
+                 cli_fmt_approx(a, plan->crossover[0].context_len), plan->crossover[0].batch,
+                 cli_fmt_approx(b, plan->crossover[2].context_len), plan->crossover[2].batch);
+}
+
+/* ---- text output ---------------------------------------------------------------- */
+
+static void print_header(const dcp_deployment *dep, const struct dcp_config *cfg,
+                         const struct dcp_plan *plan)
+{
+    const struct dcp_model_config *m = &cfg->model;
+    const struct dcp_hardware_config *hw = &cfg->hardware;
+    const struct dcp_parallel_config *par = &cfg->parallel;
+    char a[CLI_FMT_LEN], b[CLI_FMT_LEN], c[CLI_FMT_LEN], d[CLI_FMT_LEN];
+
+    printf("%s (%s, kv %s) on %u x %s: tp %u, dcp %u, interleave %u, comm %s; %u instance%s\n",
+           m->name, dcp_attention_kind_name(m->attention), dcp_dtype_name(m->kv_dtype),
+           hw->gpus_per_node * hw->nodes, hw->gpu, par->tp, par->dcp, par->interleave,
+           dcp_comm_scheme_name(par->comm), plan->instances, plan->instances == 1 ? "" : "s");
+    if (m->attention == DCP_ATTN_MLA)
+        printf("  model     %u layers, %u query heads, latent %u + rope %u per token",
+               m->num_layers, m->num_q_heads, m->kv_lora_rank, m->rope_dim);
+    else
+        printf("  model     %u layers, %u query heads, %u KV heads of %u", m->num_layers,
+               m->num_q_heads, m->num_kv_heads, m->head_dim);
+    printf(", %s parameters in %s\n", cli_fmt_params(a, m->num_params),
+           dcp_weight_dtype_name(m->weight_dtype));
+    printf("  hardware  %s per GPU, HBM %s, link %s per direction, %s per collective, %u node%s\n",
+           cli_fmt_bytes(a, hw->memory_bytes), cli_fmt_rate(b, hw->hbm_bandwidth),
+           cli_fmt_rate(c, hw->link_bandwidth), cli_fmt_seconds(d, hw->collective_latency),
+           hw->nodes, hw->nodes == 1 ? "" : "s");
+    printf("  source    %s\n", dcp_deployment_source(dep));
+}
+
+static void print_memory(const struct dcp_config *cfg, const struct dcp_plan *plan)
+{
+    const struct dcp_plan_memory *mem = &plan->memory;
+    char v[CLI_FMT_LEN], a[CLI_FMT_LEN];
+    struct cli_table t;
+    cli_table_init(&t, 3);
+    cli_table_align(&t, 2, CLI_ALIGN_LEFT);
+
+    cli_table_row(&t);
+    cli_table_cell(&t, "usable");
+    cli_table_cell(&t, "%s", cli_fmt_bytes(v, mem->usable_bytes));
+    cli_table_cell(&t, "%s x %.2f", cli_fmt_bytes(a, cfg->hardware.memory_bytes),
+                   cfg->memory.gpu_fraction);
+    cli_table_row(&t);
+    cli_table_cell(&t, "weights");
+    cli_table_cell(&t, "%s", cli_fmt_bytes(v, mem->weight_bytes));
+    const enum dcp_weight_dtype wtype = cfg->model.weight_dtype;
+    cli_table_cell(&t, "%s parameters x %g B (%s) / tp %u",
+                   cli_fmt_params(a, cfg->model.num_params), dcp_weight_dtype_bytes(wtype),
+                   dcp_weight_dtype_name(wtype), cfg->parallel.tp);
+    cli_table_row(&t);
+    cli_table_cell(&t, "reserve");
+    cli_table_cell(&t, "%s", cli_fmt_bytes(v, mem->reserve_bytes));
+    cli_table_cell(&t, "activations, workspace, graphs");
+    cli_table_row(&t);
+    cli_table_cell(&t, "KV budget");
+    cli_table_cell(&t, "%s", cli_fmt_bytes(v, mem->kv_budget_bytes));
+    cli_table_cell(&t, "%s", mem->kv_budget_bytes > 0 ? "usable - weights - reserve"
+                                                      : "NOTHING FITS: weights and reserve exceed "
+                                                        "usable memory");
+
+    printf("\nMemory per GPU\n");
+    cli_table_print(&t, stdout, 2);
+}
+
+static void layout_row(struct cli_table *t, const char *label, const char *baseline,
+                       const char *dcp)
+{
+    cli_table_row(t);
+    cli_table_cell(t, "%s", label);
+    cli_table_cell(t, "%s", baseline);
+    cli_table_cell(t, "%s", dcp);
+}
+
+static void print_layouts(const struct dcp_config *cfg, const struct dcp_plan *plan)
+{
+    const struct dcp_plan_layout *x = &plan->baseline, *y = &plan->dcp;
+    char label[64], a[CLI_FMT_LEN], b[CLI_FMT_LEN];
+    struct cli_table t;
+    cli_table_init(&t, 3);
+    layout_row(&t, "", "tp only", dcp_label(b, y->dcp));
+    layout_row(&t, "KV heads per GPU", cli_fmt_count(a, x->kv_heads_per_gpu),
+               cli_fmt_count(b, y->kv_heads_per_gpu));
+    layout_row(&t, "KV bytes per context token", cli_fmt_bytes_exact(a, x->kv_bytes_per_token),
+               cli_fmt_bytes_exact(b, y->kv_bytes_per_token));
+    layout_row(&t, "copies across the TP group", cli_fmt_ratio(a, x->replication),
+               cli_fmt_ratio(b, y->replication));
+    snprintf(label, sizeof(label), "pages (%u tokens, %s each)", cfg->memory.block_size,
+             cli_fmt_bytes(a, (double)x->page_bytes));
+    layout_row(&t, label, cli_fmt_count(a, x->pages), cli_fmt_count(b, y->pages));
+    layout_row(&t, "local tokens", cli_fmt_count(a, x->local_tokens),
+               cli_fmt_count(b, y->local_tokens));
+    layout_row(&t, "context tokens per instance", cli_fmt_count(a, x->context_tokens),
+               cli_fmt_count(b, y->context_tokens));
+
+    printf("\nKV layout per GPU (all %u layers)\n", cfg->model.num_layers);
+    cli_table_print(&t, stdout, 2);
+}
+
+static void print_capacity(const struct dcp_plan *plan)
+{
+    char label[CLI_FMT_LEN], a[CLI_FMT_LEN];
+    struct cli_table t;
+    cli_table_init(&t, 6);
+    dcp_label(label, plan->dcp.dcp);
+    cli_table_span(&t, 1, 2, "pages per request");
+    cli_table_span(&t, 3, 4, "requests at once");
+    cli_table_row(&t);
+    cli_table_cell(&t, "context");
+    cli_table_cell(&t, "tp only");
+    cli_table_cell(&t, "%s", label);
+    cli_table_cell(&t, "tp only");
+    cli_table_cell(&t, "%s", label);
+    cli_table_cell(&t, "gain");
+    for (uint32_t i = 0; i < plan->num_contexts; i++) {
+        const struct dcp_plan_context *c = &plan->contexts[i];
+        cli_table_row(&t);
+        cli_table_cell(&t, "%s", cli_fmt_count(a, c->context_len));
+        cli_table_cell(&t, "%s", cli_fmt_count(a, c->baseline_pages));
+        cli_table_cell(&t, "%s", cli_fmt_count(a, c->dcp_pages));
+        cli_table_cell(&t, "%s", cli_fmt_count(a, c->baseline_concurrency));
+        cli_table_cell(&t, "%s", cli_fmt_count(a, c->dcp_concurrency));
+        cli_table_cell(&t, "%s", concurrency_gain(a, c));
+    }
+    cli_table_align(&t, 0, CLI_ALIGN_RIGHT);
+    printf("\nCapacity per instance "
+           "(pages one request needs per GPU; requests that fit at once)\n");
+    cli_table_print(&t, stdout, 2);
+}
+
+static void comm_row(struct cli_table *t, const char *label, double send, double recv)
+{
+    char a[CLI_FMT_LEN];
+    cli_table_row(t);
+    cli_table_cell(t, "%s", label);
+    cli_table_cell(t, "%s", send > 0 ? cli_fmt_bytes(a, send) : "-");
+    cli_table_cell(t, "%s", recv > 0 ? cli_fmt_bytes(a, recv) : "-");
+}
+
+static void print_comm(const struct dcp_config *cfg, const struct dcp_plan *plan)
+{
+    const struct dcp_plan_comm *comm = &plan->comm;
+    const bool ag_rs = cfg->parallel.comm == DCP_COMM_AG_RS;
+    printf("\nCommunication per rank, per layer, per query token (%s, %s on the wire)\n",
+           dcp_comm_scheme_name(cfg->parallel.comm), dcp_dtype_name(cfg->parallel.comm_dtype));
+    if (cfg->parallel.dcp == 1) {
+        printf("  none: dcp 1 keeps each sequence on every rank, nothing to gather or merge\n");
+        return;
+    }
+    struct cli_table t;
+    cli_table_init(&t, 3);
+    cli_table_row(&t);
+    cli_table_cell(&t, "%s", "");
+    cli_table_cell(&t, "send");
+    cli_table_cell(&t, "receive");
+    comm_row(&t, cfg->parallel.replicate_q ? "Q AllGather (replicate_q: none)" : "Q AllGather",
+             comm->q_gather_send, comm->q_gather_recv);
+    if (ag_rs) {
+        comm_row(&t, "LSE AllGather", comm->lse_send, comm->lse_recv);
+        comm_row(&t, "output ReduceScatter", comm->out_send, comm->out_recv);
+    } else {
+        comm_row(&t, "outputs + LSEs all-to-all", comm->out_send, comm->out_recv);
+    }
+    comm_row(&t, "total", comm->total_send, comm->total_recv);
+    cli_table_print(&t, stdout, 2);
+    printf("  collectives per layer per step: %u\n", comm->collectives);
+}
+
+static void print_kv_read(const struct dcp_config *cfg, const struct dcp_plan *plan)
+{
+    const double hbm = cfg->hardware.hbm_bandwidth;
+    char label[CLI_FMT_LEN], a[CLI_FMT_LEN];
+    struct cli_table t;
+    cli_table_init(&t, 5);
+    cli_table_align(&t, 0, CLI_ALIGN_RIGHT);
+    snprintf(label, sizeof(label), "dcp %u (largest shard)", plan->dcp.dcp);
+    cli_table_span(&t, 1, 2, "tp only");
+    cli_table_span(&t, 3, 4, label);
+    cli_table_row(&t);
+    cli_table_cell(&t, "context");
+    cli_table_cell(&t, "bytes");
+    cli_table_cell(&t, "time");
+    cli_table_cell(&t, "bytes");
+    cli_table_cell(&t, "time");
+    for (uint32_t i = 0; i < plan->num_contexts; i++) {
+        const struct dcp_plan_context *c = &plan->contexts[i];
+        cli_table_row(&t);
+        cli_table_cell(&t, "%s", cli_fmt_count(a, c->context_len));
+        cli_table_cell(&t, "%s", cli_fmt_bytes(a, c->baseline_kv_read_bytes));
+        cli_table_cell(&t, "%s", cli_fmt_seconds(a, c->baseline_kv_read_bytes / hbm));
+        cli_table_cell(&t, "%s", cli_fmt_bytes(a, c->dcp_kv_read_bytes));
+        cli_table_cell(&t, "%s", cli_fmt_seconds(a, c->dcp_kv_read_bytes / hbm));
+    }
+    printf("\nKV read per rank, per layer, per request, per decode step (time at %s)\n",
+           cli_fmt_rate(a, hbm));
+    cli_table_print(&t, stdout, 2);
+}
+
+static void print_crossover(const struct dcp_config *cfg, const struct dcp_plan *plan)
+{
+    char a[CLI_FMT_LEN];
+    printf("\nCrossover estimate: context length above which DCP's step is faster\n");
+    if (cfg->parallel.dcp == 1) {
+        printf("  none: dcp 1 adds no communication and saves no reading\n");
+        return;
+    }
+    struct cli_table t;
+    cli_table_init(&t, 4);
+    cli_table_align(&t, 0, CLI_ALIGN_RIGHT);
+    cli_table_row(&t);
+    cli_table_cell(&t, "batch");
+    cli_table_cell(&t, "extra comm per layer");
+    cli_table_cell(&t, "read saved per layer per 1k tokens");
+    cli_table_cell(&t, "DCP faster above");
+    for (int i = 0; i < DCP_PLAN_CROSSOVER_BATCHES; i++) {
+        const struct dcp_plan_crossover *x = &plan->crossover[i];
+        cli_table_row(&t);
+        cli_table_cell(&t, "%u", x->batch);
+        cli_table_cell(&t, "%s", cli_fmt_seconds(a, x->comm_seconds));
+        cli_table_cell(&t, "%s", cli_fmt_seconds(a, x->saved_per_token_seconds * 1024));
+        cli_table_cell(&t, "%s tokens", cli_fmt_approx(a, x->context_len));
+    }
+    cli_table_print(&t, stdout, 2);
+    printf("estimate: DCP's extra communication costs less than the KV read it saves above");
+    for (int i = 0; i < DCP_PLAN_CROSSOVER_BATCHES; i++) {
+        const bool last = i + 1 == DCP_PLAN_CROSSOVER_BATCHES;
+        printf("%s %s%s at batch %u", i == 0 ? "" : last ? " and" : ",",
+               cli_fmt_approx(a, plan->crossover[i].context_len), i == 0 ? " tokens" : "",
+               plan->crossover[i].batch);
+    }
+    printf("\n(%s)\n", ESTIMATE_NOTE);
+}
+
+static void print_text(const dcp_deployment *dep, const struct dcp_plan *plan)
+{
+    const struct dcp_config *cfg = dcp_deployment_config(dep);
+    char line[1024];
+    print_header(dep, cfg, plan);
+    print_memory(cfg, plan);
+    print_layouts(cfg, plan);
+    print_capacity(plan);
+    print_comm(cfg, plan);
+    print_kv_read(cfg, plan);
+    print_crossover(cfg, plan);
+    verdict(cfg, plan, line, sizeof(line));
+    printf("\nverdict: %s\n", line);
+}
+
+/* ---- JSON output ------------------------------------------------------------------ */
+
+/* "key": v, or "key": null when the figure does not apply. */
+static void json_kv_uint_if(struct json_writer *w, const char *key, bool applies, uint64_t v)
+{
+    json_key(w, key);
+    if (applies)
+        json_uint(w, v);
+    else
+        json_null(w);
+}
+
+static void json_model(struct json_writer *w, const struct dcp_model_config *m)
+{
+    json_key(w, "model");
+    json_begin_object(w);
+    json_kv_string(w, "name", m->name);
+    json_kv_string(w, "attention", dcp_attention_kind_name(m->attention));
+    json_kv_uint(w, "num_layers", m->num_layers);
+    json_kv_uint(w, "num_q_heads", m->num_q_heads);
+    json_kv_uint(w, "num_kv_heads", m->num_kv_heads);
+    /* Dimensions of the other attention kind are null, not their unused defaults. */
+    const bool mla = m->attention == DCP_ATTN_MLA;
+    json_kv_uint_if(w, "head_dim", !mla, m->head_dim);
+    json_kv_uint_if(w, "kv_lora_rank", mla, m->kv_lora_rank);
+    json_kv_uint_if(w, "rope_dim", mla, m->rope_dim);
+    json_kv_string(w, "kv_dtype", dcp_dtype_name(m->kv_dtype));
+    json_kv_number(w, "num_params", m->num_params);
+    json_kv_string(w, "weight_dtype", dcp_weight_dtype_name(m->weight_dtype));
+    json_end_object(w);
+}
+
+static void json_hardware(struct json_writer *w, const struct dcp_hardware_config *hw)
+{
+    json_key(w, "hardware");
+    json_begin_object(w);
+    json_kv_string(w, "gpu", hw->gpu);
+    json_kv_number(w, "memory_bytes", hw->memory_bytes);
+    json_kv_number(w, "hbm_bandwidth", hw->hbm_bandwidth);
+    json_kv_number(w, "link_bandwidth", hw->link_bandwidth);
+    json_kv_number(w, "collective_latency_s", hw->collective_latency);
+    json_kv_uint(w, "gpus_per_node", hw->gpus_per_node);
+    json_kv_uint(w, "nodes", hw->nodes);
+    json_end_object(w);
+}
+
+static void json_parallel(struct json_writer *w, const struct dcp_config *cfg)
+{
+    const struct dcp_parallel_config *p = &cfg->parallel;
+    json_key(w, "parallel");
+    json_begin_object(w);
+    json_kv_uint(w, "tp", p->tp);
+    json_kv_uint(w, "dcp", p->dcp);
+    json_kv_uint(w, "interleave", p->interleave);
+    json_kv_string(w, "comm", dcp_comm_scheme_name(p->comm));
+    json_kv_bool(w, "replicate_q", p->replicate_q);
+    json_kv_string(w, "comm_dtype", dcp_dtype_name(p->comm_dtype));
+    json_kv_uint(w, "block_size", cfg->memory.block_size);
+    json_kv_uint(w, "q_len", cfg->workload.q_len);
+    json_end_object(w);
+}
+
+static void json_memory(struct json_writer *w, const struct dcp_plan *plan)
+{
+    const struct dcp_plan_memory *mem = &plan->memory;
+    json_key(w, "memory");
+    json_begin_object(w);
+    json_kv_number(w, "usable_bytes", mem->usable_bytes);
+    json_kv_number(w, "weight_bytes", mem->weight_bytes);
+    json_kv_number(w, "reserve_bytes", mem->reserve_bytes);
+    json_kv_number(w, "kv_budget_bytes", mem->kv_budget_bytes);
+    json_kv_bool(w, "fits", plan->dcp.pages > 0);
+    json_end_object(w);
+}
+
+static void json_layout(struct json_writer *w, const char *key, const struct dcp_plan_layout *l)
+{
+    json_key(w, key);
+    json_begin_object(w);
+    json_kv_uint(w, "dcp", l->dcp);
+    json_kv_uint(w, "kv_heads_per_gpu", l->kv_heads_per_gpu);
+    json_kv_number(w, "kv_bytes_per_token", l->kv_bytes_per_token);
+    json_kv_number(w, "replication", l->replication);
+    json_kv_uint(w, "page_bytes", l->page_bytes);
+    json_kv_uint(w, "pages", l->pages);
+    json_kv_uint(w, "local_tokens", l->local_tokens);
+    json_kv_uint(w, "context_tokens", l->context_tokens);
+    json_end_object(w);
+}
+
+static void json_contexts(struct json_writer *w, const struct dcp_plan *plan)
+{
+    json_key(w, "contexts");
+    json_begin_array(w);
+    for (uint32_t i = 0; i < plan->num_contexts; i++) {
+        const struct dcp_plan_context *c = &plan->contexts[i];
+        json_begin_object(w);
+        json_kv_uint(w, "context_len", c->context_len);
+        json_kv_uint(w, "baseline_pages", c->baseline_pages);
+        json_kv_uint(w, "dcp_pages", c->dcp_pages);
+        json_kv_uint(w, "baseline_concurrency", c->baseline_concurrency);
+        json_kv_uint(w, "dcp_concurrency", c->dcp_concurrency);
+        /* null when nothing fits without DCP */
+        json_kv_number(w, "concurrency_gain",
+                       c->baseline_concurrency
+                           ? (double)c->dcp_concurrency / (double)c->baseline_concurrency
+                           : NAN);
+        json_kv_number(w, "baseline_kv_read_bytes", c->baseline_kv_read_bytes);
+        json_kv_number(w, "dcp_kv_read_bytes", c->dcp_kv_read_bytes);
+        json_end_object(w);
+    }
+    json_end_array(w);
+}
+
+static void json_comm(struct json_writer *w, const struct dcp_plan_comm *comm)
+{
+    json_key(w, "comm");
+    json_begin_object(w);
+    json_kv_number(w, "q_gather_send", comm->q_gather_send);
+    json_kv_number(w, "q_gather_recv", comm->q_gather_recv);
+    json_kv_number(w, "lse_send", comm->lse_send);
+    json_kv_number(w, "lse_recv", comm->lse_recv);
+    json_kv_number(w, "out_send", comm->out_send);
+    json_kv_number(w, "out_recv", comm->out_recv);
+    json_kv_number(w, "total_send", comm->total_send);
+    json_kv_number(w, "total_recv", comm->total_recv);
+    json_kv_uint(w, "collectives", comm->collectives);
+    json_end_object(w);
+}
+
+static void json_crossover(struct json_writer *w, const struct dcp_plan *plan)
+{
+    json_key(w, "crossover");
+    json_begin_array(w);
+    for (int i = 0; i < DCP_PLAN_CROSSOVER_BATCHES; i++) {
+        const struct dcp_plan_crossover *x = &plan->crossover[i];
+        json_begin_object(w);
+        json_kv_uint(w, "batch", x->batch);
+        json_kv_number(w, "comm_seconds", x->comm_seconds);
+        json_kv_number(w, "saved_per_token_seconds", x->saved_per_token_seconds);
+        json_kv_number(w, "context_len", x->context_len); /* null: never (dcp 1) */
+        json_end_object(w);
+    }
+    json_end_array(w);
+}
+
+static void print_json(const dcp_deployment *dep, const struct dcp_plan *plan)
+{
+    const struct dcp_config *cfg = dcp_deployment_config(dep);
+    char line[1024];
+    struct json_writer w;
+    json_init(&w, stdout);
+    json_begin_object(&w);
+    json_kv_string(&w, "schema", PLAN_JSON_SCHEMA);
+    json_kv_string(&w, "source", dcp_deployment_source(dep));
+    json_model(&w, &cfg->model);
+    json_hardware(&w, &cfg->hardware);
+    json_parallel(&w, cfg);
+    json_kv_uint(&w, "instances", plan->instances);
+    json_memory(&w, plan);
+    json_key(&w, "layouts");
+    json_begin_object(&w);
+    json_layout(&w, "baseline", &plan->baseline);
+    json_layout(&w, "dcp", &plan->dcp);
+    json_end_object(&w);
+    json_contexts(&w, plan);
+    json_key(&w, "kv_read_per_token");
+    json_begin_object(&w);
+    json_kv_number(&w, "baseline_bytes", plan->baseline_kv_read_per_token);
+    json_kv_number(&w, "dcp_bytes", plan->dcp_kv_read_per_token);
+    json_end_object(&w);
+    json_comm(&w, &plan->comm);
+    json_crossover(&w, plan);
+    json_kv_string(&w, "estimate_note", ESTIMATE_NOTE);
+    verdict(cfg, plan, line, sizeof(line));
+    json_kv_string(&w, "verdict", line);
+    json_end_object(&w);
+    json_finish(&w);
+}
+
+/* ---- command --------------------------------------------------------------------- */
+
+struct plan_args {
+    const char *path;
+    bool json;
+    bool help;
+};
+
+/* Returns false (after printing why) on a bad command line. */
+static bool parse_args(int argc, char **argv, struct plan_args *args)
+{
+    bool bad = false;
+    *args = (struct plan_args){.path = NULL, .json = false, .help = false};
+    for (int i = 1; i < argc && !bad; i++) {
+        if (cli_opt(argc, argv, &i, "--json", NULL, &bad))
+            args->json = true;
+        else if (cli_opt(argc, argv, &i, "--help", NULL, &bad) || !strcmp(argv[i], "-h"))
+            args->help = true;
+        else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+            fprintf(stderr, "dcp-run plan: unknown option '%s'\n", argv[i]);
+            bad = true;
+        } else if (args->path) {
+            fprintf(stderr, "dcp-run plan: more than one deployment file ('%s', '%s')\n",
+                    args->path, argv[i]);
+            bad = true;
+        } else {
+            args->path = argv[i];
+        }
+    }
+    return !bad;
+}
+
+int cmd_plan(int argc, char **argv)
+{
+    struct plan_args args;
+    if (!parse_args(argc, argv, &args)) {
+        usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    if (args.help) {
+        help();
+        return CLI_EXIT_OK;
+    }
+    dcp_deployment *dep = cli_load_deployment(args.path ? args.path : cli_default_deployment());
+    if (!dep)
+        return CLI_EXIT_FAIL;
+    struct dcp_plan plan;
+    int err = dcp_plan_compute(dep, &plan);
+    if (err) {
+        fprintf(stderr, "dcp-run plan: %s: %s\n", dcp_strerror(err), dcp_last_error());
+        dcp_deployment_destroy(&dep);
+        return CLI_EXIT_FAIL;
+    }
+    if (args.json)
+        print_json(dep, &plan);
+    else
+        print_text(dep, &plan);
+    dcp_deployment_destroy(&dep);
+    return CLI_EXIT_OK;
+}

@@ -1,0 +1,203 @@
+/*
+ * plan.c: what DCP buys over plain tensor parallelism (include/dcp/plan.h).
+ *
+ * Everything here is arithmetic on the validated deployment; docs/plan.md states
+ * each formula. Two layouts are compared on the same GPUs and the same KV budget:
+ * the baseline (TP only: KV heads are split until each GPU holds one, then every
+ * further TP rank holds a copy) and DCP (the same heads, but each rank of a DCP
+ * group keeps only every N-th run of tokens). Both use pages of block_size local
+ * tokens of the GPU's KV heads, so a GPU has the same number of pages either way;
+ * DCP makes each page stand for N times as many context tokens.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "dcp/placement.h"
+#include "plan/plan_internal.h"
+#include "util/util.h"
+
+/* Batch sizes the crossover is estimated for (struct dcp_plan.crossover). */
+static const uint32_t crossover_batches[DCP_PLAN_CROSSOVER_BATCHES] = {1, 8, 64, 256};
+
+/* Bytes of one fp32 log-sum-exp value on the wire. */
+#define LSE_BYTES 4u
+
+/*
+ * KV heads one GPU stores without DCP. TP splits the KV heads over its ranks
+ * until each holds one; past that every rank holds a copy of one head. MLA has a
+ * single latent vector per token that every rank needs: one "head".
+ */
+static uint32_t kv_heads_per_gpu(const struct dcp_model_config *model, uint32_t tp)
+{
+    if (model->attention == DCP_ATTN_MLA)
+        return 1;
+    return DCP_MAX(1u, model->num_kv_heads / tp);
+}
+
+/* KV bytes one GPU stores per context token per layer without DCP. */
+static uint64_t baseline_token_layer_bytes(const struct dcp_model_config *model, uint32_t tp)
+{
+    const uint64_t size = dcp_dtype_size(model->kv_dtype);
+    if (model->attention == DCP_ATTN_MLA)
+        return (uint64_t)(model->kv_lora_rank + model->rope_dim) * size;
+    return 2u * kv_heads_per_gpu(model, tp) * (uint64_t)model->head_dim * size;
+}
+
+static void plan_memory(const struct dcp_config *cfg, struct dcp_plan_memory *mem)
+{
+    mem->usable_bytes = cfg->hardware.memory_bytes * cfg->memory.gpu_fraction;
+    mem->weight_bytes = cfg->model.num_params * dcp_weight_dtype_bytes(cfg->model.weight_dtype) /
+                        cfg->parallel.tp;
+    mem->reserve_bytes = cfg->memory.reserve_bytes;
+    mem->kv_budget_bytes = mem->usable_bytes - mem->weight_bytes - mem->reserve_bytes;
+}
+
+/* Whole pages of page_bytes that fit in budget bytes (none if the budget is not positive). */
+static uint64_t pages_in_budget(double budget, uint64_t page_bytes)
+{
+    if (!(budget > 0.0))
+        return 0;
+    return (uint64_t)floor(budget / (double)page_bytes);
+}
+
+/*
+ * One layout with DCP size dcp (1 = baseline). token_layer_bytes is the
+ * baseline's per-GPU bytes per token per layer: a page holds block_size local
+ * tokens either way, so page size and page count do not depend on dcp.
+ */
+static void plan_layout(const struct dcp_config *cfg, uint32_t dcp, uint64_t token_layer_bytes,
+                        double kv_budget, struct dcp_plan_layout *out)
+{
+    const struct dcp_model_config *model = &cfg->model;
+    const uint32_t layers = model->num_layers;
+    const uint32_t block = cfg->memory.block_size;
+    const double model_token_bytes =
+        (double)dcp_model_kv_bytes_per_token_layer(model) * (double)layers;
+
+    out->dcp = dcp;
+    out->kv_heads_per_gpu = kv_heads_per_gpu(model, cfg->parallel.tp);
+    out->kv_bytes_per_token = (double)token_layer_bytes * layers / dcp;
+    out->replication = out->kv_bytes_per_token * cfg->parallel.tp / model_token_bytes;
+    out->page_bytes = (uint64_t)block * token_layer_bytes * layers;
+    out->pages = pages_in_budget(kv_budget, out->page_bytes);
+    out->local_tokens = out->pages * block;
+    out->context_tokens = out->local_tokens * dcp;
+}
+
+/* Requests of pages_per_request pages that fit in pages (none for a 0-token request). */
+static uint64_t requests_that_fit(uint64_t pages, uint64_t pages_per_request)
+{
+    return pages_per_request ? pages / pages_per_request : 0;
+}
+
+static void plan_context(const struct dcp_config *cfg, uint64_t len, uint64_t pages,
+                         uint64_t token_layer_bytes, struct dcp_plan_context *out)
+{
+    const uint32_t block = cfg->memory.block_size;
+    const uint32_t dcp = cfg->parallel.dcp;
+    /* Rank 0 holds the largest share: local lengths differ by at most I and
+     * the leftover runs are dealt from rank 0 up. */
+    const uint64_t largest_shard = dcp_kv_local_length(len, 0, dcp, cfg->parallel.interleave);
+
+    out->context_len = len;
+    out->baseline_pages = dcp_kv_blocks_for_length(len, block, 1);
+    out->dcp_pages = dcp_kv_blocks_for_length(len, block, dcp);
+    out->baseline_concurrency = requests_that_fit(pages, out->baseline_pages);
+    out->dcp_concurrency = requests_that_fit(pages, out->dcp_pages);
+    out->baseline_kv_read_bytes = (double)len * (double)token_layer_bytes;
+    out->dcp_kv_read_bytes = (double)largest_shard * (double)token_layer_bytes;
+}
+
+/*
+ * Wire bytes per rank, per layer, per query token of the configured scheme. With
+ * n ranks in the group and h local query heads, a rank sends its share to each
+ * of the n-1 others and receives theirs:
+ *   Q AllGather: its h query vectors of qk values;
+ *   ag_rs: all n*h LSEs it computed (after the Q gather it attends for the whole
+ *          group's heads), then the ReduceScatter of h value vectors per peer;
+ *   a2a:   h value vectors plus their LSEs per peer, in one collective.
+ */
+static void plan_comm(const struct dcp_config *cfg, struct dcp_plan_comm *out)
+{
+    memset(out, 0, sizeof(*out));
+    const uint32_t n = cfg->parallel.dcp;
+    if (n == 1)
+        return;
+    uint32_t qk_dim = 0, v_dim = 0;
+    dcp_model_attention_dims(&cfg->model, &qk_dim, &v_dim);
+    const double peers = n - 1;
+    const double heads = (double)(cfg->model.num_q_heads / cfg->parallel.tp); /* H_l */
+    const double wire = dcp_dtype_size(cfg->parallel.comm_dtype);
+
+    if (!cfg->parallel.replicate_q) {
+        out->q_gather_send = out->q_gather_recv = peers * heads * qk_dim * wire;
+        out->collectives++;
+    }
+    if (cfg->parallel.comm == DCP_COMM_AG_RS) {
+        out->lse_send = out->lse_recv = peers * n * heads * LSE_BYTES;
+        out->out_send = out->out_recv = peers * heads * v_dim * wire;
+        out->collectives += 2;
+    } else {
+        out->out_send = out->out_recv = peers * heads * (v_dim * wire + LSE_BYTES);
+        out->collectives += 1;
+    }
+    out->total_send = out->q_gather_send + out->lse_send + out->out_send;
+    out->total_recv = out->q_gather_recv + out->lse_recv + out->out_recv;
+}
+
+/*
+ * Per layer and step, DCP adds communication (a fixed latency per collective plus
+ * the batch's bytes over the link) and removes reading (1 - 1/N) of every
+ * request's KV from each rank. The context length where the two are equal is the
+ * crossover; above it DCP's step is the faster one.
+ */
+static void plan_crossover(const struct dcp_config *cfg, const struct dcp_plan_comm *comm,
+                           uint64_t token_layer_bytes, uint32_t batch,
+                           struct dcp_plan_crossover *out)
+{
+    const struct dcp_hardware_config *hw = &cfg->hardware;
+    const uint32_t n = cfg->parallel.dcp;
+    const double query_tokens = (double)batch * cfg->workload.q_len;
+    const double wire_bytes = DCP_MAX(comm->total_send, comm->total_recv);
+
+    out->batch = batch;
+    out->comm_seconds = comm->collectives * hw->collective_latency +
+                        query_tokens * wire_bytes / hw->link_bandwidth;
+    out->saved_per_token_seconds =
+        batch * (1.0 - 1.0 / n) * (double)token_layer_bytes / hw->hbm_bandwidth;
+    out->context_len = n == 1 ? INFINITY : out->comm_seconds / out->saved_per_token_seconds;
+}
+
+void dcp_plan_from_config(const struct dcp_config *cfg, struct dcp_plan *plan)
+{
+    const uint32_t tp = cfg->parallel.tp;
+    const uint64_t token_layer_bytes = baseline_token_layer_bytes(&cfg->model, tp);
+
+    memset(plan, 0, sizeof(*plan));
+    plan_memory(cfg, &plan->memory);
+    const double budget = plan->memory.kv_budget_bytes;
+    plan_layout(cfg, 1, token_layer_bytes, budget, &plan->baseline);
+    plan_layout(cfg, cfg->parallel.dcp, token_layer_bytes, budget, &plan->dcp);
+
+    plan->num_contexts = cfg->workload.num_context_lengths;
+    for (uint32_t i = 0; i < plan->num_contexts; i++)
+        plan_context(cfg, cfg->workload.context_lengths[i], plan->dcp.pages, token_layer_bytes,
+                     &plan->contexts[i]);
+
+    plan_comm(cfg, &plan->comm);
+    plan->baseline_kv_read_per_token = (double)token_layer_bytes;
+    plan->dcp_kv_read_per_token = (double)token_layer_bytes / cfg->parallel.dcp;
+    for (uint32_t i = 0; i < DCP_PLAN_CROSSOVER_BATCHES; i++)
+        plan_crossover(cfg, &plan->comm, token_layer_bytes, crossover_batches[i],
+                       &plan->crossover[i]);
+
+    plan->instances = cfg->hardware.gpus_per_node * cfg->hardware.nodes / tp;
+}
+
+DCP_API int dcp_plan_compute(const dcp_deployment *dep, struct dcp_plan *plan)
+{
+    if (!dep || !plan)
+        return dcp_error(DCP_EINVAL, "dcp_plan_compute: %s is NULL", dep ? "plan" : "deployment");
+    dcp_plan_from_config(dcp_deployment_config(dep), plan);
+    return DCP_OK;
+}

@@ -1,0 +1,52 @@
+#!/bin/sh
+# plan_cli.sh DCP_RUN CONFIG: `dcp-run plan CONFIG` as text and as --json.
+# Text: exit 0, nothing on stderr, every section and the verdict present.
+# JSON: one object that parses, with the documented keys and consistent figures.
+set -u
+dcp_run=$1
+config=$2
+. "$(dirname "$0")/common.sh"
+
+"$dcp_run" plan "$config" >"$tmp/text" 2>"$tmp/err" || fail "plan $config exited $?: $(cat "$tmp/err")"
+cat "$tmp/text"
+[ -s "$tmp/err" ] && fail "plan $config wrote to stderr: $(cat "$tmp/err")"
+for section in 'Memory per GPU' 'KV layout per GPU' 'Capacity per instance' \
+        'Communication per rank' 'KV read per rank' 'Crossover estimate' 'verdict: '; do
+    grep -q "^$section" "$tmp/text" || fail "text output lacks '$section'"
+done
+
+command -v python3 >/dev/null || { echo "python3 not found: JSON not checked"; exit 77; }
+"$dcp_run" plan --json "$config" >"$tmp/json" 2>"$tmp/err" || fail "plan --json exited $?"
+python3 - "$tmp/json" <<'PY' || fail "JSON output of $config"
+import json, math, sys
+
+with open(sys.argv[1]) as f:
+    d = json.load(f)
+assert d["schema"] == "dcp-plan/1", d["schema"]
+for key in ("source", "model", "hardware", "parallel", "instances", "memory", "layouts",
+            "contexts", "kv_read_per_token", "comm", "crossover", "estimate_note", "verdict"):
+    assert key in d, "missing key " + key
+base, dcp = d["layouts"]["baseline"], d["layouts"]["dcp"]
+n = d["parallel"]["dcp"]
+assert base["dcp"] == 1 and dcp["dcp"] == n
+assert base["pages"] == dcp["pages"] and base["page_bytes"] == dcp["page_bytes"]
+assert dcp["context_tokens"] == base["context_tokens"] * n
+assert math.isclose(dcp["kv_bytes_per_token"] * n, base["kv_bytes_per_token"])
+mem = d["memory"]
+assert math.isclose(mem["kv_budget_bytes"],
+                    mem["usable_bytes"] - mem["weight_bytes"] - mem["reserve_bytes"],
+                    rel_tol=1e-9, abs_tol=1.0)
+assert len(d["contexts"]) >= 1
+for c in d["contexts"]:
+    assert c["dcp_concurrency"] >= c["baseline_concurrency"]
+    assert c["dcp_pages"] * n >= c["baseline_pages"]
+assert [x["batch"] for x in d["crossover"]] == [1, 8, 64, 256]
+if n == 1:
+    assert d["comm"]["collectives"] == 0
+    assert all(x["context_len"] is None for x in d["crossover"])
+else:
+    assert d["comm"]["collectives"] >= 1
+    assert all(x["context_len"] > 0 for x in d["crossover"])
+assert d["verdict"]
+PY
+echo "JSON ok"
