@@ -286,6 +286,13 @@ static uint64_t int_storage_max(const struct config_key *k)
     return k->flags & CONFIG_SIGNED ? (uint64_t)INT32_MAX : UINT32_MAX;
 }
 
+/* A number key's largest value in YAML units: its own bound, or what keeps the
+ * stored value (memory_gb in bytes) finite. */
+static double number_max(const struct config_key *k)
+{
+    return key_scale(k) > 1 ? DCP_MIN(k->max, DBL_MAX / key_scale(k)) : k->max;
+}
+
 /* The powers of two in [imin, imax] ("1, 2, 4, ..., 1024"). */
 static void describe_powers_of_two(struct config_text *t, const struct config_key *k)
 {
@@ -297,8 +304,11 @@ static void describe_powers_of_two(struct config_text *t, const struct config_ke
     config_text_add_values(t, values, n);
 }
 
-/* The valid values of a key in words: "1..1024", ">= 1", "> 0 and <= 1". */
-static void describe_range(struct config_text *t, const struct config_key *k)
+/*
+ * The valid values of a key in words: "1..1024", ">= 1", "> 0 and <= 1". The
+ * bound that only keeps a number finite in bytes is shown when it was the one hit.
+ */
+static void describe_range(struct config_text *t, const struct config_key *k, bool too_large)
 {
     if (k->kind == CONFIG_INT || k->kind == CONFIG_TOKEN_LIST) {
         if (k->flags & CONFIG_POW2)
@@ -311,17 +321,23 @@ static void describe_range(struct config_text *t, const struct config_key *k)
         return;
     }
     config_text_add(t, "%s %g", k->flags & CONFIG_MIN_OPEN ? ">" : ">=", k->min);
-    if (k->max < DBL_MAX)
-        config_text_add(t, " and <= %g", k->max);
+    if (k->max < DBL_MAX || (too_large && number_max(k) < DBL_MAX))
+        config_text_add(t, " and <= %g", number_max(k));
+}
+
+static void report_range(struct config_report *r, const struct config_key *k, const char *name,
+                         const char *path, struct config_pos pos, const char *shown, bool too_large)
+{
+    struct config_text valid = {0};
+    describe_range(&valid, k, too_large);
+    config_report_add(r, DCP_DIAG_ERROR, pos, path, "%s=%s is out of range; valid: %s", name, shown,
+                      valid.buf);
 }
 
 void config_report_range(struct config_report *r, const struct config_key *k, const char *name,
                          const char *path, struct config_pos pos, const char *shown)
 {
-    struct config_text valid = {0};
-    describe_range(&valid, k);
-    config_report_add(r, DCP_DIAG_ERROR, pos, path, "%s=%s is out of range; valid: %s", name, shown,
-                      valid.buf);
+    report_range(r, k, name, path, pos, shown, false);
 }
 
 bool config_check_int(struct config_report *r, const struct config_key *k, const char *name,
@@ -346,9 +362,9 @@ bool config_check_number(struct config_report *r, const struct config_key *k, co
 {
     /* Written so that NaN fails every comparison and is rejected. */
     const bool above_min = k->flags & CONFIG_MIN_OPEN ? yaml_value > k->min : yaml_value >= k->min;
-    if (above_min && yaml_value <= k->max)
+    if (above_min && yaml_value <= number_max(k))
         return true;
-    config_report_range(r, k, config_key_name(k), path, pos, shown);
+    report_range(r, k, config_key_name(k), path, pos, shown, above_min);
     return false;
 }
 

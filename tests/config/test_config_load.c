@@ -406,6 +406,10 @@ static void test_out_of_range(void **state)
                      "and <= 1");
     expect_one_error(MLA_MODEL H200 TP8_DCP8 WORKLOAD "memory:\n  reserve_gb: -1\n",
                      "t.yaml:19:15: memory.reserve_gb: reserve_gb=-1 is out of range; valid: >= 0");
+    /* Stored in bytes, memory sizes must stay finite. */
+    expect_one_error(MLA_MODEL H200 TP8_DCP8 WORKLOAD "memory:\n  reserve_gb: 1e300\n",
+                     "t.yaml:19:15: memory.reserve_gb: reserve_gb=1e300 is out of range; valid: >= 0 "
+                     "and <= 1.79769e+299");
     expect_one_error(MLA_MODEL H200 TP8_DCP8 WORKLOAD "memory:\n  block_size: 48\n",
                      "t.yaml:19:15: memory.block_size: block_size=48 is not a power of two; valid: 1, "
                      "2, 4, 8, 16, 32, 64, 128, 256, 512, 1024");
