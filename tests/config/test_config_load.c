@@ -680,6 +680,35 @@ static void test_arguments(void **state)
     dcp_diag_destroy(&d);
 }
 
+/* Every ```yaml block of docs/configuration.md is a deployment that loads. */
+static void test_documentation_examples_load(void **state)
+{
+    (void)state;
+    const char *root = getenv("DCP_SOURCE_ROOT");
+    if (!root)
+        skip();
+    char path[512];
+    snprintf(path, sizeof(path), "%s/docs/configuration.md", root);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    static char doc[64 * 1024];
+    const size_t len = fread(doc, 1, sizeof(doc) - 1, f);
+    fclose(f);
+    doc[len] = '\0';
+    int examples = 0;
+    for (char *p = strstr(doc, "```yaml\n"); p; p = strstr(p, "```yaml\n")) {
+        p += strlen("```yaml\n");
+        char *end = strstr(p, "```");
+        assert_non_null(end);
+        *end = '\0';
+        dcp_deployment *dep = expect_load(p);
+        dcp_deployment_destroy(&dep);
+        examples++;
+        p = end + 1;
+    }
+    assert_true(examples >= 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -704,6 +733,7 @@ int main(void)
         cmocka_unit_test(test_number_forms),
         cmocka_unit_test(test_error_cap),
         cmocka_unit_test(test_arguments),
+        cmocka_unit_test(test_documentation_examples_load),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
