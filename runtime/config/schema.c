@@ -1,0 +1,529 @@
+/*
+ * schema.c: every key of a deployment, in one table, and the table-driven parts
+ * of loading that do not depend on YAML: defaults, storing values, range and
+ * choice checks, and the field checks of a filled struct.
+ */
+#include <float.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "config/config_internal.h"
+
+#define ALL CONFIG_ATTN_ALL
+#define HEADS CONFIG_ATTN_HEADS
+#define MLA CONFIG_ATTN(DCP_ATTN_MLA)
+#define GQA CONFIG_ATTN(DCP_ATTN_GQA)
+
+/* Field location of a struct dcp_config member. */
+#define FIELD(f) .offset = offsetof(struct dcp_config, f), .size = sizeof(((struct dcp_config *)0)->f)
+
+#define SECTION(p, req) {.path = (p), .kind = CONFIG_SECTION, .required = (req), .applies = ALL}
+#define STRING(p, f, req) {.path = (p), .kind = CONFIG_STRING, FIELD(f), .required = (req), .applies = ALL}
+/* An integer key; lo/hi inclusive. */
+#define INT(p, f, req, app, d, lo, hi, ...) \
+    {.path = (p), .kind = CONFIG_INT, FIELD(f), .required = (req), .applies = (app), \
+     .def = (d), .imin = (lo), .imax = (hi), __VA_ARGS__}
+/* A number key in YAML units; the struct holds it times sc. */
+#define NUMBER(p, f, req, d, lo, hi, sc, ...) \
+    {.path = (p), .kind = CONFIG_NUMBER, FIELD(f), .required = (req), .applies = ALL, \
+     .def = (d), .min = (lo), .max = (hi), .scale = (sc), __VA_ARGS__}
+/* An enum key with a name for each value; n names the first n values only. */
+#define ENUM_N(p, f, d, names, n) \
+    {.path = (p), .kind = CONFIG_ENUM, FIELD(f), .applies = ALL, .def = (d), \
+     .choices = (names), .num_choices = (n)}
+#define ENUM(p, f, d, names) ENUM_N(p, f, d, names, DCP_ARRAY_SIZE(names))
+#define BOOL(p, f, d) {.path = (p), .kind = CONFIG_BOOL, FIELD(f), .applies = ALL, .def = (d)}
+
+const struct config_key config_keys[] = {
+    SECTION("model", ALL),
+    STRING("model.name", model.name, ALL),
+    {.path = "model.attention", .kind = CONFIG_ENUM, FIELD(model.attention), .required = ALL,
+     .applies = ALL, .choices = config_attention_names, .num_choices = DCP_ARRAY_SIZE(config_attention_names)},
+    INT("model.layers", model.num_layers, ALL, ALL, 0, 1, UINT32_MAX),
+    INT("model.query_heads", model.num_q_heads, ALL, ALL, 0, 1, UINT32_MAX),
+    /* MLA: 1 and MHA: query_heads when not given (CONFIG_DERIVED); rules.c checks them. */
+    INT("model.kv_heads", model.num_kv_heads, GQA, ALL, 0, 1, UINT32_MAX, .flags = CONFIG_DERIVED),
+    INT("model.head_dim", model.head_dim, HEADS, HEADS, 0, 1, 1024),
+    INT("model.kv_lora_rank", model.kv_lora_rank, 0, MLA, 512, 1, 4096),
+    INT("model.rope_dim", model.rope_dim, 0, MLA, 64, 0, 1024),
+    INT("model.qk_nope_head_dim", model.qk_nope_head_dim, 0, MLA, 128, 1, 4096),
+    NUMBER("model.softmax_scale", model.softmax_scale, 0, 0, 0, DBL_MAX, 1,
+           .flags = CONFIG_DERIVED | CONFIG_MIN_OPEN),
+    ENUM("model.kv_dtype", model.kv_dtype, DCP_DTYPE_BF16, config_dtype_names),
+    NUMBER("model.kv_scale", model.kv_scale, 0, 1, 0, DBL_MAX, 1, .flags = CONFIG_MIN_OPEN),
+    {.path = "model.parameters", .kind = CONFIG_PARAM_COUNT, FIELD(model.num_params),
+     .applies = ALL, .min = 0, .max = DBL_MAX, .scale = 1},
+    ENUM("model.weight_dtype", model.weight_dtype, DCP_WEIGHT_BF16,
+         config_weight_dtype_names),
+
+    SECTION("hardware", ALL),
+    STRING("hardware.gpu", hardware.gpu, ALL),
+    NUMBER("hardware.memory_gb", hardware.memory_bytes, ALL, 0, 0, DBL_MAX, 1e9,
+           .flags = CONFIG_MIN_OPEN),
+    NUMBER("hardware.hbm_gbps", hardware.hbm_bandwidth, ALL, 0, 0, DBL_MAX, 1e9,
+           .flags = CONFIG_MIN_OPEN),
+    NUMBER("hardware.link_gbps", hardware.link_bandwidth, ALL, 0, 0, DBL_MAX, 1e9,
+           .flags = CONFIG_MIN_OPEN),
+    NUMBER("hardware.collective_latency_us", hardware.collective_latency, 0, 20, 0, DBL_MAX, 1e-6),
+    INT("hardware.gpus_per_node", hardware.gpus_per_node, 0, ALL, 8, 1, UINT32_MAX),
+    INT("hardware.nodes", hardware.nodes, 0, ALL, 1, 1, UINT32_MAX),
+
+    SECTION("parallel", ALL),
+    INT("parallel.tp", parallel.tp, ALL, ALL, 0, 1, UINT32_MAX),
+    INT("parallel.dcp", parallel.dcp, 0, ALL, 1, 1, UINT32_MAX),
+    INT("parallel.interleave", parallel.interleave, 0, ALL, 1, 1, UINT32_MAX),
+    ENUM("parallel.comm", parallel.comm, DCP_COMM_A2A, config_comm_names),
+    BOOL("parallel.replicate_q", parallel.replicate_q, 0),
+    /* The first three dtype names: fp8 is not a wire type. */
+    ENUM_N("parallel.comm_dtype", parallel.comm_dtype, DCP_DTYPE_BF16, config_dtype_names, 3),
+
+    SECTION("memory", 0),
+    NUMBER("memory.gpu_fraction", memory.gpu_fraction, 0, 0.9, 0, 1, 1, .flags = CONFIG_MIN_OPEN),
+    INT("memory.block_size", memory.block_size, 0, ALL, 64, 1, 1024, .flags = CONFIG_POW2),
+    NUMBER("memory.reserve_gb", memory.reserve_bytes, 0, 4, 0, DBL_MAX, 1e9),
+
+    SECTION("workload", ALL),
+    {.path = "workload.context_lengths", .kind = CONFIG_TOKEN_LIST, FIELD(workload.context_lengths),
+     .count_offset = offsetof(struct dcp_config, workload.num_context_lengths),
+     .max_count = DCP_MAX_CONTEXT_LENGTHS, .required = ALL, .applies = ALL, .imin = 1,
+     .imax = UINT64_MAX},
+    INT("workload.requests", workload.requests, 0, ALL, 64, 1, UINT32_MAX),
+    INT("workload.decode_steps", workload.decode_steps, 0, ALL, 16, 1, UINT32_MAX),
+    INT("workload.q_len", workload.q_len, 0, ALL, 1, 1, 64),
+    INT("workload.seed", workload.seed, 0, ALL, 1, 0, UINT64_MAX),
+    {.path = "workload.trace", .kind = CONFIG_PATH, FIELD(workload.trace), .applies = ALL},
+
+    SECTION("runtime", 0),
+    ENUM("runtime.backend", runtime.backend, DCP_BACKEND_AUTO, config_backend_names),
+    SECTION("runtime.host", 0),
+    INT("runtime.host.threads", runtime.host.threads, 0, ALL, 0, 0, UINT32_MAX),
+    NUMBER("runtime.host.memory_mb", runtime.host.memory_bytes, 0, 0, 0, DBL_MAX, 1e6),
+    SECTION("runtime.cuda", 0),
+    ENUM("runtime.cuda.comm", runtime.cuda.comm, DCP_CUDA_COMM_AUTO, config_cuda_comm_names),
+    INT("runtime.cuda.device", runtime.cuda.device, 0, ALL, 0, 0, INT32_MAX, .flags = CONFIG_SIGNED),
+    NUMBER("runtime.cuda.nccl_timeout_s", runtime.cuda.nccl_timeout_s, 0, 120, 0, DBL_MAX, 1,
+           .flags = CONFIG_MIN_OPEN),
+    BOOL("runtime.cuda.vmm", runtime.cuda.use_vmm, 1),
+};
+
+const size_t config_key_count = DCP_ARRAY_SIZE(config_keys);
+
+_Static_assert(DCP_ARRAY_SIZE(config_keys) <= CONFIG_KEY_MAX, "grow CONFIG_KEY_MAX");
+/* Enums are stored through an int. */
+_Static_assert(sizeof(enum dcp_attention_kind) == sizeof(int) && sizeof(enum dcp_dtype) == sizeof(int) &&
+                   sizeof(enum dcp_weight_dtype) == sizeof(int) &&
+                   sizeof(enum dcp_comm_scheme) == sizeof(int) &&
+                   sizeof(enum dcp_backend_kind) == sizeof(int) &&
+                   sizeof(enum dcp_cuda_comm) == sizeof(int),
+               "enum fields are int-sized");
+
+/* ---- Looking keys up ---------------------------------------------------- */
+
+const char *config_key_name(const struct config_key *k)
+{
+    const char *dot = strrchr(k->path, '.');
+    return dot ? dot + 1 : k->path;
+}
+
+size_t config_key_index(const struct config_key *k) { return (size_t)(k - config_keys); }
+
+bool config_key_is_under(const struct config_key *k, const char *parent)
+{
+    const size_t n = strlen(parent);
+    const char *leaf = config_key_name(k);
+    if (n == 0)
+        return leaf == k->path;
+    return (size_t)(leaf - k->path) == n + 1 && memcmp(k->path, parent, n) == 0;
+}
+
+const struct config_key *config_key_find(const char *path)
+{
+    for (size_t i = 0; i < config_key_count; i++)
+        if (strcmp(config_keys[i].path, path) == 0)
+            return &config_keys[i];
+    return NULL;
+}
+
+const struct config_key *config_key_child(const char *parent, const char *name, size_t len)
+{
+    for (size_t i = 0; i < config_key_count; i++) {
+        const struct config_key *k = &config_keys[i];
+        const char *leaf = config_key_name(k);
+        if (strlen(leaf) == len && memcmp(leaf, name, len) == 0 && config_key_is_under(k, parent))
+            return k;
+    }
+    return NULL;
+}
+
+const struct config_key *config_key_parent(const struct config_key *k)
+{
+    const char *leaf = config_key_name(k);
+    if (leaf == k->path)
+        return NULL;
+    const size_t n = (size_t)(leaf - k->path) - 1;
+    for (size_t i = 0; i < config_key_count; i++)
+        if (strlen(config_keys[i].path) == n && memcmp(config_keys[i].path, k->path, n) == 0)
+            return &config_keys[i];
+    return NULL;
+}
+
+bool config_attention_valid(enum dcp_attention_kind attn)
+{
+    return (int)attn >= 0 && (size_t)attn < DCP_ARRAY_SIZE(config_attention_names);
+}
+
+bool config_key_required_for(const struct config_key *k, enum dcp_attention_kind attn)
+{
+    return (k->required & CONFIG_ATTN(attn)) != 0;
+}
+
+/* ---- Storing and loading field values ------------------------------------ */
+
+static void *field_of(struct dcp_config *cfg, const struct config_key *k)
+{
+    return (char *)cfg + k->offset;
+}
+
+static const void *cfield_of(const struct dcp_config *cfg, const struct config_key *k)
+{
+    return (const char *)cfg + k->offset;
+}
+
+static double key_scale(const struct config_key *k) { return k->scale != 0 ? k->scale : 1.0; }
+
+void config_store_int(struct dcp_config *cfg, const struct config_key *k, uint64_t u)
+{
+    void *f = field_of(cfg, k);
+    if (k->kind == CONFIG_BOOL) {
+        const bool b = u != 0;
+        memcpy(f, &b, sizeof(b));
+    } else if (k->kind == CONFIG_ENUM) {
+        const int e = (int)u;
+        memcpy(f, &e, sizeof(e));
+    } else if (k->size == sizeof(uint64_t)) {
+        memcpy(f, &u, sizeof(u));
+    } else {
+        /* 32-bit fields; a signed one only receives values up to INT32_MAX. */
+        const uint32_t v = (uint32_t)u;
+        memcpy(f, &v, sizeof(v));
+    }
+}
+
+void config_store_number(struct dcp_config *cfg, const struct config_key *k, double yaml_value)
+{
+    const double v = yaml_value * key_scale(k);
+    memcpy(field_of(cfg, k), &v, sizeof(v));
+}
+
+void config_store_string(struct dcp_config *cfg, const struct config_key *k, const char *s)
+{
+    memcpy(field_of(cfg, k), &s, sizeof(s));
+}
+
+/* An unsigned integer field of 4 or 8 bytes (a signed one comes back as its bit pattern). */
+static uint64_t load_uint(const struct dcp_config *cfg, const struct config_key *k)
+{
+    const void *f = cfield_of(cfg, k);
+    if (k->size == sizeof(uint64_t)) {
+        uint64_t v;
+        memcpy(&v, f, sizeof(v));
+        return v;
+    }
+    uint32_t v;
+    memcpy(&v, f, sizeof(v));
+    return v;
+}
+
+static int load_enum(const struct dcp_config *cfg, const struct config_key *k)
+{
+    int e;
+    memcpy(&e, cfield_of(cfg, k), sizeof(e));
+    return e;
+}
+
+static double load_number(const struct dcp_config *cfg, const struct config_key *k)
+{
+    double v;
+    memcpy(&v, cfield_of(cfg, k), sizeof(v));
+    return v / key_scale(k);
+}
+
+const char *config_load_string(const struct dcp_config *cfg, const struct config_key *k)
+{
+    const char *s;
+    memcpy(&s, cfield_of(cfg, k), sizeof(s));
+    return s;
+}
+
+DCP_API void dcp_config_defaults(struct dcp_config *cfg)
+{
+    if (!cfg)
+        return;
+    memset(cfg, 0, sizeof(*cfg));
+    for (size_t i = 0; i < config_key_count; i++) {
+        const struct config_key *k = &config_keys[i];
+        switch (k->kind) {
+        case CONFIG_INT:
+        case CONFIG_ENUM:
+        case CONFIG_BOOL: config_store_int(cfg, k, (uint64_t)k->def); break;
+        case CONFIG_NUMBER:
+        case CONFIG_PARAM_COUNT: config_store_number(cfg, k, k->def); break;
+        case CONFIG_SECTION:
+        case CONFIG_STRING:
+        case CONFIG_PATH:
+        case CONFIG_TOKEN_LIST: break; /* NULL / empty */
+        }
+    }
+}
+
+/* ---- Checking values ----------------------------------------------------- */
+
+/* The largest value an integer key's field can hold. */
+static uint64_t int_storage_max(const struct config_key *k)
+{
+    if (k->kind == CONFIG_TOKEN_LIST || k->size == sizeof(uint64_t))
+        return UINT64_MAX;
+    return k->flags & CONFIG_SIGNED ? (uint64_t)INT32_MAX : UINT32_MAX;
+}
+
+/* A number key's largest value in YAML units: its own bound, or what keeps the
+ * stored value (memory_gb in bytes) finite. */
+static double number_max(const struct config_key *k)
+{
+    return key_scale(k) > 1 ? DCP_MIN(k->max, DBL_MAX / key_scale(k)) : k->max;
+}
+
+/* The powers of two in [imin, imax] ("1, 2, 4, ..., 1024"). */
+static void describe_powers_of_two(struct config_text *t, const struct config_key *k)
+{
+    uint64_t values[64];
+    size_t n = 0;
+    for (uint64_t p = 1; p && p <= k->imax; p <<= 1)
+        if (p >= k->imin)
+            values[n++] = p;
+    config_text_add_values(t, values, n);
+}
+
+/*
+ * The valid values of a key in words: "1..1024", ">= 1", "> 0 and <= 1". The
+ * bound that only keeps a number finite in bytes is shown when it was the one hit.
+ */
+static void describe_range(struct config_text *t, const struct config_key *k, bool too_large)
+{
+    if (k->kind == CONFIG_INT || k->kind == CONFIG_TOKEN_LIST) {
+        if (k->flags & CONFIG_POW2)
+            describe_powers_of_two(t, k);
+        else if (k->imax == int_storage_max(k))
+            config_text_add(t, ">= %llu", (unsigned long long)k->imin);
+        else
+            config_text_add(t, "%llu..%llu", (unsigned long long)k->imin,
+                            (unsigned long long)k->imax);
+        return;
+    }
+    config_text_add(t, "%s %g", k->flags & CONFIG_MIN_OPEN ? ">" : ">=", k->min);
+    if (k->max < DBL_MAX || (too_large && number_max(k) < DBL_MAX))
+        config_text_add(t, " and <= %g", number_max(k));
+}
+
+static void report_range(struct config_report *r, const struct config_key *k, const char *name,
+                         const char *path, struct config_pos pos, const char *shown, bool too_large)
+{
+    struct config_text valid = {0};
+    describe_range(&valid, k, too_large);
+    config_report_add(r, DCP_DIAG_ERROR, pos, path, "%s=%s is out of range; valid: %s", name, shown,
+                      valid.buf);
+}
+
+void config_report_range(struct config_report *r, const struct config_key *k, const char *name,
+                         const char *path, struct config_pos pos, const char *shown)
+{
+    report_range(r, k, name, path, pos, shown, false);
+}
+
+bool config_check_int(struct config_report *r, const struct config_key *k, const char *name,
+                      const char *path, struct config_pos pos, uint64_t u, const char *shown)
+{
+    if (u < k->imin || u > k->imax) {
+        config_report_range(r, k, name, path, pos, shown);
+        return false;
+    }
+    if ((k->flags & CONFIG_POW2) && (u & (u - 1)) != 0) {
+        struct config_text valid = {0};
+        describe_powers_of_two(&valid, k);
+        config_report_add(r, DCP_DIAG_ERROR, pos, path, "%s=%s is not a power of two; valid: %s",
+                          name, shown, valid.buf);
+        return false;
+    }
+    return true;
+}
+
+bool config_check_number(struct config_report *r, const struct config_key *k, const char *path,
+                         struct config_pos pos, double yaml_value, const char *shown)
+{
+    /* Written so that NaN fails every comparison and is rejected. */
+    const bool above_min = k->flags & CONFIG_MIN_OPEN ? yaml_value > k->min : yaml_value >= k->min;
+    if (above_min && yaml_value <= number_max(k))
+        return true;
+    report_range(r, k, config_key_name(k), path, pos, shown, above_min);
+    return false;
+}
+
+void config_report_choice(struct config_report *r, const struct config_key *k, const char *path,
+                          struct config_pos pos, const char *shown)
+{
+    struct config_text valid = {0};
+    for (unsigned i = 0; i < k->num_choices; i++)
+        config_text_add(&valid, "%s%s", i ? ", " : "", k->choices[i]);
+    config_report_add(r, DCP_DIAG_ERROR, pos, path, "invalid value %s; valid: %s", shown, valid.buf);
+}
+
+void config_report_too_many(struct config_report *r, const struct config_key *k, const char *path,
+                            struct config_pos pos, size_t count)
+{
+    config_report_add(r, DCP_DIAG_ERROR, pos, path, "too many entries: %zu given, at most %zu", count,
+                      k->max_count);
+}
+
+const char *config_key_word(const struct config_key *k)
+{
+    return config_key_parent(k) ? "key" : "section";
+}
+
+void config_report_missing(struct config_report *r, const struct config_key *k,
+                           struct config_pos pos)
+{
+    const char *what = config_key_word(k);
+    if (k->required == CONFIG_ATTN_ALL) {
+        config_report_add(r, DCP_DIAG_ERROR, pos, k->path, "missing required %s '%s'", what,
+                          config_key_name(k));
+        return;
+    }
+    struct config_text kinds = {0};
+    for (unsigned a = 0; a < DCP_ARRAY_SIZE(config_attention_names); a++)
+        if (k->required & CONFIG_ATTN(a))
+            config_text_add(&kinds, "%s%s", kinds.len ? "/" : "", config_attention_names[a]);
+    config_report_add(r, DCP_DIAG_ERROR, pos, k->path, "missing required %s '%s' (required for %s)",
+                      what, config_key_name(k), kinds.buf);
+}
+
+/* ---- Checking a filled struct (dcp_deployment_from_config) --------------- */
+
+static const struct config_pos no_pos = {0, 0};
+
+/* Whether a field holds its "not set" value: 0, NULL or an empty list. */
+static bool field_unset(const struct dcp_config *cfg, const struct config_key *k)
+{
+    switch (k->kind) {
+    case CONFIG_STRING:
+    case CONFIG_PATH: return config_load_string(cfg, k) == NULL;
+    case CONFIG_INT: return load_uint(cfg, k) == 0;
+    case CONFIG_NUMBER:
+    case CONFIG_PARAM_COUNT: return load_number(cfg, k) == 0.0;
+    case CONFIG_TOKEN_LIST: {
+        uint32_t n;
+        memcpy(&n, (const char *)cfg + k->count_offset, sizeof(n));
+        return n == 0;
+    }
+    case CONFIG_ENUM:
+    case CONFIG_BOOL:
+    case CONFIG_SECTION: return false;
+    }
+    return false;
+}
+
+static bool check_token_list_field(struct config_report *r, const struct dcp_config *cfg,
+                                   const struct config_key *k)
+{
+    uint32_t n;
+    memcpy(&n, (const char *)cfg + k->count_offset, sizeof(n));
+    if (n > k->max_count) {
+        config_report_too_many(r, k, k->path, no_pos, n);
+        return false;
+    }
+    const uint64_t *values = cfield_of(cfg, k);
+    bool ok = true;
+    for (uint32_t i = 0; i < n; i++) {
+        char name[64], path[96], shown[24];
+        snprintf(name, sizeof(name), "%s[%u]", config_key_name(k), i);
+        snprintf(path, sizeof(path), "%s[%u]", k->path, i);
+        snprintf(shown, sizeof(shown), "%llu", (unsigned long long)values[i]);
+        ok &= config_check_int(r, k, name, path, no_pos, values[i], shown);
+    }
+    return ok;
+}
+
+/* Checks one set field of a filled struct against its key. */
+static bool check_field_value(struct config_report *r, const struct dcp_config *cfg,
+                              const struct config_key *k)
+{
+    char shown[40];
+    switch (k->kind) {
+    case CONFIG_STRING:
+    case CONFIG_PATH:
+        if (config_load_string(cfg, k)[0] != '\0')
+            return true;
+        config_report_add(r, DCP_DIAG_ERROR, no_pos, k->path, "must not be empty");
+        return false;
+    case CONFIG_INT: {
+        const uint64_t u = load_uint(cfg, k);
+        if ((k->flags & CONFIG_SIGNED) && (int32_t)u < 0) {
+            snprintf(shown, sizeof(shown), "%d", (int)(int32_t)u);
+            config_report_range(r, k, config_key_name(k), k->path, no_pos, shown);
+            return false;
+        }
+        snprintf(shown, sizeof(shown), "%llu", (unsigned long long)u);
+        return config_check_int(r, k, config_key_name(k), k->path, no_pos, u, shown);
+    }
+    case CONFIG_NUMBER:
+    case CONFIG_PARAM_COUNT: {
+        const double v = load_number(cfg, k);
+        snprintf(shown, sizeof(shown), "%g", v);
+        return config_check_number(r, k, k->path, no_pos, v, shown);
+    }
+    case CONFIG_ENUM: {
+        const int e = load_enum(cfg, k);
+        if (e >= 0 && (unsigned)e < k->num_choices)
+            return true;
+        snprintf(shown, sizeof(shown), "%d", e);
+        config_report_choice(r, k, k->path, no_pos, shown);
+        return false;
+    }
+    case CONFIG_TOKEN_LIST: return check_token_list_field(r, cfg, k);
+    case CONFIG_BOOL:
+    case CONFIG_SECTION: return true;
+    }
+    return true;
+}
+
+void config_check_fields(struct config_report *r, const struct dcp_config *cfg,
+                         unsigned char state[CONFIG_KEY_MAX])
+{
+    memset(state, CONFIG_ABSENT, CONFIG_KEY_MAX);
+    const enum dcp_attention_kind attn = cfg->model.attention;
+    const bool attn_known = config_attention_valid(attn);
+    for (size_t i = 0; i < config_key_count; i++) {
+        const struct config_key *k = &config_keys[i];
+        if (k->kind == CONFIG_SECTION)
+            continue;
+        const bool depends_on_attention = k->applies != CONFIG_ATTN_ALL ||
+                                          (k->required != 0 && k->required != CONFIG_ATTN_ALL);
+        if (depends_on_attention && !attn_known) {
+            state[i] = CONFIG_BAD; /* cannot tell what it should be */
+            continue;
+        }
+        if (attn_known && !(k->applies & CONFIG_ATTN(attn)))
+            continue; /* ignored for this attention kind */
+        const bool required = attn_known ? config_key_required_for(k, attn)
+                                         : k->required == CONFIG_ATTN_ALL;
+        if (field_unset(cfg, k)) {
+            if (required) {
+                config_report_missing(r, k, no_pos);
+                state[i] = CONFIG_BAD;
+                continue;
+            }
+            if (k->flags & CONFIG_DERIVED || k->kind == CONFIG_PATH)
+                continue; /* derived later / no trace */
+        }
+        state[i] = check_field_value(r, cfg, k) ? CONFIG_SET : CONFIG_BAD;
+    }
+}

@@ -1,0 +1,797 @@
+/*
+ * yaml_loader.c: YAML text -> struct dcp_config, driven by the schema table.
+ *
+ * libyaml composes the document; aliases are rejected first (a shared node would
+ * make positions in messages point at the anchor, and can form cycles). The walker matches each mapping key against the schema rows under
+ * the current section and parses the value by the row's kind; it reports every
+ * problem with the position of the node to blame and keeps going. libyaml accepts
+ * duplicate keys silently, so the walker remembers where each key was seen.
+ */
+#include <ctype.h>
+#include <locale.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <yaml.h>
+
+#include "config/config_internal.h"
+
+struct yaml_loader {
+    struct config_report *report;
+    struct dcp_config cfg;
+    yaml_document_t doc;
+    bool have_doc;
+    const yaml_node_t *root;
+    const char *base_dir;                         ///< Relative paths are resolved here (NULL: cwd).
+    locale_t c_locale;                            ///< Numbers are parsed in the C locale.
+    const yaml_node_t *key_node[CONFIG_KEY_MAX];  ///< Where each key was written (NULL: absent).
+    const yaml_node_t *value_node[CONFIG_KEY_MAX];
+    unsigned char state[CONFIG_KEY_MAX];          ///< enum config_key_state per key.
+    char *resolved[CONFIG_KEY_MAX];               ///< Owned resolved paths of CONFIG_PATH keys.
+    bool out_of_memory;
+};
+
+/* Shown text of a scalar is cut after this many bytes. */
+enum { SHOW_MAX = 40, SHOW_BUF = 4 * SHOW_MAX + 8 };
+
+static struct config_pos pos_of_mark(yaml_mark_t m)
+{
+    return (struct config_pos){(unsigned)m.line + 1, (unsigned)m.column + 1};
+}
+
+static struct config_pos pos_of(const yaml_node_t *node) { return pos_of_mark(node->start_mark); }
+
+static const yaml_node_t *node_at(struct yaml_loader *L, int index)
+{
+    return yaml_document_get_node(&L->doc, index);
+}
+
+static const char *scalar_text(const yaml_node_t *n) { return (const char *)n->data.scalar.value; }
+
+static size_t scalar_len(const yaml_node_t *n) { return n->data.scalar.length; }
+
+static bool is_plain(const yaml_node_t *n)
+{
+    return n->type == YAML_SCALAR_NODE && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+}
+
+/*
+ * Text for a message: control characters escaped, cut after SHOW_MAX bytes (at a
+ * UTF-8 character boundary) with "...", wrapped in quote unless quote is 0.
+ */
+static void show_text(const char *s, size_t len, char quote, char out[SHOW_BUF])
+{
+    size_t cut = len;
+    if (cut > SHOW_MAX) {
+        cut = SHOW_MAX;
+        while (cut > 0 && ((unsigned char)s[cut] & 0xC0) == 0x80)
+            cut--;
+    }
+    size_t o = 0;
+    if (quote)
+        out[o++] = quote;
+    for (size_t i = 0; i < cut; i++) {
+        const unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f || c == '\\' || c == (unsigned char)quote)
+            o += (size_t)snprintf(out + o, SHOW_BUF - o, "\\x%02x", c);
+        else
+            out[o++] = (char)c;
+    }
+    if (cut < len) {
+        memcpy(out + o, "...", 3);
+        o += 3;
+    }
+    if (quote)
+        out[o++] = quote;
+    out[o] = '\0';
+}
+
+/* What a node is, for "got ...": "\"x\"", "an empty value", "a list", "a mapping". */
+static void describe_node(const yaml_node_t *n, bool want_scalar_type, char out[SHOW_BUF + 32])
+{
+    if (n->type == YAML_MAPPING_NODE) {
+        strcpy(out, "a mapping");
+    } else if (n->type == YAML_SEQUENCE_NODE) {
+        strcpy(out, "a list");
+    } else if (is_plain(n) && scalar_len(n) == 0) {
+        strcpy(out, "an empty value");
+    } else {
+        show_text(scalar_text(n), scalar_len(n), '"', out);
+        /* tp: "8" is a string in YAML; say so, or the message looks absurd. */
+        if (want_scalar_type && !is_plain(n))
+            strcat(out, " (quoted, so a string)");
+    }
+}
+
+/* "an integer", "one of mla, gqa, mha", ... */
+static void describe_expected(const struct config_key *k, struct config_text *t)
+{
+    switch (k->kind) {
+    case CONFIG_SECTION: config_text_add(t, "a mapping"); return;
+    case CONFIG_STRING:
+    case CONFIG_PATH: config_text_add(t, "a string"); return;
+    case CONFIG_INT: config_text_add(t, "an integer"); return;
+    case CONFIG_NUMBER: config_text_add(t, "a number"); return;
+    case CONFIG_PARAM_COUNT: config_text_add(t, "a parameter count such as 671B or 1.04T"); return;
+    case CONFIG_BOOL: config_text_add(t, "true or false"); return;
+    case CONFIG_TOKEN_LIST: config_text_add(t, "a list of token counts such as [32k, 128k]"); return;
+    case CONFIG_ENUM:
+        config_text_add(t, "one of ");
+        for (unsigned i = 0; i < k->num_choices; i++)
+            config_text_add(t, "%s%s", i ? ", " : "", k->choices[i]);
+        return;
+    }
+}
+
+static void type_error_as(struct yaml_loader *L, const char *path, const char *expected,
+                          const yaml_node_t *n, bool want_scalar_type)
+{
+    char got[SHOW_BUF + 32];
+    describe_node(n, want_scalar_type, got);
+    config_report_add(L->report, DCP_DIAG_ERROR, pos_of(n), path, "expected %s, got %s", expected, got);
+}
+
+static void type_error(struct yaml_loader *L, const struct config_key *k, const yaml_node_t *n)
+{
+    struct config_text expected = {0};
+    describe_expected(k, &expected);
+    const bool wants_text = k->kind == CONFIG_STRING || k->kind == CONFIG_PATH || k->kind == CONFIG_ENUM;
+    type_error_as(L, k->path, expected.buf, n, !wants_text);
+}
+
+/* ---- Scalar syntax ------------------------------------------------------- */
+
+enum int_parse { INT_OK, INT_SYNTAX, INT_RANGE };
+
+/* A decimal integer with an optional sign; negative values are out of range. */
+static enum int_parse parse_uint(const char *s, size_t len, uint64_t *out)
+{
+    size_t i = 0;
+    bool negative = false;
+    if (len > 0 && (s[0] == '+' || s[0] == '-')) {
+        negative = s[0] == '-';
+        i = 1;
+    }
+    if (i == len)
+        return INT_SYNTAX;
+    uint64_t v = 0;
+    bool overflow = false;
+    for (; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return INT_SYNTAX;
+        const unsigned digit = (unsigned)(s[i] - '0');
+        if (v > (UINT64_MAX - digit) / 10)
+            overflow = true;
+        else
+            v = v * 10 + digit;
+    }
+    if (overflow || (negative && v != 0))
+        return INT_RANGE;
+    *out = v;
+    return INT_OK;
+}
+
+/* A token count: an integer with an optional binary suffix, k/K (1024) or M (1048576). */
+static enum int_parse parse_token_count(const char *s, size_t len, uint64_t *out)
+{
+    uint64_t mult = 1;
+    if (len > 0 && (s[len - 1] == 'k' || s[len - 1] == 'K'))
+        mult = 1024;
+    else if (len > 0 && s[len - 1] == 'M')
+        mult = 1024 * 1024;
+    const enum int_parse p = parse_uint(s, mult == 1 ? len : len - 1, out);
+    if (p != INT_OK)
+        return p;
+    if (*out > UINT64_MAX / mult)
+        return INT_RANGE;
+    *out *= mult;
+    return INT_OK;
+}
+
+static size_t skip_digits(const char *s, size_t len, size_t i)
+{
+    while (i < len && s[i] >= '0' && s[i] <= '9')
+        i++;
+    return i;
+}
+
+/* YAML 1.2 core schema decimal: [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)? */
+static bool is_decimal(const char *s, size_t len)
+{
+    size_t i = 0;
+    if (i < len && (s[i] == '+' || s[i] == '-'))
+        i++;
+    const size_t int_start = i;
+    i = skip_digits(s, len, i);
+    const bool int_digits = i > int_start;
+    bool frac_digits = false;
+    if (i < len && s[i] == '.') {
+        const size_t frac_start = ++i;
+        i = skip_digits(s, len, i);
+        frac_digits = i > frac_start;
+    }
+    if (!int_digits && !frac_digits)
+        return false;
+    if (i < len && (s[i] == 'e' || s[i] == 'E')) {
+        i++;
+        if (i < len && (s[i] == '+' || s[i] == '-'))
+            i++;
+        const size_t exp_start = i;
+        i = skip_digits(s, len, i);
+        if (i == exp_start)
+            return false;
+    }
+    return i == len;
+}
+
+/* A finite decimal number, parsed in the C locale whatever the application set. */
+static bool parse_number(const struct yaml_loader *L, const char *s, size_t len, double *out)
+{
+    char buf[64];
+    if (len >= sizeof(buf) || !is_decimal(s, len))
+        return false;
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    const double v = strtod_l(buf, NULL, L->c_locale);
+    if (!isfinite(v))
+        return false;
+    *out = v;
+    return true;
+}
+
+/* A number with an optional decimal suffix M (1e6), B (1e9) or T (1e12): 671B, 1.04T. */
+static bool parse_param_count(const struct yaml_loader *L, const char *s, size_t len, double *out)
+{
+    static const struct {
+        char suffix;
+        double mult;
+    } suffixes[] = {{'M', 1e6}, {'B', 1e9}, {'T', 1e12}};
+    double mult = 1.0;
+    for (size_t i = 0; i < DCP_ARRAY_SIZE(suffixes) && len > 0; i++) {
+        if (s[len - 1] == suffixes[i].suffix) {
+            mult = suffixes[i].mult;
+            len--;
+            break;
+        }
+    }
+    if (!parse_number(L, s, len, out))
+        return false;
+    *out *= mult;
+    return true;
+}
+
+static bool parse_bool(const char *s, size_t len, bool *out)
+{
+    static const struct {
+        const char *text;
+        bool value;
+    } words[] = {{"true", true}, {"false", false}, {"yes", true}, {"no", false}};
+    for (size_t i = 0; i < DCP_ARRAY_SIZE(words); i++) {
+        if (strlen(words[i].text) == len && strncasecmp(s, words[i].text, len) == 0) {
+            *out = words[i].value;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* ---- Values -------------------------------------------------------------- */
+
+/* Integers, and the entries of token lists (name/path carry the index). */
+static bool load_int_node(struct yaml_loader *L, const struct config_key *k, const yaml_node_t *n,
+                          const char *name, const char *path, uint64_t *out)
+{
+    const bool token = k->kind == CONFIG_TOKEN_LIST;
+    enum int_parse p = INT_SYNTAX;
+    if (is_plain(n))
+        p = token ? parse_token_count(scalar_text(n), scalar_len(n), out)
+                  : parse_uint(scalar_text(n), scalar_len(n), out);
+    if (p == INT_SYNTAX) {
+        type_error_as(L, path, token ? "a token count such as 4096, 128k or 1M" : "an integer", n, true);
+        return false;
+    }
+    char shown[SHOW_BUF];
+    show_text(scalar_text(n), scalar_len(n), 0, shown);
+    if (p == INT_RANGE) {
+        config_report_range(L->report, k, name, path, pos_of(n), shown);
+        return false;
+    }
+    return config_check_int(L->report, k, name, path, pos_of(n), *out, shown);
+}
+
+static bool load_token_list(struct yaml_loader *L, const struct config_key *k, const yaml_node_t *n)
+{
+    if (n->type != YAML_SEQUENCE_NODE) {
+        type_error(L, k, n);
+        return false;
+    }
+    const yaml_node_item_t *items = n->data.sequence.items.start;
+    const size_t count = (size_t)(n->data.sequence.items.top - items);
+    if (count == 0) {
+        config_report_add(L->report, DCP_DIAG_ERROR, pos_of(n), k->path,
+                          "empty list; give at least one token count");
+        return false;
+    }
+    uint64_t *values = (uint64_t *)((char *)&L->cfg + k->offset);
+    uint32_t stored = 0;
+    bool ok = true;
+    for (size_t i = 0; i < count; i++) {
+        const yaml_node_t *item = node_at(L, items[i]);
+        char name[64], path[96];
+        snprintf(name, sizeof(name), "%s[%zu]", config_key_name(k), i);
+        snprintf(path, sizeof(path), "%s[%zu]", k->path, i);
+        if (i == k->max_count) {
+            config_report_too_many(L->report, k, path, pos_of(item), count);
+            ok = false;
+            break;
+        }
+        if (load_int_node(L, k, item, name, path, &values[stored]))
+            stored++;
+        else
+            ok = false;
+    }
+    memcpy((char *)&L->cfg + k->count_offset, &stored, sizeof(stored));
+    return ok;
+}
+
+/* A relative path names a file next to the deployment file. */
+static bool load_path(struct yaml_loader *L, const struct config_key *k, const char *s)
+{
+    const size_t i = config_key_index(k);
+    if (s[0] == '/' || !L->base_dir) {
+        config_store_string(&L->cfg, k, s);
+        return true;
+    }
+    L->resolved[i] = dcp_asprintf("%s/%s", L->base_dir, s);
+    if (!L->resolved[i]) {
+        L->out_of_memory = true;
+        return false;
+    }
+    config_store_string(&L->cfg, k, L->resolved[i]);
+    return true;
+}
+
+static bool load_enum(struct yaml_loader *L, const struct config_key *k, const yaml_node_t *n)
+{
+    const char *s = scalar_text(n);
+    const size_t len = scalar_len(n);
+    for (unsigned i = 0; i < k->num_choices; i++) {
+        if (strlen(k->choices[i]) == len && strncasecmp(s, k->choices[i], len) == 0) {
+            config_store_int(&L->cfg, k, i);
+            return true;
+        }
+    }
+    char shown[SHOW_BUF];
+    show_text(s, len, '"', shown);
+    config_report_choice(L->report, k, k->path, pos_of(n), shown);
+    return false;
+}
+
+static bool load_number(struct yaml_loader *L, const struct config_key *k, const yaml_node_t *n)
+{
+    double v;
+    const bool parsed = k->kind == CONFIG_PARAM_COUNT
+                            ? parse_param_count(L, scalar_text(n), scalar_len(n), &v)
+                            : parse_number(L, scalar_text(n), scalar_len(n), &v);
+    if (!parsed) {
+        type_error(L, k, n);
+        return false;
+    }
+    char shown[SHOW_BUF];
+    show_text(scalar_text(n), scalar_len(n), 0, shown);
+    if (!config_check_number(L->report, k, k->path, pos_of(n), v, shown))
+        return false;
+    config_store_number(&L->cfg, k, v);
+    return true;
+}
+
+/* Parses the value of key k (not a section) and stores it; false if it is wrong. */
+static bool load_value(struct yaml_loader *L, const struct config_key *k, const yaml_node_t *n)
+{
+    if (k->kind == CONFIG_TOKEN_LIST)
+        return load_token_list(L, k, n);
+    const bool text = k->kind == CONFIG_STRING || k->kind == CONFIG_PATH || k->kind == CONFIG_ENUM;
+    /* Numbers and booleans must be plain scalars: a quoted one is a string in YAML. */
+    if (n->type != YAML_SCALAR_NODE || (!text && !is_plain(n))) {
+        type_error(L, k, n);
+        return false;
+    }
+    switch (k->kind) {
+    case CONFIG_STRING:
+    case CONFIG_PATH:
+        if (scalar_len(n) == 0 || scalar_text(n)[0] == '\0') {
+            config_report_add(L->report, DCP_DIAG_ERROR, pos_of(n), k->path, "must not be empty");
+            return false;
+        }
+        if (k->kind == CONFIG_PATH)
+            return load_path(L, k, scalar_text(n));
+        config_store_string(&L->cfg, k, scalar_text(n));
+        return true;
+    case CONFIG_ENUM: return load_enum(L, k, n);
+    case CONFIG_INT: {
+        uint64_t u;
+        if (!load_int_node(L, k, n, config_key_name(k), k->path, &u))
+            return false;
+        config_store_int(&L->cfg, k, u);
+        return true;
+    }
+    case CONFIG_NUMBER:
+    case CONFIG_PARAM_COUNT: return load_number(L, k, n);
+    case CONFIG_BOOL: {
+        bool b;
+        if (!parse_bool(scalar_text(n), scalar_len(n), &b)) {
+            type_error(L, k, n);
+            return false;
+        }
+        config_store_int(&L->cfg, k, b);
+        return true;
+    }
+    case CONFIG_SECTION:
+    case CONFIG_TOKEN_LIST: break;
+    }
+    return false;
+}
+
+/* ---- Keys ---------------------------------------------------------------- */
+
+/* Optimal string alignment distance (edits incl. adjacent swaps), case-insensitive. */
+static size_t edit_distance(const char *a, size_t la, const char *b, size_t lb)
+{
+    enum { N = 40 };
+    size_t d[N][N];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        for (size_t j = 1; j <= lb; j++) {
+            const int ca = tolower((unsigned char)a[i - 1]), cb = tolower((unsigned char)b[j - 1]);
+            size_t best = d[i - 1][j - 1] + (ca != cb);
+            best = DCP_MIN(best, d[i - 1][j] + 1);
+            best = DCP_MIN(best, d[i][j - 1] + 1);
+            if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) &&
+                tolower((unsigned char)a[i - 2]) == cb)
+                best = DCP_MIN(best, d[i - 2][j - 2] + 1);
+            d[i][j] = best;
+        }
+    }
+    return d[la][lb];
+}
+
+/* Whether one of a, b starts with the other, sharing at least 3 characters. */
+static bool prefix_match(const char *a, size_t la, const char *b, size_t lb)
+{
+    const size_t n = DCP_MIN(la, lb);
+    return n >= 3 && strncasecmp(a, b, n) == 0;
+}
+
+/* The allowed key under parent closest to an unknown name, or NULL if none is close. */
+static const struct config_key *closest_key(const char *parent, const char *name, size_t len)
+{
+    const struct config_key *best = NULL, *prefix = NULL;
+    size_t best_distance = 3; /* suggestions need distance <= 2 */
+    for (size_t i = 0; i < config_key_count; i++) {
+        const struct config_key *k = &config_keys[i];
+        if (!config_key_is_under(k, parent))
+            continue;
+        const char *leaf = config_key_name(k);
+        const size_t ll = strlen(leaf);
+        if (!prefix && prefix_match(name, len, leaf, ll))
+            prefix = k;
+        /* Lengths that differ by more than 2 cannot be within distance 2. */
+        if (len + 2 < ll || ll + 2 < len || len >= 38 || ll >= 38)
+            continue;
+        const size_t d = edit_distance(name, len, leaf, ll);
+        /* A distance as long as the name itself ("ab" vs "tp") is no resemblance. */
+        if (d < best_distance && d < len) {
+            best = k;
+            best_distance = d;
+        }
+    }
+    return best ? best : prefix;
+}
+
+/* A key of that exact name in another section (interleave under memory:), or NULL. */
+static const struct config_key *key_in_other_section(const char *parent, const char *name, size_t len)
+{
+    for (size_t i = 0; i < config_key_count; i++) {
+        const struct config_key *k = &config_keys[i];
+        const char *leaf = config_key_name(k);
+        if (strlen(leaf) == len && memcmp(leaf, name, len) == 0 && !config_key_is_under(k, parent))
+            return k;
+    }
+    return NULL;
+}
+
+static void report_unknown_key(struct yaml_loader *L, const char *parent, const yaml_node_t *key)
+{
+    const char *what = parent[0] ? "key" : "section";
+    char shown[SHOW_BUF], path[SHOW_BUF + 32];
+    show_text(scalar_text(key), scalar_len(key), 0, shown);
+    snprintf(path, sizeof(path), "%s%s%s", parent, parent[0] ? "." : "", shown);
+    const struct config_key *elsewhere = key_in_other_section(parent, scalar_text(key), scalar_len(key));
+    if (elsewhere) {
+        config_report_add(L->report, DCP_DIAG_ERROR, pos_of(key), path,
+                          "unknown %s '%s' here; it belongs in '%s'", what, shown,
+                          config_key_parent(elsewhere) ? config_key_parent(elsewhere)->path : "the top level");
+        return;
+    }
+    const struct config_key *near = closest_key(parent, scalar_text(key), scalar_len(key));
+    if (near) {
+        config_report_add(L->report, DCP_DIAG_ERROR, pos_of(key), path,
+                          "unknown %s '%s'; did you mean '%s'?", what, shown, config_key_name(near));
+        return;
+    }
+    struct config_text allowed = {0};
+    for (size_t i = 0; i < config_key_count; i++)
+        if (config_key_is_under(&config_keys[i], parent))
+            config_text_add(&allowed, "%s%s", allowed.len ? ", " : "", config_key_name(&config_keys[i]));
+    config_report_add(L->report, DCP_DIAG_ERROR, pos_of(key), path, "unknown %s '%s'; allowed %ss: %s",
+                      what, shown, what, allowed.buf);
+}
+
+static void walk_mapping(struct yaml_loader *L, const yaml_node_t *map, const char *parent)
+{
+    for (const yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
+         p++) {
+        const yaml_node_t *key = node_at(L, p->key), *value = node_at(L, p->value);
+        if (!key || !value)
+            continue;
+        if (key->type != YAML_SCALAR_NODE) {
+            type_error_as(L, parent, "a key name", key, false);
+            continue;
+        }
+        const struct config_key *k = config_key_child(parent, scalar_text(key), scalar_len(key));
+        if (!k) {
+            report_unknown_key(L, parent, key);
+            continue;
+        }
+        const size_t i = config_key_index(k);
+        if (L->key_node[i]) {
+            config_report_add(L->report, DCP_DIAG_ERROR, pos_of(key), k->path,
+                              "duplicate %s '%s' (first defined at line %u)", config_key_word(k),
+                              config_key_name(k), pos_of(L->key_node[i]).line);
+            continue;
+        }
+        L->key_node[i] = key;
+        L->value_node[i] = value;
+        if (k->kind != CONFIG_SECTION) {
+            L->state[i] = load_value(L, k, value) ? CONFIG_SET : CONFIG_BAD;
+        } else if (value->type != YAML_MAPPING_NODE) {
+            type_error(L, k, value);
+            L->state[i] = CONFIG_BAD;
+        } else {
+            L->state[i] = CONFIG_SET;
+            walk_mapping(L, value, k->path);
+        }
+    }
+}
+
+/* ---- After the walk: required keys and keys for another attention kind ---- */
+
+static void report_not_applicable(struct yaml_loader *L, const struct config_key *k,
+                                  enum dcp_attention_kind attn)
+{
+    static const char *const uses[] = {
+        [DCP_ATTN_MLA] = "mla uses kv_lora_rank and rope_dim",
+        [DCP_ATTN_GQA] = "gqa uses head_dim and kv_heads",
+        [DCP_ATTN_MHA] = "mha uses head_dim",
+    };
+    struct config_text kinds = {0};
+    for (unsigned a = 0; a < DCP_ARRAY_SIZE(config_attention_names); a++)
+        if (k->applies & CONFIG_ATTN(a))
+            config_text_add(&kinds, "%s%s", kinds.len ? "/" : "", config_attention_names[a]);
+    config_report_add(L->report, DCP_DIAG_ERROR, pos_of(L->key_node[config_key_index(k)]), k->path,
+                      "%s applies to %s; %s", config_key_name(k), kinds.buf, uses[attn]);
+}
+
+/* The mapping a key belongs in: its section's, or the document's. */
+static const yaml_node_t *parent_mapping(const struct yaml_loader *L, const struct config_key *k)
+{
+    const struct config_key *parent = config_key_parent(k);
+    return parent ? L->value_node[config_key_index(parent)] : L->root;
+}
+
+static void check_presence(struct yaml_loader *L)
+{
+    const size_t attn_index = config_key_index(config_key_find("model.attention"));
+    const bool attn_known = L->state[attn_index] == CONFIG_SET;
+    const enum dcp_attention_kind attn = L->cfg.model.attention;
+    for (size_t i = 0; i < config_key_count; i++) {
+        const struct config_key *k = &config_keys[i];
+        if (L->state[i] == CONFIG_SET && attn_known && !(k->applies & CONFIG_ATTN(attn))) {
+            report_not_applicable(L, k, attn);
+            L->state[i] = CONFIG_BAD;
+        }
+        if (L->state[i] != CONFIG_ABSENT || !k->required)
+            continue;
+        /* A key is only reported missing where it could have been written. */
+        const struct config_key *parent = config_key_parent(k);
+        const bool parent_ok = !parent || L->state[config_key_index(parent)] == CONFIG_SET;
+        const bool required = attn_known ? config_key_required_for(k, attn)
+                                         : k->required == CONFIG_ATTN_ALL;
+        if (required && parent_ok)
+            config_report_missing(L->report, k, pos_of(parent_mapping(L, k)));
+        if (required || !attn_known)
+            L->state[i] = CONFIG_BAD;
+    }
+}
+
+/* For rule errors: the key's value, or the closest enclosing mapping that was written. */
+static struct config_pos locate_key(const void *user, const struct config_key *k)
+{
+    const struct yaml_loader *L = user;
+    for (; k; k = config_key_parent(k))
+        if (L->value_node[config_key_index(k)])
+            return pos_of(L->value_node[config_key_index(k)]);
+    return pos_of(L->root);
+}
+
+/* ---- The document -------------------------------------------------------- */
+
+/* Line and column of a byte offset (libyaml reader errors give only the offset). */
+static struct config_pos pos_of_offset(const char *text, size_t len, size_t offset)
+{
+    struct config_pos pos = {1, 1};
+    for (size_t i = 0; i < offset && i < len; i++) {
+        if (text[i] == '\n') {
+            pos.line++;
+            pos.column = 1;
+        } else {
+            pos.column++;
+        }
+    }
+    return pos;
+}
+
+static void report_parse_error(struct yaml_loader *L, const yaml_parser_t *parser, const char *text,
+                               size_t len)
+{
+    if (parser->error == YAML_MEMORY_ERROR) {
+        L->out_of_memory = true;
+        return;
+    }
+    struct config_text t = {0};
+    config_text_add(&t, "malformed YAML: %s", parser->problem ? parser->problem : "unknown error");
+    struct config_pos pos = pos_of_mark(parser->problem_mark);
+    if (parser->error == YAML_READER_ERROR) {
+        pos = pos_of_offset(text, len, parser->problem_offset);
+        if (parser->problem_value >= 0)
+            config_text_add(&t, " (byte 0x%02x)", (unsigned)parser->problem_value);
+    }
+    if (parser->context)
+        config_text_add(&t, " (%s at line %zu, column %zu)", parser->context,
+                        parser->context_mark.line + 1, parser->context_mark.column + 1);
+    config_report_add(L->report, DCP_DIAG_ERROR, pos, "", "%s", t.buf);
+}
+
+/* Counts one more reference to node index; true if it was referenced before. */
+static bool seen_before(unsigned char *refs, const yaml_document_t *doc, int index)
+{
+    const ptrdiff_t i = index - 1;
+    if (i < 0 || i >= doc->nodes.top - doc->nodes.start)
+        return false;
+    return refs[i]++ != 0;
+}
+
+/*
+ * Reports every alias. libyaml turns "*name" into a second reference to the
+ * anchored node, so a node referenced twice is an alias; the key (or list) that
+ * holds the reference is the position to blame. Returns false if there were any.
+ */
+static bool check_no_aliases(struct yaml_loader *L)
+{
+    const yaml_document_t *doc = &L->doc;
+    const ptrdiff_t count = doc->nodes.top - doc->nodes.start;
+    unsigned char *refs = calloc((size_t)count + 1, 1);
+    if (!refs) {
+        L->out_of_memory = true;
+        return false;
+    }
+    const char *msg = "YAML aliases (*name) are not supported; write the value out";
+    bool ok = true;
+    for (const yaml_node_t *n = doc->nodes.start; n < doc->nodes.top; n++) {
+        if (n->type == YAML_MAPPING_NODE) {
+            for (const yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+                const bool key_alias = seen_before(refs, doc, p->key);
+                if (key_alias || seen_before(refs, doc, p->value)) {
+                    const yaml_node_t *key = node_at(L, p->key);
+                    config_report_add(L->report, DCP_DIAG_ERROR, key_alias ? pos_of(n) : pos_of(key), "", "%s", msg);
+                    ok = false;
+                }
+            }
+        } else if (n->type == YAML_SEQUENCE_NODE) {
+            for (const yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
+                if (seen_before(refs, doc, *it)) {
+                    config_report_add(L->report, DCP_DIAG_ERROR, pos_of(n), "", "%s (list entry %td)", msg,
+                                      it - n->data.sequence.items.start);
+                    ok = false;
+                }
+            }
+        }
+    }
+    free(refs);
+    return ok;
+}
+
+/*
+ * Loads the single document and checks its shape. Returns false when nothing
+ * more can be checked (malformed, empty, or not a mapping).
+ */
+static bool load_document(struct yaml_loader *L, yaml_parser_t *parser, const char *text, size_t len)
+{
+    if (!yaml_parser_load(parser, &L->doc)) {
+        report_parse_error(L, parser, text, len);
+        return false;
+    }
+    L->have_doc = true;
+    L->root = yaml_document_get_root_node(&L->doc);
+    const char *sections = "sections model, hardware, parallel, workload";
+    if (!L->root) {
+        config_report_add(L->report, DCP_DIAG_ERROR, (struct config_pos){1, 1}, "",
+                          "empty document; expected a mapping with %s", sections);
+        return false;
+    }
+    yaml_document_t next;
+    if (!yaml_parser_load(parser, &next)) {
+        report_parse_error(L, parser, text, len);
+        return false;
+    }
+    const bool more = yaml_document_get_root_node(&next) != NULL;
+    const struct config_pos next_pos = pos_of_mark(next.start_mark);
+    yaml_document_delete(&next);
+    if (more)
+        config_report_add(L->report, DCP_DIAG_ERROR, next_pos, "",
+                          "a second YAML document starts here; a deployment file holds one");
+    if (L->root->type != YAML_MAPPING_NODE) {
+        type_error_as(L, "", "a mapping with sections model, hardware, parallel, workload", L->root, false);
+        return false;
+    }
+    return check_no_aliases(L);
+}
+
+static void yaml_loader_free(struct yaml_loader *L)
+{
+    if (L->have_doc)
+        yaml_document_delete(&L->doc);
+    for (size_t i = 0; i < CONFIG_KEY_MAX; i++)
+        free(L->resolved[i]);
+    if (L->c_locale)
+        freelocale(L->c_locale);
+    free(L);
+}
+
+int config_load_yaml(struct config_report *r, const char *text, size_t len, const char *base_dir,
+                     const char *source, dcp_deployment **out)
+{
+    *out = NULL;
+    struct yaml_loader *L = calloc(1, sizeof(*L));
+    if (!L)
+        return DCP_ENOMEM;
+    L->report = r;
+    L->base_dir = base_dir;
+    L->c_locale = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+    yaml_parser_t parser;
+    if (!L->c_locale || !yaml_parser_initialize(&parser)) {
+        yaml_loader_free(L);
+        return DCP_ENOMEM;
+    }
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    dcp_config_defaults(&L->cfg);
+    const unsigned errors_before = r->errors;
+    int status = DCP_OK;
+    if (load_document(L, &parser, text, len)) {
+        walk_mapping(L, L->root, "");
+        check_presence(L);
+        config_resolve_and_check(r, &L->cfg, L->state, locate_key, L);
+        if (r->errors == errors_before && !L->out_of_memory)
+            status = config_deployment_create(&L->cfg, source, out);
+    }
+    if (L->out_of_memory)
+        status = DCP_ENOMEM;
+    yaml_parser_delete(&parser);
+    yaml_loader_free(L);
+    return status;
+}
