@@ -333,14 +333,14 @@ DCPK_INLINE void tile_scores(float *restrict s, const float *restrict kt, const 
                 a7 += k7[d] * qv;
             }
             float *o = s + (size_t)t0 * nrp + rv;
-            dcpk_vf_store(o, a0);
-            dcpk_vf_store(o + nrp, a1);
-            dcpk_vf_store(o + 2 * (size_t)nrp, a2);
-            dcpk_vf_store(o + 3 * (size_t)nrp, a3);
-            dcpk_vf_store(o + 4 * (size_t)nrp, a4);
-            dcpk_vf_store(o + 5 * (size_t)nrp, a5);
-            dcpk_vf_store(o + 6 * (size_t)nrp, a6);
-            dcpk_vf_store(o + 7 * (size_t)nrp, a7);
+            DCPK_VF_STORE(o, a0);
+            DCPK_VF_STORE(o + nrp, a1);
+            DCPK_VF_STORE(o + 2 * (size_t)nrp, a2);
+            DCPK_VF_STORE(o + 3 * (size_t)nrp, a3);
+            DCPK_VF_STORE(o + 4 * (size_t)nrp, a4);
+            DCPK_VF_STORE(o + 5 * (size_t)nrp, a5);
+            DCPK_VF_STORE(o + 6 * (size_t)nrp, a6);
+            DCPK_VF_STORE(o + 7 * (size_t)nrp, a7);
         }
     }
 }
@@ -365,20 +365,24 @@ DCPK_INLINE void tile_softmax(float *restrict s, float *restrict m, float *restr
     for (uint32_t rv = 0; rv < nrp; rv += DCPK_VL) {
         const dcpk_vf m_old = dcpk_vf_load(m + rv);
         dcpk_vf m_new = m_old;
-        for (uint32_t t = 0; t < nt; t++)
-            m_new = dcpk_vf_max(m_new, dcpk_vf_load(s + (size_t)t * nrp + rv));
+        for (uint32_t t = 0; t < nt; t++) {
+            const dcpk_vf st = dcpk_vf_load(s + (size_t)t * nrp + rv);
+            m_new = DCPK_VF_MAX(m_new, st);
+        }
         /* A row with nothing visible yet keeps m = -inf; shift by 0 so no -inf - -inf. */
-        const dcpk_vf shift = dcpk_vf_select(m_new == neg_inf, dcpk_vf_set1(0.0f), m_new);
-        const dcpk_vf a = dcpk_vf_exp(m_old - shift);
+        const dcpk_vf shift = DCPK_VF_SELECT(m_new == neg_inf, dcpk_vf_set1(0.0f), m_new);
+        const dcpk_vf rescale = m_old - shift;
+        const dcpk_vf a = dcpk_vf_exp(&rescale);
         dcpk_vf sum = {0};
         for (uint32_t t = 0; t < nt; t++) {
-            const dcpk_vf e = dcpk_vf_exp(dcpk_vf_load(s + (size_t)t * nrp + rv) - shift);
-            dcpk_vf_store(s + (size_t)t * nrp + rv, e);
+            const dcpk_vf x = dcpk_vf_load(s + (size_t)t * nrp + rv) - shift;
+            const dcpk_vf e = dcpk_vf_exp(&x);
+            DCPK_VF_STORE(s + (size_t)t * nrp + rv, e);
             sum += e;
         }
-        dcpk_vf_store(l + rv, dcpk_vf_load(l + rv) * a + sum);
-        dcpk_vf_store(m + rv, m_new);
-        dcpk_vf_store(alpha + rv, a);
+        DCPK_VF_STORE(l + rv, dcpk_vf_load(l + rv) * a + sum);
+        DCPK_VF_STORE(m + rv, m_new);
+        DCPK_VF_STORE(alpha + rv, a);
     }
 }
 
@@ -413,21 +417,21 @@ DCPK_INLINE void tile_accumulate(float *restrict ot, const float *restrict s, co
                 a6 += vr[6] * pt;
                 a7 += vr[7] * pt;
             }
-            dcpk_vf_store(o, a0);
-            dcpk_vf_store(o + nrp, a1);
-            dcpk_vf_store(o + 2 * (size_t)nrp, a2);
-            dcpk_vf_store(o + 3 * (size_t)nrp, a3);
-            dcpk_vf_store(o + 4 * (size_t)nrp, a4);
-            dcpk_vf_store(o + 5 * (size_t)nrp, a5);
-            dcpk_vf_store(o + 6 * (size_t)nrp, a6);
-            dcpk_vf_store(o + 7 * (size_t)nrp, a7);
+            DCPK_VF_STORE(o, a0);
+            DCPK_VF_STORE(o + nrp, a1);
+            DCPK_VF_STORE(o + 2 * (size_t)nrp, a2);
+            DCPK_VF_STORE(o + 3 * (size_t)nrp, a3);
+            DCPK_VF_STORE(o + 4 * (size_t)nrp, a4);
+            DCPK_VF_STORE(o + 5 * (size_t)nrp, a5);
+            DCPK_VF_STORE(o + 6 * (size_t)nrp, a6);
+            DCPK_VF_STORE(o + 7 * (size_t)nrp, a7);
         }
         for (uint32_t d = vb; d < v; d++) {
             float *o = ot + (size_t)d * nrp + rv;
             dcpk_vf acc = dcpk_vf_load(o) * a;
             for (uint32_t t = 0; t < nt; t++)
                 acc += vt[(size_t)t * vstride + d] * dcpk_vf_load(s + (size_t)t * nrp + rv);
-            dcpk_vf_store(o, acc);
+            DCPK_VF_STORE(o, acc);
         }
     }
 }

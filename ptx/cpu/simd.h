@@ -18,8 +18,10 @@
 
 #define DCPK_INLINE static inline __attribute__((always_inline))
 
-/* 32-byte vectors passed by value change the ABI without AVX; these functions
- * are always inlined, so no call ever crosses that ABI. */
+/* Vectors are never passed by value to a function here (store, select and max
+ * are macros; the others take pointers): without AVX a 32-byte vector argument
+ * has a different ABI, and GCC says so in a note no pragma silences. Returning
+ * one only draws -Wpsabi, which does not apply to always-inlined functions. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
@@ -39,11 +41,12 @@ DCPK_INLINE dcpk_vf dcpk_vf_load(const float *p)
     return v;
 }
 
-/** Unaligned store of 8 floats. */
-DCPK_INLINE void dcpk_vf_store(float *p, dcpk_vf v)
-{
-    memcpy(p, &v, sizeof(v));
-}
+/** Unaligned store of the 8 floats of vector expression v at p. */
+#define DCPK_VF_STORE(p, v)                            \
+    do {                                               \
+        const dcpk_vf dcpk_vf_store_ = (v);            \
+        memcpy((p), &dcpk_vf_store_, sizeof(dcpk_vf)); \
+    } while (0)
 
 /** All lanes x. */
 DCPK_INLINE dcpk_vf dcpk_vf_set1(float x)
@@ -51,17 +54,12 @@ DCPK_INLINE dcpk_vf dcpk_vf_set1(float x)
     return (dcpk_vf){x, x, x, x, x, x, x, x};
 }
 
-/** Lane-wise mask ? a : b (mask lanes are all ones or all zeros). */
-DCPK_INLINE dcpk_vf dcpk_vf_select(dcpk_vi mask, dcpk_vf a, dcpk_vf b)
-{
-    return (dcpk_vf)(((dcpk_vi)a & mask) | ((dcpk_vi)b & ~mask));
-}
+/** Lane-wise mask ? a : b (mask lanes all ones or all zeros; operands evaluated twice). */
+#define DCPK_VF_SELECT(mask, a, b) \
+    ((dcpk_vf)(((dcpk_vi)(a) & (mask)) | ((dcpk_vi)(b) & ~(mask))))
 
-/** Lane-wise max (a if b is NaN). */
-DCPK_INLINE dcpk_vf dcpk_vf_max(dcpk_vf a, dcpk_vf b)
-{
-    return dcpk_vf_select(b > a, b, a);
-}
+/** Lane-wise max, a where b is NaN (operands evaluated twice). */
+#define DCPK_VF_MAX(a, b) DCPK_VF_SELECT((b) > (a), (b), (a))
 
 /**
  * exp(x) lane-wise, within 2 ulp of expf: Cody-Waite reduction x = n ln2 + f,
@@ -70,11 +68,12 @@ DCPK_INLINE dcpk_vf dcpk_vf_max(dcpk_vf a, dcpk_vf b)
  * -inf included, gives exactly 0; large x gives +inf; NaN stays NaN.
  * Softmax only feeds it x <= 0. Written without a table so it vectorises.
  */
-DCPK_INLINE dcpk_vf dcpk_vf_exp(dcpk_vf x)
+DCPK_INLINE dcpk_vf dcpk_vf_exp(const dcpk_vf *xp)
 {
+    dcpk_vf x = *xp;
     const dcpk_vi underflow = x < dcpk_vf_set1(-87.33654f);
-    x = dcpk_vf_select(x > dcpk_vf_set1(88.7f), dcpk_vf_set1(88.7f), x);
-    x = dcpk_vf_select(underflow, dcpk_vf_set1(-87.0f), x);
+    x = DCPK_VF_SELECT(x > dcpk_vf_set1(89.0f), dcpk_vf_set1(89.0f), x); /* -> inf */
+    x = DCPK_VF_SELECT(underflow, dcpk_vf_set1(-87.0f), x);
     /* n = round(x / ln2) by the 1.5 * 2^23 trick (exact for |n| < 2^22). */
     const dcpk_vf magic = dcpk_vf_set1(12582912.0f);
     const dcpk_vf n = (x * dcpk_vf_set1(1.44269504088896341f) + magic) - magic;
@@ -93,16 +92,7 @@ DCPK_INLINE dcpk_vf dcpk_vf_exp(dcpk_vf x)
     const dcpk_vf p1 = (dcpk_vf)((n1 + 127) << 23);
     const dcpk_vf p2 = (dcpk_vf)((ni - n1 + 127) << 23);
     const dcpk_vf r = poly * p1 * p2;
-    return dcpk_vf_select(underflow, dcpk_vf_set1(0.0f), r);
-}
-
-/** Horizontal max of a vector. */
-DCPK_INLINE float dcpk_vf_hmax(dcpk_vf v)
-{
-    float m = v[0];
-    for (int i = 1; i < DCPK_VL; i++)
-        m = v[i] > m ? v[i] : m;
-    return m;
+    return DCPK_VF_SELECT(underflow, dcpk_vf_set1(0.0f), r);
 }
 
 /* ---- rows of the cache to fp32 ----------------------------------------- */
@@ -147,28 +137,30 @@ DCPK_INLINE dcpk_vu dcpk_vu_load(const void *p)
 }
 
 /** fp16 bits (low 16 bits of each lane, upper bits 0) -> fp32, branch-free. */
-DCPK_INLINE dcpk_vf dcpk_fp16_lanes(dcpk_vu h)
+DCPK_INLINE dcpk_vf dcpk_fp16_lanes(const dcpk_vu *hp)
 {
+    const dcpk_vu h = *hp;
     const dcpk_vu sign = (h & 0x8000u) << 16;
     const dcpk_vu em = h & 0x7fffu;
     const dcpk_vu normal = (em << 13) + (112u << 23);
     const dcpk_vu special = (em << 13) | 0x7f800000u;
-    dcpk_vf v = dcpk_vf_select((dcpk_vi)(em >= 0x7c00u), (dcpk_vf)special, (dcpk_vf)normal);
+    dcpk_vf v = DCPK_VF_SELECT((dcpk_vi)(em >= 0x7c00u), (dcpk_vf)special, (dcpk_vf)normal);
     const dcpk_vf sub = __builtin_convertvector((dcpk_vi)em, dcpk_vf) * 5.9604644775390625e-8f;
-    v = dcpk_vf_select((dcpk_vi)(em < 0x400u), sub, v);
+    v = DCPK_VF_SELECT((dcpk_vi)(em < 0x400u), sub, v);
     return (dcpk_vf)((dcpk_vu)v | sign);
 }
 
 /** fp8 E4M3FN bits (low 8 bits of each lane, upper bits 0) -> fp32, branch-free. */
-DCPK_INLINE dcpk_vf dcpk_fp8_lanes(dcpk_vu b)
+DCPK_INLINE dcpk_vf dcpk_fp8_lanes(const dcpk_vu *bp)
 {
+    const dcpk_vu b = *bp;
     const dcpk_vu sign = (b & 0x80u) << 24;
     const dcpk_vu em = b & 0x7fu;
     dcpk_vf v = (dcpk_vf)((em << 20) + (120u << 23));
     const dcpk_vf sub = __builtin_convertvector((dcpk_vi)em, dcpk_vf) * 0.001953125f;
-    v = dcpk_vf_select((dcpk_vi)(em < 8u), sub, v);
+    v = DCPK_VF_SELECT((dcpk_vi)(em < 8u), sub, v);
     const dcpk_vu nan = (dcpk_vu){0, 0, 0, 0, 0, 0, 0, 0} + 0x7fc00000u;
-    v = dcpk_vf_select((dcpk_vi)(em == 0x7fu), (dcpk_vf)nan, v);
+    v = DCPK_VF_SELECT((dcpk_vi)(em == 0x7fu), (dcpk_vf)nan, v);
     return (dcpk_vf)((dcpk_vu)v | sign);
 }
 
@@ -186,8 +178,8 @@ DCPK_INLINE void dcpk_decode_row(float *restrict dst, const void *restrict src, 
     case DCPK_BF16:
         for (i = 0; i < nb; i += 16) {
             const dcpk_vu v = dcpk_vu_load((const uint16_t *)src + i);
-            dcpk_vf_store(dst + i, (dcpk_vf)(v << 16));
-            dcpk_vf_store(dst + i + 8, (dcpk_vf)(v & 0xffff0000u));
+            DCPK_VF_STORE(dst + i, (dcpk_vf)(v << 16));
+            DCPK_VF_STORE(dst + i + 8, (dcpk_vf)(v & 0xffff0000u));
         }
         for (; i < n; i++)
             dst[i] = dcpk_bf16_to_f32(((const uint16_t *)src)[i]);
@@ -195,8 +187,9 @@ DCPK_INLINE void dcpk_decode_row(float *restrict dst, const void *restrict src, 
     case DCPK_FP16:
         for (i = 0; i < nb; i += 16) {
             const dcpk_vu v = dcpk_vu_load((const uint16_t *)src + i);
-            dcpk_vf_store(dst + i, dcpk_fp16_lanes(v & 0xffffu));
-            dcpk_vf_store(dst + i + 8, dcpk_fp16_lanes(v >> 16));
+            const dcpk_vu lo = v & 0xffffu, hi = v >> 16;
+            DCPK_VF_STORE(dst + i, dcpk_fp16_lanes(&lo));
+            DCPK_VF_STORE(dst + i + 8, dcpk_fp16_lanes(&hi));
         }
         for (; i < n; i++)
             dst[i] = dcpk_fp16_to_f32(((const uint16_t *)src)[i]);
@@ -204,10 +197,10 @@ DCPK_INLINE void dcpk_decode_row(float *restrict dst, const void *restrict src, 
     case DCPK_FP8_E4M3:
         for (i = 0; i < nb; i += 32) {
             const dcpk_vu v = dcpk_vu_load((const uint8_t *)src + i);
-            dcpk_vf_store(dst + i, dcpk_fp8_lanes(v & 0xffu) * fp8_scale);
-            dcpk_vf_store(dst + i + 8, dcpk_fp8_lanes((v >> 8) & 0xffu) * fp8_scale);
-            dcpk_vf_store(dst + i + 16, dcpk_fp8_lanes((v >> 16) & 0xffu) * fp8_scale);
-            dcpk_vf_store(dst + i + 24, dcpk_fp8_lanes(v >> 24) * fp8_scale);
+            for (uint32_t g = 0; g < 4; g++) {
+                const dcpk_vu b = (v >> (8 * g)) & 0xffu;
+                DCPK_VF_STORE(dst + i + 8 * g, dcpk_fp8_lanes(&b) * fp8_scale);
+            }
         }
         for (; i < n; i++)
             dst[i] = dcpk_fp8e4m3_to_f32(((const uint8_t *)src)[i]) * fp8_scale;
