@@ -1,0 +1,589 @@
+/*
+ * attn.c: paged decode attention on the CPU (dcpk_attn, params.h).
+ *
+ * A work item is (split, kv head, head tile, sequence). Its query rows (head_tile
+ * heads x the sequence's query tokens, at most ATTN_MAX_ROWS at a time) share
+ * every KV byte they read: the item walks its KV range in tiles of ATTN_TILE
+ * tokens, converts each tile to fp32 once, and updates all rows from it:
+ *
+ *   S[t][r] = q_r . k_t        (q pre-scaled; rows are the vector lanes)
+ *   online softmax per row: m' = max(m, S), alpha = exp(m - m'), P = exp(S - m'),
+ *                           l = l * alpha + sum P
+ *   O^T[d][r] = O^T[d][r] * alpha + sum_t V[t][d] * P[t][r]
+ *
+ * Rows are the vector lanes (queries and the output accumulator are kept
+ * transposed in scratch), so scores, softmax and P x V are all lane-parallel
+ * with no horizontal sums, and a tile of K/V is broadcast from L1.
+ * The causal mask is per row: row r sees local indices below
+ * dcpk_local_length(pos_r + 1) (the rank's keys at global positions <= pos_r).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "dcp_build_config.h"
+#include "dcp_kernels/cpu.h"
+#include "dcp_kernels/paged.h"
+#include "dcp_kernels/placement.h"
+#include "ptx/cpu/simd.h"
+
+/* The hot loops are written as a * b + c; let the compiler fuse them into FMAs
+ * (ISO C mode turns contraction off by default). */
+#if defined(__clang__)
+#pragma clang fp contract(fast)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=fast")
+#endif
+
+/** KV tokens converted and processed per step (a multiple of DCPK_VL). */
+#define ATTN_TILE 32
+/** Most query rows processed together (a multiple of DCPK_VL). */
+#define ATTN_MAX_ROWS 128
+/** Alignment of every scratch region. */
+#define ATTN_ALIGN 64
+
+/** The fixed shape of one launch, derived from its params. */
+struct attn_shape {
+    uint32_t splits;     ///< num_splits (0 read as 1).
+    uint32_t heads_per_kv;
+    uint32_t head_tile;
+    uint32_t head_tiles; ///< Head tiles per KV head.
+    uint32_t heads_per_chunk;
+    uint32_t row_cap;    ///< Rows per group: a multiple of DCPK_VL.
+    uint32_t esize;      ///< Bytes per cache element.
+    int v_in_k;          ///< V rows are the leading v_dim values of the K rows (MLA).
+};
+
+/** Per-thread scratch, carved out of the caller's buffer. */
+struct attn_scratch {
+    float *qt;        ///< [qk_dim][row_cap] scaled queries, transposed.
+    float *ot;        ///< [v_dim][row_cap] output accumulators, transposed.
+    float *s;         ///< [ATTN_TILE][row_cap] scores, then probabilities.
+    float *m;         ///< [row_cap] running max.
+    float *l;         ///< [row_cap] running denominator.
+    float *alpha;     ///< [row_cap] rescale of the current tile.
+    uint64_t *row_end;///< [row_cap] local index past each row's last visible key.
+    float *kt;        ///< [ATTN_TILE][qk_dim] K tile in fp32.
+    float *vt;        ///< [ATTN_TILE][v_dim] V tile in fp32 (unused when v_in_k).
+};
+
+/** The keys and queries one group of rows works on. */
+struct attn_group {
+    uint32_t split;
+    uint32_t kv_head;
+    uint32_t seq;
+    uint32_t head0;    ///< First gathered head of the item.
+    uint32_t nheads;   ///< Heads of the item.
+    uint32_t tok0;     ///< First query token of the sequence.
+    uint32_t ntok;     ///< Query tokens of the sequence.
+    uint64_t seq_len;  ///< Global context length.
+    uint64_t lo, hi;   ///< The split's local index range.
+    uint32_t row0;     ///< First row of the group (rows are token-major: r = ti * nheads + h).
+    uint32_t nrows;
+};
+
+static uint32_t round_up_u32(uint32_t x, uint32_t m)
+{
+    return (x + m - 1) / m * m;
+}
+
+static size_t align_size(size_t x)
+{
+    return (x + ATTN_ALIGN - 1) & ~(size_t)(ATTN_ALIGN - 1);
+}
+
+static struct attn_shape attn_shape_of(const struct dcpk_attn_params *p)
+{
+    struct attn_shape sh;
+    memset(&sh, 0, sizeof(sh));
+    sh.splits = p->num_splits ? p->num_splits : 1;
+    if (!p->num_kv_heads || p->num_heads < p->num_kv_heads)
+        return sh; /* no work: heads_per_kv = 0 gives an empty grid */
+    sh.heads_per_kv = p->num_heads / p->num_kv_heads;
+    sh.head_tile = p->head_tile && p->head_tile < sh.heads_per_kv ? p->head_tile : sh.heads_per_kv;
+    sh.head_tiles = (sh.heads_per_kv + sh.head_tile - 1) / sh.head_tile;
+    sh.heads_per_chunk = p->heads_per_chunk ? p->heads_per_chunk : p->num_heads;
+    uint64_t rows = (uint64_t)sh.head_tile * (p->num_q_tokens ? p->num_q_tokens : 1);
+    sh.row_cap = rows < ATTN_MAX_ROWS ? round_up_u32((uint32_t)rows, DCPK_VL) : ATTN_MAX_ROWS;
+    sh.esize = dcpk_dtype_size(p->dtype);
+    sh.v_in_k = p->v_cache == p->k_cache && p->v_row_stride == p->qk_dim;
+    return sh;
+}
+
+/** Lays the scratch regions out in buf (NULL: only measures); returns the bytes used. */
+static size_t attn_scratch_layout(const struct dcpk_attn_params *p, const struct attn_shape *sh,
+                                  void *buf, struct attn_scratch *w)
+{
+    const size_t rc = sh->row_cap;
+    char *base = buf ? (char *)(((uintptr_t)buf + ATTN_ALIGN - 1) & ~(uintptr_t)(ATTN_ALIGN - 1)) : NULL;
+    size_t off = 0;
+#define ATTN_CARVE(field, type, count)                     \
+    do {                                                   \
+        if (base)                                          \
+            w->field = (type *)(void *)(base + off);       \
+        off += align_size((size_t)(count) * sizeof(type)); \
+    } while (0)
+    ATTN_CARVE(qt, float, (size_t)p->qk_dim * rc);
+    ATTN_CARVE(ot, float, (size_t)p->v_dim * rc);
+    ATTN_CARVE(s, float, ATTN_TILE * rc);
+    ATTN_CARVE(m, float, rc);
+    ATTN_CARVE(l, float, rc);
+    ATTN_CARVE(alpha, float, rc);
+    ATTN_CARVE(row_end, uint64_t, rc);
+    ATTN_CARVE(kt, float, (size_t)ATTN_TILE * p->qk_dim);
+    ATTN_CARVE(vt, float, sh->v_in_k ? 0 : (size_t)ATTN_TILE * p->v_dim);
+#undef ATTN_CARVE
+    return off + ATTN_ALIGN; /* room to align the caller's buffer */
+}
+
+struct dcpk_grid dcpk_attn_grid(const void *params)
+{
+    const struct dcpk_attn_params *p = params;
+    const struct attn_shape sh = attn_shape_of(p);
+    struct dcpk_grid g = {sh.splits, p->num_kv_heads * sh.head_tiles, p->batch};
+    return g;
+}
+
+size_t dcpk_attn_scratch_bytes(const void *params)
+{
+    const struct dcpk_attn_params *p = params;
+    const struct attn_shape sh = attn_shape_of(p);
+    struct attn_scratch w;
+    return attn_scratch_layout(p, &sh, NULL, &w);
+}
+
+/* ---- row bookkeeping ---------------------------------------------------- */
+
+/** Query token (absolute) and gathered head of row i of a group. */
+static void group_row(const struct attn_group *gr, uint32_t i, uint32_t *tok, uint32_t *head)
+{
+    const uint32_t r = gr->row0 + i;
+    *tok = gr->tok0 + r / gr->nheads;
+    *head = gr->head0 + r % gr->nheads;
+}
+
+/**
+ * Local index past the last key row i of a group may see in the split: the
+ * rank's keys at global positions <= the row's position, clipped to [lo, hi].
+ */
+static uint64_t group_row_end(const struct dcpk_attn_params *p, const struct attn_group *gr,
+                              uint32_t i)
+{
+    const uint32_t ti = (gr->row0 + i) / gr->nheads;
+    /* Positions [0, visible) are visible: visible = pos + 1. */
+    const int64_t visible = (int64_t)gr->seq_len - (int64_t)gr->ntok + (int64_t)ti + 1;
+    uint64_t end = visible > 0 ? dcpk_local_length((uint64_t)visible, p->rank, p->group_size,
+                                                   p->interleave) : 0;
+    end = end < gr->hi ? end : gr->hi;
+    return end > gr->lo ? end : gr->lo;
+}
+
+/** Where row i of a group writes its output row and LSE. */
+static void group_row_dst(const struct dcpk_attn_params *p, const struct attn_shape *sh,
+                          const struct attn_group *gr, uint32_t i, float **out, float **lse)
+{
+    uint32_t tok, head;
+    group_row(gr, i, &tok, &head);
+    const uint64_t chunk = head / sh->heads_per_chunk;
+    const uint64_t row = (uint64_t)tok * sh->heads_per_chunk + head % sh->heads_per_chunk;
+    if (sh->splits == 1) {
+        *out = (float *)(uintptr_t)p->out + chunk * p->out_chunk_stride + row * p->v_dim;
+        *lse = (float *)(uintptr_t)p->lse + chunk * p->lse_chunk_stride + row;
+    } else {
+        const uint64_t rows_per_chunk = (uint64_t)p->num_q_tokens * sh->heads_per_chunk;
+        *out = (float *)(uintptr_t)p->ws_o + gr->split * p->ws_split_stride_o +
+               (chunk * rows_per_chunk + row) * p->v_dim;
+        *lse = (float *)(uintptr_t)p->ws_lse + gr->split * p->ws_split_stride_lse +
+               chunk * rows_per_chunk + row;
+    }
+}
+
+/* ---- the hot loops (always inlined into each instruction-set variant) --- */
+
+/** qt[d][i] = scale * q_i[d]; padding rows are 0. */
+DCPK_INLINE void load_queries(const struct dcpk_attn_params *p, const struct attn_shape *sh,
+                              const struct attn_group *gr, uint32_t nrp, float *restrict qt)
+{
+    const uint32_t qk = p->qk_dim;
+    for (uint32_t i = 0; i < nrp; i++) {
+        if (i >= gr->nrows) {
+            for (uint32_t d = 0; d < qk; d++)
+                qt[(size_t)d * nrp + i] = 0.0f;
+            continue;
+        }
+        uint32_t tok, head;
+        group_row(gr, i, &tok, &head);
+        const uint64_t chunk = head / sh->heads_per_chunk;
+        const float *q = (const float *)(uintptr_t)p->q + chunk * p->q_chunk_stride +
+                         ((uint64_t)tok * sh->heads_per_chunk + head % sh->heads_per_chunk) * qk;
+        /* In the order the K tile is decoded in (see simd.h). */
+        for (uint32_t d = 0; d < qk; d++)
+            qt[(size_t)d * nrp + i] = q[dcpk_decode_source(p->dtype, qk, d)] * p->scale;
+    }
+}
+
+/** Rows of one tile of K or V in the cache: where each row starts, and its bytes. */
+struct tile_rows {
+    const char *row[ATTN_TILE];
+    uint32_t n;     ///< Rows in the tile.
+    uint32_t bytes; ///< Bytes per row.
+};
+
+/**
+ * Finds rows [c0, c0 + nt) of the sequence's local K or V (cache, row stride
+ * stride, len elements used). One division per tile: the offset in the page is
+ * stepped, the page looked up again only when it changes.
+ */
+DCPK_INLINE void find_rows(const struct dcpk_attn_params *p, const struct attn_shape *sh,
+                           const struct attn_group *gr, uint64_t c0, uint32_t nt, uint64_t cache,
+                           uint32_t len, uint32_t stride, struct tile_rows *rows)
+{
+    const int32_t *table = (const int32_t *)(uintptr_t)p->block_table + (uint64_t)gr->seq * p->max_blocks;
+    const size_t row_bytes = (size_t)stride * sh->esize;
+    uint64_t page = c0 / p->block_size;
+    uint32_t off = (uint32_t)(c0 % p->block_size);
+    const char *base = NULL;
+    for (uint32_t t = 0; t < nt; t++, off++) {
+        if (off == p->block_size) {
+            page++;
+            off = 0;
+        }
+        if (t == 0 || off == 0) {
+            const uint64_t slot = (uint64_t)(uint32_t)table[page] * p->block_size;
+            base = (const char *)(uintptr_t)cache +
+                   dcpk_kv_row_index(slot, gr->kv_head, p->num_kv_heads, p->block_size, stride) * sh->esize;
+        }
+        rows->row[t] = base + off * row_bytes;
+    }
+    rows->n = nt;
+    rows->bytes = len * sh->esize;
+}
+
+/** Converts the rows to fp32 at dst[t][len] (decode order), zero-padding rows up to ntp. */
+DCPK_INLINE void load_tile(const struct tile_rows *rows, uint32_t len, uint32_t ntp, uint32_t dtype,
+                           float fp8_scale, float *restrict dst)
+{
+    for (uint32_t t = 0; t < rows->n; t++)
+        dcpk_decode_row(dst + (size_t)t * len, rows->row[t], len, dtype, fp8_scale);
+    memset(dst + (size_t)rows->n * len, 0, (size_t)(ntp - rows->n) * len * sizeof(float));
+}
+
+/**
+ * Prefetching of the next tile while this one is computed. Without it each
+ * tile starts with a stall on memory (the hardware prefetchers lose the stream
+ * at every page and at every switch between K and V); issued all at once, the
+ * prefetches stall on the line fill buffers instead. So the compute loops issue
+ * them a few lines at a time (prefetch_step), spread over the whole tile.
+ */
+struct prefetch_cursor {
+    const struct tile_rows *rows[2]; ///< Next tile's K rows, then its V rows.
+    uint32_t which, row, byte;       ///< Position of the next line to ask for.
+    uint32_t per_step;               ///< Lines per prefetch_step.
+};
+
+DCPK_INLINE void prefetch_start(struct prefetch_cursor *pc, const struct tile_rows *k,
+                                const struct tile_rows *v, uint32_t steps)
+{
+    const uint32_t lines = k->n * ((k->bytes + 63) / 64) + v->n * ((v->bytes + 63) / 64);
+    pc->rows[0] = k;
+    pc->rows[1] = v;
+    pc->which = pc->row = pc->byte = 0;
+    pc->per_step = (lines + steps - 1) / (steps ? steps : 1);
+}
+
+DCPK_INLINE void prefetch_step(struct prefetch_cursor *pc)
+{
+    uint32_t lines = pc->per_step;
+    while (lines && pc->which < 2) {
+        const struct tile_rows *r = pc->rows[pc->which];
+        if (pc->row >= r->n) {
+            pc->which++;
+            pc->row = 0;
+            continue;
+        }
+        __builtin_prefetch(r->row[pc->row] + pc->byte, 0, 3);
+        lines--;
+        pc->byte += 64;
+        if (pc->byte >= r->bytes) {
+            pc->byte = 0;
+            pc->row++;
+        }
+    }
+}
+
+/** s[t][r] = qt[.][r] . kt[t] for t < ntp (a multiple of DCPK_VL), all nrp rows. */
+DCPK_INLINE void tile_scores(float *restrict s, const float *restrict kt, const float *restrict qt,
+                             uint32_t qk, uint32_t nrp, uint32_t ntp, struct prefetch_cursor *pc)
+{
+    for (uint32_t rv = 0; rv < nrp; rv += DCPK_VL) {
+        for (uint32_t t0 = 0; t0 < ntp; t0 += 8) {
+            prefetch_step(pc);
+            const float *k0 = kt + (size_t)t0 * qk, *k1 = k0 + qk, *k2 = k1 + qk, *k3 = k2 + qk;
+            const float *k4 = k3 + qk, *k5 = k4 + qk, *k6 = k5 + qk, *k7 = k6 + qk;
+            const float *q = qt + rv;
+            dcpk_vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};
+            for (uint32_t d = 0; d < qk; d++) {
+                const dcpk_vf qv = dcpk_vf_load(q + (size_t)d * nrp);
+                a0 += k0[d] * qv;
+                a1 += k1[d] * qv;
+                a2 += k2[d] * qv;
+                a3 += k3[d] * qv;
+                a4 += k4[d] * qv;
+                a5 += k5[d] * qv;
+                a6 += k6[d] * qv;
+                a7 += k7[d] * qv;
+            }
+            float *o = s + (size_t)t0 * nrp + rv;
+            DCPK_VF_STORE(o, a0);
+            DCPK_VF_STORE(o + nrp, a1);
+            DCPK_VF_STORE(o + 2 * (size_t)nrp, a2);
+            DCPK_VF_STORE(o + 3 * (size_t)nrp, a3);
+            DCPK_VF_STORE(o + 4 * (size_t)nrp, a4);
+            DCPK_VF_STORE(o + 5 * (size_t)nrp, a5);
+            DCPK_VF_STORE(o + 6 * (size_t)nrp, a6);
+            DCPK_VF_STORE(o + 7 * (size_t)nrp, a7);
+        }
+    }
+}
+
+/** Sets s[t][i] = -inf where key c0 + t is past row i's visible end. */
+static void mask_tile(float *restrict s, const uint64_t *restrict row_end, uint64_t c0, uint32_t nt,
+                      uint32_t nrp)
+{
+    const float neg_inf = dcpk_neg_inf();
+    for (uint32_t i = 0; i < nrp; i++) {
+        const uint64_t first = row_end[i] > c0 ? row_end[i] - c0 : 0;
+        for (uint64_t t = first; t < nt; t++)
+            s[t * nrp + i] = neg_inf;
+    }
+}
+
+/** Online softmax over a tile: s becomes P, m/l are updated, alpha = exp(m_old - m_new). */
+DCPK_INLINE void tile_softmax(float *restrict s, float *restrict m, float *restrict l,
+                              float *restrict alpha, uint32_t nrp, uint32_t nt)
+{
+    const dcpk_vf neg_inf = dcpk_vf_set1(dcpk_neg_inf());
+    for (uint32_t rv = 0; rv < nrp; rv += DCPK_VL) {
+        const dcpk_vf m_old = dcpk_vf_load(m + rv);
+        dcpk_vf m_new = m_old;
+        for (uint32_t t = 0; t < nt; t++) {
+            const dcpk_vf st = dcpk_vf_load(s + (size_t)t * nrp + rv);
+            m_new = DCPK_VF_MAX(m_new, st);
+        }
+        /* A row with nothing visible yet keeps m = -inf; shift by 0 so no -inf - -inf. */
+        const dcpk_vf shift = DCPK_VF_SELECT(m_new == neg_inf, dcpk_vf_set1(0.0f), m_new);
+        const dcpk_vf rescale = m_old - shift;
+        const dcpk_vf a = dcpk_vf_exp(&rescale);
+        dcpk_vf sum = {0};
+        for (uint32_t t = 0; t < nt; t++) {
+            const dcpk_vf x = dcpk_vf_load(s + (size_t)t * nrp + rv) - shift;
+            const dcpk_vf e = dcpk_vf_exp(&x);
+            DCPK_VF_STORE(s + (size_t)t * nrp + rv, e);
+            sum += e;
+        }
+        DCPK_VF_STORE(l + rv, dcpk_vf_load(l + rv) * a + sum);
+        DCPK_VF_STORE(m + rv, m_new);
+        DCPK_VF_STORE(alpha + rv, a);
+    }
+}
+
+/** ot[d][r] = ot[d][r] * alpha[r] + sum_t vt[t][d] * s[t][r]. */
+DCPK_INLINE void tile_accumulate(float *restrict ot, const float *restrict s, const float *restrict vt,
+                                 uint32_t vstride, const float *restrict alpha, uint32_t v,
+                                 uint32_t nrp, uint32_t nt, struct prefetch_cursor *pc)
+{
+    const uint32_t vb = v & ~7u;
+    for (uint32_t rv = 0; rv < nrp; rv += DCPK_VL) {
+        const dcpk_vf a = dcpk_vf_load(alpha + rv);
+        for (uint32_t d0 = 0; d0 < vb; d0 += 8) {
+            prefetch_step(pc);
+            float *o = ot + (size_t)d0 * nrp + rv;
+            dcpk_vf a0 = dcpk_vf_load(o) * a;
+            dcpk_vf a1 = dcpk_vf_load(o + nrp) * a;
+            dcpk_vf a2 = dcpk_vf_load(o + 2 * (size_t)nrp) * a;
+            dcpk_vf a3 = dcpk_vf_load(o + 3 * (size_t)nrp) * a;
+            dcpk_vf a4 = dcpk_vf_load(o + 4 * (size_t)nrp) * a;
+            dcpk_vf a5 = dcpk_vf_load(o + 5 * (size_t)nrp) * a;
+            dcpk_vf a6 = dcpk_vf_load(o + 6 * (size_t)nrp) * a;
+            dcpk_vf a7 = dcpk_vf_load(o + 7 * (size_t)nrp) * a;
+            const float *vr = vt + d0;
+            for (uint32_t t = 0; t < nt; t++, vr += vstride) {
+                const dcpk_vf pt = dcpk_vf_load(s + (size_t)t * nrp + rv);
+                a0 += vr[0] * pt;
+                a1 += vr[1] * pt;
+                a2 += vr[2] * pt;
+                a3 += vr[3] * pt;
+                a4 += vr[4] * pt;
+                a5 += vr[5] * pt;
+                a6 += vr[6] * pt;
+                a7 += vr[7] * pt;
+            }
+            DCPK_VF_STORE(o, a0);
+            DCPK_VF_STORE(o + nrp, a1);
+            DCPK_VF_STORE(o + 2 * (size_t)nrp, a2);
+            DCPK_VF_STORE(o + 3 * (size_t)nrp, a3);
+            DCPK_VF_STORE(o + 4 * (size_t)nrp, a4);
+            DCPK_VF_STORE(o + 5 * (size_t)nrp, a5);
+            DCPK_VF_STORE(o + 6 * (size_t)nrp, a6);
+            DCPK_VF_STORE(o + 7 * (size_t)nrp, a7);
+        }
+        for (uint32_t d = vb; d < v; d++) {
+            float *o = ot + (size_t)d * nrp + rv;
+            dcpk_vf acc = dcpk_vf_load(o) * a;
+            for (uint32_t t = 0; t < nt; t++)
+                acc += vt[(size_t)t * vstride + d] * dcpk_vf_load(s + (size_t)t * nrp + rv);
+            DCPK_VF_STORE(o, acc);
+        }
+    }
+}
+
+/** Writes each row's normalised output and LSE; rows that saw no key get 0 and -inf. */
+static void write_rows(const struct dcpk_attn_params *p, const struct attn_shape *sh,
+                       const struct attn_group *gr, const struct attn_scratch *w, uint32_t nrp)
+{
+    /* MLA's V is the head of a decoded K row: its order is that of the K row. */
+    const uint32_t vdec = sh->v_in_k ? p->qk_dim : p->v_dim;
+    for (uint32_t i = 0; i < gr->nrows; i++) {
+        float *out, *lse;
+        group_row_dst(p, sh, gr, i, &out, &lse);
+        if (w->row_end[i] == gr->lo) {
+            memset(out, 0, (size_t)p->v_dim * sizeof(float));
+            *lse = dcpk_neg_inf();
+            continue;
+        }
+        /* ot holds the V dims in decode order (see simd.h); put them back. */
+        const float inv = 1.0f / w->l[i];
+        for (uint32_t d = 0; d < p->v_dim; d++)
+            out[dcpk_decode_source(p->dtype, vdec, d)] = w->ot[(size_t)d * nrp + i] * inv;
+        *lse = w->m[i] + logf(w->l[i]);
+    }
+}
+
+/** One group of rows of a work item: all its tiles, then its outputs. */
+DCPK_INLINE void attn_group_run(const struct dcpk_attn_params *p, const struct attn_shape *sh,
+                                const struct attn_group *gr, const struct attn_scratch *w)
+{
+    const uint32_t nrp = round_up_u32(gr->nrows, DCPK_VL);
+    /* Padding rows (zero queries, never written out) see every key, so they
+     * never force masking: end_min covers the real rows only. */
+    uint64_t end_max = gr->lo, end_min = gr->hi;
+    for (uint32_t i = 0; i < nrp; i++) {
+        w->row_end[i] = i < gr->nrows ? group_row_end(p, gr, i) : gr->hi;
+        if (i < gr->nrows) {
+            end_max = w->row_end[i] > end_max ? w->row_end[i] : end_max;
+            end_min = w->row_end[i] < end_min ? w->row_end[i] : end_min;
+        }
+    }
+    if (end_max > gr->lo) {
+        load_queries(p, sh, gr, nrp, w->qt);
+        for (uint32_t i = 0; i < nrp; i++) {
+            w->m[i] = dcpk_neg_inf();
+            w->l[i] = 0.0f;
+        }
+        memset(w->ot, 0, (size_t)p->v_dim * nrp * sizeof(float));
+        const float *vt = sh->v_in_k ? w->kt : w->vt;
+        const uint32_t vstride = sh->v_in_k ? p->qk_dim : p->v_dim;
+        const float fp8_scale = p->kv_scale;
+        struct tile_rows k_rows[2], v_rows[2]; /* this tile's and the next one's */
+        const uint32_t nt0 = (uint32_t)(end_max - gr->lo < ATTN_TILE ? end_max - gr->lo : ATTN_TILE);
+        find_rows(p, sh, gr, gr->lo, nt0, p->k_cache, p->qk_dim, p->qk_dim, &k_rows[0]);
+        find_rows(p, sh, gr, gr->lo, sh->v_in_k ? 0 : nt0, p->v_cache, p->v_dim, p->v_row_stride, &v_rows[0]);
+        for (uint64_t c0 = gr->lo, it = 0; c0 < end_max; c0 += ATTN_TILE, it ^= 1) {
+            const struct tile_rows *kr = &k_rows[it], *vr = &v_rows[it];
+            struct tile_rows *kn = &k_rows[it ^ 1], *vn = &v_rows[it ^ 1];
+            const uint64_t c1 = c0 + ATTN_TILE;
+            const uint32_t nt1 = (uint32_t)(c1 < end_max ? (end_max - c1 < ATTN_TILE ? end_max - c1 : ATTN_TILE) : 0);
+            find_rows(p, sh, gr, c1, nt1, p->k_cache, p->qk_dim, p->qk_dim, kn);
+            find_rows(p, sh, gr, c1, sh->v_in_k ? 0 : nt1, p->v_cache, p->v_dim, p->v_row_stride, vn);
+            const uint32_t nt = kr->n;
+            const uint32_t ntp = round_up_u32(nt, 8);
+            load_tile(kr, p->qk_dim, ntp, p->dtype, fp8_scale, w->kt);
+            if (!sh->v_in_k)
+                load_tile(vr, p->v_dim, nt, p->dtype, fp8_scale, w->vt);
+            /* Prefetch steps: one per 8 tokens x 8 rows of scores, one per 8 dims x 8 rows of P x V. */
+            struct prefetch_cursor pc;
+            prefetch_start(&pc, kn, vn, nrp / DCPK_VL * (ntp / 8 + p->v_dim / 8));
+            tile_scores(w->s, w->kt, w->qt, p->qk_dim, nrp, ntp, &pc);
+            if (c0 + nt > end_min)
+                mask_tile(w->s, w->row_end, c0, nt, nrp);
+            tile_softmax(w->s, w->m, w->l, w->alpha, nrp, nt);
+            tile_accumulate(w->ot, w->s, vt, vstride, w->alpha, p->v_dim, nrp, nt, &pc);
+        }
+    }
+    write_rows(p, sh, gr, w, nrp);
+}
+
+/** Work item `item`: its split's key range, then its rows group by group. */
+DCPK_INLINE void attn_item(const struct dcpk_attn_params *p, const struct attn_shape *sh,
+                           uint64_t item, const struct attn_scratch *w)
+{
+    const uint64_t gy = (uint64_t)p->num_kv_heads * sh->head_tiles;
+    struct attn_group gr;
+    gr.split = (uint32_t)(item % sh->splits);
+    const uint32_t y = (uint32_t)(item / sh->splits % gy);
+    gr.seq = (uint32_t)(item / sh->splits / gy);
+    gr.kv_head = y / sh->head_tiles;
+    const uint32_t tile = y % sh->head_tiles;
+    gr.head0 = gr.kv_head * sh->heads_per_kv + tile * sh->head_tile;
+    gr.nheads = sh->heads_per_kv - tile * sh->head_tile;
+    gr.nheads = gr.nheads < sh->head_tile ? gr.nheads : sh->head_tile;
+
+    const int32_t *q_start = (const int32_t *)(uintptr_t)p->q_start;
+    const int32_t *seq_lens = (const int32_t *)(uintptr_t)p->seq_lens;
+    gr.tok0 = (uint32_t)q_start[gr.seq];
+    gr.ntok = q_start[gr.seq + 1] > q_start[gr.seq] ? (uint32_t)(q_start[gr.seq + 1] - q_start[gr.seq]) : 0;
+    gr.seq_len = seq_lens[gr.seq] > 0 ? (uint64_t)seq_lens[gr.seq] : 0;
+
+    const uint64_t local_len = dcpk_local_length(gr.seq_len, p->rank, p->group_size, p->interleave);
+    const uint64_t pages = (local_len + p->block_size - 1) / p->block_size;
+    const uint64_t span = (pages + sh->splits - 1) / sh->splits * p->block_size;
+    gr.lo = gr.split * span < local_len ? gr.split * span : local_len;
+    gr.hi = gr.lo + span < local_len ? gr.lo + span : local_len;
+
+    const uint32_t rows = gr.nheads * gr.ntok;
+    for (gr.row0 = 0; gr.row0 < rows; gr.row0 += sh->row_cap) {
+        gr.nrows = rows - gr.row0 < sh->row_cap ? rows - gr.row0 : sh->row_cap;
+        attn_group_run(p, sh, &gr, w);
+    }
+}
+
+DCPK_INLINE void attn_items(const struct dcpk_attn_params *p, uint64_t begin, uint64_t end,
+                            void *scratch)
+{
+    const struct attn_shape sh = attn_shape_of(p);
+    struct attn_scratch w;
+    attn_scratch_layout(p, &sh, scratch, &w);
+    for (uint64_t item = begin; item < end; item++)
+        attn_item(p, &sh, item, &w);
+}
+
+#if DCP_ARCH_X86_64
+__attribute__((target("avx2,fma"))) static void attn_items_avx2(const struct dcpk_attn_params *p,
+                                                                uint64_t begin, uint64_t end,
+                                                                void *scratch)
+{
+    attn_items(p, begin, end, scratch);
+}
+
+static int cpu_has_avx2_fma(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+#endif
+
+static void attn_items_baseline(const struct dcpk_attn_params *p, uint64_t begin, uint64_t end,
+                                void *scratch)
+{
+    attn_items(p, begin, end, scratch);
+}
+
+void dcpk_attn_cpu(const void *params, uint64_t begin, uint64_t end, void *scratch)
+{
+#if DCP_ARCH_X86_64
+    if (cpu_has_avx2_fma()) {
+        attn_items_avx2(params, begin, end, scratch);
+        return;
+    }
+#endif
+    attn_items_baseline(params, begin, end, scratch);
+}

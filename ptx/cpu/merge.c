@@ -1,0 +1,48 @@
+/*
+ * merge.c: exact merge of partial attention results by their LSEs (dcpk_merge,
+ * params.h): the split-KV combine and the a2a DCP merge. Work item = row. The
+ * edge-case rules live in dcp_kernels/merge.h, shared with the CUDA kernel.
+ */
+#include <string.h>
+
+#include "dcp_kernels/cpu.h"
+#include "dcp_kernels/merge.h"
+
+struct dcpk_grid dcpk_merge_grid(const void *params)
+{
+    const struct dcpk_merge_params *p = params;
+    struct dcpk_grid g = {p->rows, 1, 1};
+    return g;
+}
+
+size_t dcpk_merge_scratch_bytes(const void *params)
+{
+    (void)params;
+    return 0;
+}
+
+void dcpk_merge_cpu(const void *params, uint64_t begin, uint64_t end, void *scratch)
+{
+    const struct dcpk_merge_params *p = params;
+    const float *src_o = (const float *)(uintptr_t)p->src_o;
+    const float *src_lse = (const float *)(uintptr_t)p->src_lse;
+    const uint32_t per_chunk = p->rows_per_chunk ? p->rows_per_chunk : p->rows;
+    (void)scratch;
+    for (uint64_t r = begin; r < end; r++) {
+        const float lambda = dcpk_merge_lambda(src_lse + r, p->n_src, p->src_stride_lse);
+        float *out = (float *)(uintptr_t)p->out + (r / per_chunk) * p->out_chunk_stride +
+                     (r % per_chunk) * p->v_dim;
+        /* Accumulates in place: out must not overlap the sources. */
+        memset(out, 0, (size_t)p->v_dim * sizeof(float));
+        for (uint32_t s = 0; s < p->n_src; s++) {
+            const float w = dcpk_merge_weight(src_lse[s * p->src_stride_lse + r], lambda);
+            if (w == 0.0f)
+                continue; /* never 0 * o: o may hold NaN where its LSE is -inf */
+            const float *o = src_o + s * p->src_stride_o + r * p->v_dim;
+            for (uint32_t d = 0; d < p->v_dim; d++)
+                out[d] += w * o[d];
+        }
+        if (p->out_lse)
+            ((float *)(uintptr_t)p->out_lse)[(r / per_chunk) * p->out_lse_chunk_stride + r % per_chunk] = lambda;
+    }
+}

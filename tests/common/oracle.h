@@ -1,0 +1,53 @@
+/*
+ * oracle.h: the float64 reference the kernels are checked against. Plain loops
+ * over dense arrays, no paging, no tiling, no tricks: obviously right, slow.
+ */
+#ifndef DCP_TEST_ORACLE_H
+#define DCP_TEST_ORACLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/** Shape of one sequence's causal attention. */
+struct oracle_attn_shape {
+    uint32_t len;      ///< Keys: positions 0..len-1.
+    uint32_t q_len;    ///< Queries: query i sits at position len - q_len + i.
+    uint32_t heads;    ///< Query heads; head h uses KV head h / (heads / kv_heads).
+    uint32_t kv_heads;
+    uint32_t qk_dim;
+    uint32_t v_dim;
+    double scale;      ///< Softmax scale applied to q.k.
+};
+
+/**
+ * Causal attention of one sequence: q [q_len][heads][qk_dim], k [len][kv_heads][qk_dim],
+ * v [len][kv_heads][v_dim] -> out [q_len][heads][v_dim] and lse [q_len][heads]
+ * (natural log of the softmax denominator). Query i sees keys 0..len-q_len+i; a
+ * query that sees no key gets out = 0 and lse = -inf.
+ */
+void oracle_attention(const struct oracle_attn_shape *shape, const double *q, const double *k,
+                      const double *v, double *out, double *lse);
+
+/**
+ * Exact merge of n partial results: o [n][v_dim] with lse [n]. Sources whose LSE
+ * is not finite (NaN, +-inf) contribute nothing; with none left, out = 0 and
+ * out_lse = -inf. Otherwise out_lse = log sum exp(lse_s), out = sum exp(lse_s - out_lse) o_s.
+ */
+void oracle_merge(uint32_t n, uint32_t v_dim, const double *o, const double *lse, double *out,
+                  double *out_lse);
+
+/**
+ * The value a cache of dtype yields for an fp32 source x written with kv_append
+ * and read by attention: exact for fp32; rounded for bf16/fp16; for fp8 stored
+ * as x * inv_scale (satfinite) and read back times kv_scale, in fp32 as the kernels do.
+ */
+double oracle_quantize(float x, uint32_t dtype, float inv_scale, float kv_scale);
+
+/** oracle_quantize over an array: dst[i] = oracle_quantize(src[i], ...). */
+void oracle_quantize_array(double *dst, const float *src, size_t n, uint32_t dtype, float inv_scale,
+                           float kv_scale);
+
+/** sqrt(sum (got - ref)^2 / sum ref^2); the absolute L2 error when ref is all zero. */
+double oracle_rel_l2(const double *ref, const double *got, size_t n);
+
+#endif /* DCP_TEST_ORACLE_H */

@@ -1,0 +1,313 @@
+/* attn_harness.c: see attn_harness.h. */
+#include "attn_harness.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dcp_kernels/placement.h"
+#include "oracle.h"
+
+/** malloc that fails the test instead of returning NULL (never 0 bytes). */
+static void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    assert_non_null(p);
+    return p;
+}
+
+/** n floats set to NaN: whatever the kernels leave unwritten shows. */
+static float *nan_floats(size_t n)
+{
+    float *p = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        p[i] = NAN;
+    return p;
+}
+
+static void fill_unit(float *dst, size_t n, struct test_rng *rng, float amplitude)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = (float)test_rng_unit(rng) * amplitude;
+}
+
+void problem_fill(struct attn_problem *pb, struct test_rng *rng, float amplitude)
+{
+    for (uint32_t b = 0; b < pb->batch; b++) {
+        const size_t len = pb->seq_len[b];
+        pb->k_src[b] = xmalloc(len * pb->kv_heads * pb->qk_dim * sizeof(float));
+        fill_unit(pb->k_src[b], len * pb->kv_heads * pb->qk_dim, rng, amplitude);
+        pb->v_src[b] = NULL;
+        if (!pb->mla) {
+            pb->v_src[b] = xmalloc(len * pb->kv_heads * pb->v_dim * sizeof(float));
+            fill_unit(pb->v_src[b], len * pb->kv_heads * pb->v_dim, rng, 1.0f);
+        }
+        pb->q[b] = xmalloc((size_t)pb->q_len[b] * pb->heads * pb->qk_dim * sizeof(float));
+        fill_unit(pb->q[b], (size_t)pb->q_len[b] * pb->heads * pb->qk_dim, rng, amplitude);
+    }
+}
+
+void problem_free(struct attn_problem *pb)
+{
+    for (uint32_t b = 0; b < pb->batch; b++) {
+        free(pb->k_src[b]);
+        free(pb->v_src[b]);
+        free(pb->q[b]);
+    }
+}
+
+uint32_t problem_tokens(const struct attn_problem *pb)
+{
+    uint32_t t = 0;
+    for (uint32_t b = 0; b < pb->batch; b++)
+        t += pb->q_len[b];
+    return t;
+}
+
+void problem_describe(const struct attn_problem *pb, const struct rank_run *run, char *buf, size_t len)
+{
+    int n = snprintf(buf, len,
+                     "%s dtype %u heads %u/%u dims %u/%u block %u | rank %u/%u il %u splits %u tile %u chunks %u | seqs",
+                     pb->mla ? "MLA" : "GQA", pb->dtype, pb->heads, pb->kv_heads, pb->qk_dim, pb->v_dim,
+                     pb->block_size, run->rank, run->group_size, run->interleave, run->num_splits,
+                     run->head_tile, run->chunks);
+    for (uint32_t b = 0; b < pb->batch && n > 0 && (size_t)n < len; b++)
+        n += snprintf(buf + n, len - (size_t)n, " %u(q%u)", pb->seq_len[b], pb->q_len[b]);
+}
+
+void problem_oracle(const struct attn_problem *pb, uint32_t b, double *out, double *lse)
+{
+    const size_t len = pb->seq_len[b];
+    const float inv_scale = 1.0f / pb->kv_scale;
+    double *q = xmalloc((size_t)pb->q_len[b] * pb->heads * pb->qk_dim * sizeof(double));
+    double *k = xmalloc(len * pb->kv_heads * pb->qk_dim * sizeof(double));
+    double *v = xmalloc(len * pb->kv_heads * pb->v_dim * sizeof(double));
+    for (size_t i = 0; i < (size_t)pb->q_len[b] * pb->heads * pb->qk_dim; i++)
+        q[i] = pb->q[b][i];
+    oracle_quantize_array(k, pb->k_src[b], len * pb->kv_heads * pb->qk_dim, pb->dtype, inv_scale,
+                          pb->kv_scale);
+    if (pb->mla) /* V is the head of the (single) K row */
+        for (size_t j = 0; j < len; j++)
+            memcpy(v + j * pb->v_dim, k + j * pb->qk_dim, pb->v_dim * sizeof(double));
+    else
+        oracle_quantize_array(v, pb->v_src[b], len * pb->kv_heads * pb->v_dim, pb->dtype, inv_scale,
+                              pb->kv_scale);
+    const struct oracle_attn_shape shape = {
+        .len = pb->seq_len[b], .q_len = pb->q_len[b], .heads = pb->heads, .kv_heads = pb->kv_heads,
+        .qk_dim = pb->qk_dim, .v_dim = pb->v_dim, .scale = pb->scale,
+    };
+    oracle_attention(&shape, q, k, v, out, lse);
+    free(q);
+    free(k);
+    free(v);
+}
+
+void run_kernel(enum dcpk_kernel_id id, const void *params, struct test_rng *rng)
+{
+    const struct dcpk_kernel_desc *k = &dcpk_kernels[id];
+    const uint64_t items = dcpk_grid_items(k->grid(params));
+    const size_t bytes = k->scratch(params);
+    /* Scratch at an odd address half the time: the kernels align it themselves. */
+    const size_t skew = (size_t)test_rng_range(rng, 0, 1);
+    unsigned char *raw = xmalloc(bytes + skew + 64);
+    memset(raw + skew + bytes, 0xa5, 64);
+    uint64_t begin = 0;
+    while (begin < items) {
+        const uint64_t end = test_rng_range(rng, 0, 2) ? items : test_rng_range(rng, begin + 1, items);
+        k->cpu(params, begin, end, raw + skew);
+        begin = end;
+    }
+    for (size_t i = 0; i < 64; i++)
+        assert_int_equal(raw[skew + bytes + i], 0xa5);
+    free(raw);
+}
+
+/** Appends every token of sequence b that the rank owns (slot -1 for the others). */
+static void append_sequence(const struct attn_problem *pb, const struct rank_run *run,
+                            struct test_rng *rng, const int32_t *table, void *k_cache, void *v_cache,
+                            uint32_t b)
+{
+    const uint32_t len = pb->seq_len[b], bs = pb->block_size;
+    int64_t *slots = xmalloc((size_t)len * sizeof(int64_t));
+    for (uint32_t p = 0; p < len; p++) {
+        if (dcpk_owner_rank(p, run->group_size, run->interleave) != run->rank) {
+            slots[p] = -1;
+            continue;
+        }
+        const uint64_t local = dcpk_local_index(p, run->group_size, run->interleave);
+        slots[p] = (int64_t)table[local / bs] * bs + (int64_t)(local % bs);
+    }
+    const struct dcpk_kv_append_params ap = {
+        .k_cache = (uint64_t)(uintptr_t)k_cache, .v_cache = (uint64_t)(uintptr_t)v_cache,
+        .k_src = (uint64_t)(uintptr_t)pb->k_src[b], .v_src = (uint64_t)(uintptr_t)pb->v_src[b],
+        .slots = (uint64_t)(uintptr_t)slots, .num_tokens = len, .num_kv_heads = pb->kv_heads,
+        .k_dim = pb->qk_dim, .v_dim = pb->v_dim, .block_size = bs, .dtype = pb->dtype,
+        .inv_scale = 1.0f / pb->kv_scale,
+    };
+    run_kernel(DCPK_KERNEL_kv_append, &ap, rng);
+    free(slots);
+}
+
+/** Queries in the chunked layout (padding between chunks poisoned with NaN). */
+static float *chunked_queries(const struct attn_problem *pb, const struct rank_run *run,
+                              uint64_t chunk_stride)
+{
+    const uint32_t hpc = pb->heads / run->chunks;
+    float *q = nan_floats(chunk_stride * run->chunks);
+    uint32_t t = 0;
+    for (uint32_t b = 0; b < pb->batch; b++)
+        for (uint32_t i = 0; i < pb->q_len[b]; i++, t++)
+            for (uint32_t g = 0; g < pb->heads; g++)
+                memcpy(q + (g / hpc) * chunk_stride + ((uint64_t)t * hpc + g % hpc) * pb->qk_dim,
+                       pb->q[b] + ((size_t)i * pb->heads + g) * pb->qk_dim, pb->qk_dim * sizeof(float));
+    return q;
+}
+
+/** Combines the split partials in ws into dst with dcpk_merge. */
+static void merge_splits(const struct attn_problem *pb, const struct rank_run *run, struct test_rng *rng,
+                         const float *ws_o, const float *ws_lse, uint64_t stride_o, uint64_t stride_lse,
+                         const struct attn_output *dst)
+{
+    const uint32_t rows_per_chunk = problem_tokens(pb) * (pb->heads / run->chunks);
+    const struct dcpk_merge_params mp = {
+        .src_o = (uint64_t)(uintptr_t)ws_o, .src_lse = (uint64_t)(uintptr_t)ws_lse,
+        .out = (uint64_t)(uintptr_t)dst->out, .out_lse = (uint64_t)(uintptr_t)dst->lse,
+        .src_stride_o = stride_o, .src_stride_lse = stride_lse,
+        .out_chunk_stride = dst->out_chunk_stride, .out_lse_chunk_stride = dst->lse_chunk_stride,
+        .n_src = run->num_splits, .rows = rows_per_chunk * run->chunks,
+        .rows_per_chunk = rows_per_chunk, .v_dim = pb->v_dim,
+    };
+    run_kernel(DCPK_KERNEL_merge, &mp, rng);
+}
+
+void rank_attention(const struct attn_problem *pb, const struct rank_run *run,
+                    struct test_rng *rng, const struct attn_output *dst)
+{
+    const uint32_t bs = pb->block_size, n = run->group_size;
+    const uint32_t esize = dcpk_dtype_size(pb->dtype);
+    /* One scheduler for the group: ceil(L / (B*N)) block ids per sequence, the same on every rank. */
+    uint32_t blocks[HARNESS_MAX_BATCH], max_blocks = 1, pages = 0;
+    for (uint32_t b = 0; b < pb->batch; b++) {
+        blocks[b] = (pb->seq_len[b] + bs * n - 1) / (bs * n);
+        assert_true(dcpk_local_length(pb->seq_len[b], run->rank, n, run->interleave) <= (uint64_t)blocks[b] * bs);
+        max_blocks = blocks[b] > max_blocks ? blocks[b] : max_blocks;
+        pages += blocks[b];
+    }
+    max_blocks += (uint32_t)test_rng_range(rng, 0, 2);
+    pages += (uint32_t)test_rng_range(rng, 0, 3); /* pages nobody uses */
+
+    /* Pages handed out in random order; unused table entries point nowhere. */
+    uint32_t *perm = xmalloc(pages * sizeof(uint32_t));
+    for (uint32_t i = 0; i < pages; i++)
+        perm[i] = i;
+    for (uint32_t i = pages; i > 1; i--) {
+        const uint32_t j = (uint32_t)test_rng_range(rng, 0, i - 1), tmp = perm[i - 1];
+        perm[i - 1] = perm[j];
+        perm[j] = tmp;
+    }
+    int32_t *table = xmalloc((size_t)pb->batch * max_blocks * sizeof(int32_t));
+    for (uint32_t b = 0, next = 0; b < pb->batch; b++)
+        for (uint32_t i = 0; i < max_blocks; i++)
+            table[b * max_blocks + i] = i < blocks[b] ? (int32_t)perm[next++] : -1;
+
+    /* All-ones bytes are NaN in every dtype: reading a slot never written shows. */
+    const size_t k_bytes = (size_t)pages * pb->kv_heads * bs * pb->qk_dim * esize;
+    const size_t v_bytes = pb->mla ? 0 : (size_t)pages * pb->kv_heads * bs * pb->v_dim * esize;
+    void *k_cache = xmalloc(k_bytes), *v_cache = pb->mla ? NULL : xmalloc(v_bytes);
+    memset(k_cache, 0xff, k_bytes);
+    if (v_cache)
+        memset(v_cache, 0xff, v_bytes);
+    for (uint32_t b = 0; b < pb->batch; b++)
+        append_sequence(pb, run, rng, table + b * max_blocks, k_cache, v_cache, b);
+
+    const uint32_t tokens = problem_tokens(pb), hpc = pb->heads / run->chunks;
+    const uint64_t q_chunk_stride = (uint64_t)tokens * hpc * pb->qk_dim + test_rng_range(rng, 0, 3);
+    float *q = chunked_queries(pb, run, q_chunk_stride);
+    int32_t seq_lens[HARNESS_MAX_BATCH], q_start[HARNESS_MAX_BATCH + 1];
+    q_start[0] = 0;
+    for (uint32_t b = 0; b < pb->batch; b++) {
+        seq_lens[b] = (int32_t)pb->seq_len[b];
+        q_start[b + 1] = q_start[b] + (int32_t)pb->q_len[b];
+    }
+
+    /* Split partials: every split writes every row, so NaN-poisoned workspaces check that too. */
+    const uint64_t ws_stride_o = (uint64_t)run->chunks * tokens * hpc * pb->v_dim + test_rng_range(rng, 0, 5);
+    const uint64_t ws_stride_lse = (uint64_t)run->chunks * tokens * hpc + test_rng_range(rng, 0, 5);
+    float *ws_o = run->num_splits > 1 ? nan_floats(ws_stride_o * run->num_splits) : NULL;
+    float *ws_lse = run->num_splits > 1 ? nan_floats(ws_stride_lse * run->num_splits) : NULL;
+
+    const struct dcpk_attn_params ap = {
+        .q = (uint64_t)(uintptr_t)q, .k_cache = (uint64_t)(uintptr_t)k_cache,
+        .v_cache = (uint64_t)(uintptr_t)(pb->mla ? k_cache : v_cache),
+        .block_table = (uint64_t)(uintptr_t)table, .seq_lens = (uint64_t)(uintptr_t)seq_lens,
+        .q_start = (uint64_t)(uintptr_t)q_start, .out = (uint64_t)(uintptr_t)dst->out,
+        .lse = (uint64_t)(uintptr_t)dst->lse, .ws_o = (uint64_t)(uintptr_t)ws_o,
+        .ws_lse = (uint64_t)(uintptr_t)ws_lse, .q_chunk_stride = q_chunk_stride,
+        .out_chunk_stride = dst->out_chunk_stride, .lse_chunk_stride = dst->lse_chunk_stride,
+        .ws_split_stride_o = ws_stride_o, .ws_split_stride_lse = ws_stride_lse,
+        .batch = pb->batch, .num_q_tokens = tokens, .num_heads = pb->heads, .heads_per_chunk = hpc,
+        .num_kv_heads = pb->kv_heads, .head_tile = run->head_tile, .qk_dim = pb->qk_dim,
+        .v_dim = pb->v_dim, .v_row_stride = pb->mla ? pb->qk_dim : pb->v_dim, .block_size = bs,
+        .max_blocks = max_blocks, .rank = run->rank, .group_size = n, .interleave = run->interleave,
+        .num_splits = run->num_splits, .dtype = pb->dtype, .scale = pb->scale,
+        .kv_scale = pb->kv_scale,
+    };
+    run_kernel(DCPK_KERNEL_attn, &ap, rng);
+    if (run->num_splits > 1)
+        merge_splits(pb, run, rng, ws_o, ws_lse, ws_stride_o, ws_stride_lse, dst);
+
+    free(ws_o);
+    free(ws_lse);
+    free(q);
+    free(k_cache);
+    free(v_cache);
+    free(table);
+    free(perm);
+}
+
+double check_against_oracle(const struct attn_problem *pb, uint32_t head0, uint32_t nheads, uint32_t hpc,
+                            const struct attn_output *res, double tol, const char *desc)
+{
+    const uint32_t v_dim = pb->v_dim;
+    const size_t rows = (size_t)problem_tokens(pb) * nheads;
+    double *ref = xmalloc(rows * v_dim * sizeof(double)), *got = xmalloc(rows * v_dim * sizeof(double));
+    size_t row = 0;
+    uint32_t t = 0;
+    for (uint32_t b = 0; b < pb->batch; b++) {
+        double *o = xmalloc((size_t)pb->q_len[b] * pb->heads * v_dim * sizeof(double));
+        double *l = xmalloc((size_t)pb->q_len[b] * pb->heads * sizeof(double));
+        problem_oracle(pb, b, o, l);
+        for (uint32_t i = 0; i < pb->q_len[b]; i++, t++)
+            for (uint32_t g = head0; g < head0 + nheads; g++, row++) {
+                const uint32_t c = (g - head0) / hpc, h = (g - head0) % hpc;
+                const float *go = res->out + c * res->out_chunk_stride + ((uint64_t)t * hpc + h) * v_dim;
+                const float gl = res->lse[c * res->lse_chunk_stride + (uint64_t)t * hpc + h];
+                const double *ro = o + ((size_t)i * pb->heads + g) * v_dim;
+                const double rl = l[(size_t)i * pb->heads + g];
+                for (uint32_t d = 0; d < v_dim; d++) {
+                    if (isnan(go[d]))
+                        fail_msg("%s: NaN at token %u head %u dim %u", desc, t, g, d);
+                    got[row * v_dim + d] = go[d];
+                    ref[row * v_dim + d] = ro[d];
+                }
+                if (isinf(rl)) { /* nothing visible: exactly 0 and -inf, decided from lengths */
+                    if (!(isinf(gl) && gl < 0))
+                        fail_msg("%s: token %u head %u sees no key but lse = %g", desc, t, g, (double)gl);
+                    for (uint32_t d = 0; d < v_dim; d++)
+                        if (go[d] != 0.0f)
+                            fail_msg("%s: token %u head %u sees no key but out[%u] = %g", desc, t, g, d, (double)go[d]);
+                } else if (!(fabs(gl - rl) <= 1e-4 * (1.0 + fabs(rl)))) {
+                    fail_msg("%s: token %u head %u lse %.9g, oracle %.9g", desc, t, g, (double)gl, rl);
+                }
+            }
+        free(o);
+        free(l);
+    }
+    const double err = oracle_rel_l2(ref, got, rows * v_dim);
+    if (!(err <= tol))
+        fail_msg("%s: relative L2 error %.3g > %.3g", desc, err, tol);
+    free(ref);
+    free(got);
+    return err;
+}

@@ -1,0 +1,88 @@
+/*
+ * attn_harness.h: builds attention problems for the kernel tests: random
+ * sequences, each rank's paged cache filled through dcpk_kv_append with slots
+ * from the placement formulas, dcpk_attn run over its whole grid (in random
+ * pieces, with guarded scratch), split partials merged with dcpk_merge, and the
+ * float64 oracle over the same (quantized) values.
+ */
+#ifndef DCP_TEST_ATTN_HARNESS_H
+#define DCP_TEST_ATTN_HARNESS_H
+
+#include <stdint.h>
+
+#include "dcp_kernels/cpu.h"
+#include "test_util.h"
+
+#define HARNESS_MAX_BATCH 4
+
+/** The whole problem: every sequence's tokens and queries, before any sharding. */
+struct attn_problem {
+    uint32_t batch;
+    uint32_t seq_len[HARNESS_MAX_BATCH]; ///< Context length including this step's tokens.
+    uint32_t q_len[HARNESS_MAX_BATCH];   ///< Query tokens (the last q_len positions).
+    uint32_t heads, kv_heads, qk_dim, v_dim;
+    int mla;            ///< V is the first v_dim values of the K row (kv_heads == 1).
+    uint32_t dtype;     ///< Cache dtype.
+    uint32_t block_size;
+    float scale;        ///< Softmax scale.
+    float kv_scale;     ///< fp8 scale (inv_scale = 1 / kv_scale when appending).
+    float *k_src[HARNESS_MAX_BATCH]; ///< fp32 [seq_len][kv_heads][qk_dim].
+    float *v_src[HARNESS_MAX_BATCH]; ///< fp32 [seq_len][kv_heads][v_dim]; NULL for MLA.
+    float *q[HARNESS_MAX_BATCH];     ///< fp32 [q_len][heads][qk_dim].
+};
+
+/** How one rank runs its attention. */
+struct rank_run {
+    uint32_t rank, group_size, interleave;
+    uint32_t num_splits, head_tile;
+    uint32_t chunks;  ///< Head chunks of the layout (heads_per_chunk = heads / chunks).
+};
+
+/** Where a rank's output goes: chunked layout with these strides (floats). */
+struct attn_output {
+    float *out;
+    float *lse;
+    uint64_t out_chunk_stride;
+    uint64_t lse_chunk_stride;
+};
+
+/** Allocates and fills the sources of a problem whose shape fields are set. */
+void problem_fill(struct attn_problem *pb, struct test_rng *rng, float amplitude);
+void problem_free(struct attn_problem *pb);
+/** Query tokens of all sequences. */
+uint32_t problem_tokens(const struct attn_problem *pb);
+/** One line describing the problem and run, for failure messages. */
+void problem_describe(const struct attn_problem *pb, const struct rank_run *run, char *buf, size_t len);
+
+/**
+ * The oracle for sequence b over all its tokens: out [q_len][heads][v_dim],
+ * lse [q_len][heads], on the values the cache holds.
+ */
+void problem_oracle(const struct attn_problem *pb, uint32_t b, double *out, double *lse);
+
+/**
+ * Builds rank run->rank's cache (every byte poisoned with NaN patterns first, so
+ * a read of anything not appended shows), appends its tokens with dcpk_kv_append,
+ * runs dcpk_attn (and dcpk_merge over splits) and writes its partial result.
+ */
+void rank_attention(const struct attn_problem *pb, const struct rank_run *run,
+                    struct test_rng *rng, const struct attn_output *dst);
+
+/**
+ * Runs every work item of a launch of kernel family id through the table
+ * (dcpk_kernels), in a few random [begin, end) pieces, with exactly
+ * scratch_bytes() of scratch followed by a guard that must stay intact.
+ */
+void run_kernel(enum dcpk_kernel_id id, const void *params, struct test_rng *rng);
+
+/**
+ * Checks a result against the oracle: heads [head0, head0 + nheads) of every
+ * query token, laid out in chunks of hpc heads as res says. Fails the test on a
+ * NaN, on a row that sees no key but is not exactly 0 / -inf, on an LSE off by
+ * more than 1e-4 * (1 + |lse|), or on a relative L2 error of the outputs above
+ * tol. Returns that error. desc names the case in failure messages.
+ */
+double check_against_oracle(const struct attn_problem *pb, uint32_t head0, uint32_t nheads, uint32_t hpc,
+                            const struct attn_output *res, double tol, const char *desc);
+
+#endif /* DCP_TEST_ATTN_HARNESS_H */

@@ -1,0 +1,155 @@
+/*
+ * dcpk_attn on one rank against the float64 oracle, over random shapes: batch
+ * 1-4, lengths 0..300 (0 and shorter than a page included), 1, 2 or 4 query
+ * tokens, GQA/MHA/MLA head layouts, dims that are and are not multiples of the
+ * decode blocks, pages of 1, 4, 16 and 64 tokens, 1-4 splits, every head tile,
+ * every dtype, chunked head layouts with padded strides.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn_harness.h"
+
+/** Every case must match the oracle this closely (relative L2 of the outputs). */
+#define ATTN_TOLERANCE 1e-5
+
+static uint32_t pick(struct test_rng *rng, const uint32_t *values, size_t n)
+{
+    return values[test_rng_range(rng, 0, n - 1)];
+}
+
+/** A random divisor of n. */
+static uint32_t random_divisor(struct test_rng *rng, uint32_t n)
+{
+    uint32_t d;
+    do
+        d = (uint32_t)test_rng_range(rng, 1, n);
+    while (n % d);
+    return d;
+}
+
+static void random_heads(struct attn_problem *pb, struct test_rng *rng)
+{
+    static const uint32_t gqa_dims[] = {64, 128, 256, 40, 24, 8};
+    static const uint32_t groups[] = {1, 2, 3, 4, 8};
+    const uint32_t kind = (uint32_t)test_rng_range(rng, 0, 9);
+    pb->mla = kind < 2;
+    if (pb->mla) { /* one latent row per token: 512 latent + 64 rope, V = the latent part */
+        pb->kv_heads = 1;
+        pb->heads = (uint32_t)test_rng_range(rng, 1, 8);
+        pb->qk_dim = 576;
+        pb->v_dim = 512;
+    } else {
+        pb->kv_heads = (uint32_t)test_rng_range(rng, 1, 4);
+        pb->heads = pb->kv_heads * (kind == 2 ? 1 : pick(rng, groups, 5)); /* kind 2: MHA */
+        pb->qk_dim = pick(rng, gqa_dims, 6);
+        pb->v_dim = test_rng_range(rng, 0, 3) ? pb->qk_dim : pick(rng, gqa_dims, 6);
+    }
+}
+
+static void random_lengths(struct attn_problem *pb, struct test_rng *rng)
+{
+    static const uint32_t q_lens[] = {1, 2, 4};
+    pb->batch = (uint32_t)test_rng_range(rng, 1, HARNESS_MAX_BATCH);
+    for (uint32_t b = 0; b < pb->batch; b++) {
+        const uint32_t kind = (uint32_t)test_rng_range(rng, 0, 5);
+        pb->seq_len[b] = kind == 0 ? 0 : kind == 1 ? (uint32_t)test_rng_range(rng, 1, pb->block_size)
+                                                  : (uint32_t)test_rng_range(rng, 1, 300);
+        const uint32_t q = pick(rng, q_lens, 3);
+        pb->q_len[b] = q < pb->seq_len[b] ? q : pb->seq_len[b];
+    }
+}
+
+static void random_problem(struct attn_problem *pb, struct test_rng *rng)
+{
+    static const uint32_t blocks[] = {1, 4, 16, 64};
+    static const float kv_scales[] = {1.0f, 0.05f, 1.0f / 64.0f};
+    memset(pb, 0, sizeof(*pb));
+    random_heads(pb, rng);
+    pb->dtype = (uint32_t)test_rng_range(rng, DCPK_FP32, DCPK_FP8_E4M3);
+    pb->block_size = pick(rng, blocks, 4);
+    pb->kv_scale = pb->dtype == DCPK_FP8_E4M3 ? kv_scales[test_rng_range(rng, 0, 2)] : 1.0f;
+    pb->scale = (float)((0.5 + test_rng_unit(rng) * 0.4 + 0.4) / sqrt((double)pb->qk_dim));
+    random_lengths(pb, rng);
+    /* Amplitudes up to 3 make some softmaxes peaky. */
+    problem_fill(pb, rng, (float)test_rng_range(rng, 1, 3));
+}
+
+static void random_run(const struct attn_problem *pb, struct rank_run *run, struct test_rng *rng)
+{
+    memset(run, 0, sizeof(*run));
+    run->group_size = 1;
+    run->interleave = 1;
+    run->num_splits = (uint32_t)test_rng_range(rng, 1, 4);
+    const uint32_t hpk = pb->heads / pb->kv_heads;
+    run->head_tile = test_rng_range(rng, 0, 3) ? (uint32_t)test_rng_range(rng, 1, hpk) : 0; /* 0: all */
+    run->chunks = random_divisor(rng, pb->heads);
+}
+
+/* Output padding between chunks must survive the kernels untouched. */
+#define PAD_SENTINEL 12345.0f
+
+static void check_padding(const float *p, uint64_t chunks, uint64_t stride, uint64_t used)
+{
+    for (uint64_t c = 0; c < chunks; c++)
+        for (uint64_t i = used; i < stride; i++)
+            assert_true(p[c * stride + i] == PAD_SENTINEL);
+}
+
+static double run_case(struct test_rng *rng, int case_no)
+{
+    struct attn_problem pb;
+    struct rank_run run;
+    random_problem(&pb, rng);
+    random_run(&pb, &run, rng);
+    const uint32_t tokens = problem_tokens(&pb), hpc = pb.heads / run.chunks;
+    const uint64_t rows_per_chunk = (uint64_t)tokens * hpc;
+    struct attn_output res = {
+        .out_chunk_stride = rows_per_chunk * pb.v_dim + test_rng_range(rng, 0, 4),
+        .lse_chunk_stride = rows_per_chunk + test_rng_range(rng, 0, 4),
+    };
+    res.out = malloc((res.out_chunk_stride * run.chunks + 1) * sizeof(float));
+    res.lse = malloc((res.lse_chunk_stride * run.chunks + 1) * sizeof(float));
+    assert_non_null(res.out);
+    assert_non_null(res.lse);
+    for (uint64_t i = 0; i < res.out_chunk_stride * run.chunks; i++)
+        res.out[i] = (i % res.out_chunk_stride) < rows_per_chunk * pb.v_dim ? NAN : PAD_SENTINEL;
+    for (uint64_t i = 0; i < res.lse_chunk_stride * run.chunks; i++)
+        res.lse[i] = (i % res.lse_chunk_stride) < rows_per_chunk ? NAN : PAD_SENTINEL;
+
+    rank_attention(&pb, &run, rng, &res);
+
+    char desc[512];
+    int n = snprintf(desc, sizeof(desc), "case %d: ", case_no);
+    problem_describe(&pb, &run, desc + n, sizeof(desc) - (size_t)n);
+    const double err = check_against_oracle(&pb, 0, pb.heads, hpc, &res, ATTN_TOLERANCE, desc);
+    check_padding(res.out, run.chunks, res.out_chunk_stride, rows_per_chunk * pb.v_dim);
+    check_padding(res.lse, run.chunks, res.lse_chunk_stride, rows_per_chunk);
+    free(res.out);
+    free(res.lse);
+    problem_free(&pb);
+    return err;
+}
+
+static void test_random_shapes(void **state)
+{
+    (void)state;
+    struct test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0xa77e);
+    double worst = 0.0;
+    for (int i = 0; i < 400; i++) {
+        const double err = run_case(&rng, i);
+        worst = err > worst ? err : worst;
+    }
+    print_message("400 cases, worst relative L2 error %.3g\n", worst);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_random_shapes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

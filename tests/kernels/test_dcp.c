@@ -1,0 +1,203 @@
+/*
+ * DCP emulated on one machine: a sequence set sharded over N ranks with
+ * interleave I (kv_append with slots from the placement formulas, each rank its
+ * own pages), attention on every rank over all gathered heads in the chunked
+ * layout, then the two merge paths of the brief:
+ *   a2a:   rank d merges chunk d of every rank's partials with dcpk_merge;
+ *   ag_rs: every rank scales its partials with dcpk_lse_scale (all LSEs gathered),
+ *          then chunk d is summed over ranks with dcpk_reduce (the ReduceScatter);
+ * both compared with the single-rank oracle over the whole sequence, including
+ * L < N*I (empty shards) and multi-token queries across shard boundaries.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn_harness.h"
+
+#define DCP_TOLERANCE 1e-5
+
+/** Every rank's partial result, in one allocation so a merge can stride over ranks. */
+struct partials {
+    uint32_t ranks;
+    uint64_t rows_per_chunk; ///< tokens * heads_per_chunk
+    uint64_t rank_stride_o;  ///< ranks * rows_per_chunk * v_dim (no padding: ag_rs needs rows contiguous)
+    uint64_t rank_stride_lse;
+    float *o;
+    float *lse;
+};
+
+static void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size);
+    assert_non_null(p);
+    return p;
+}
+
+static struct attn_output rank_output(const struct partials *pt, uint32_t r, uint32_t v_dim)
+{
+    const struct attn_output o = {
+        .out = pt->o + r * pt->rank_stride_o, .lse = pt->lse + r * pt->rank_stride_lse,
+        .out_chunk_stride = pt->rows_per_chunk * v_dim, .lse_chunk_stride = pt->rows_per_chunk,
+    };
+    return o;
+}
+
+/** a2a: destination d merges chunk d of every rank. */
+static void merge_a2a(const struct attn_problem *pb, const struct partials *pt, uint32_t d,
+                      struct test_rng *rng, float *out, float *lse)
+{
+    const struct dcpk_merge_params mp = {
+        .src_o = (uint64_t)(uintptr_t)(pt->o + d * pt->rows_per_chunk * pb->v_dim),
+        .src_lse = (uint64_t)(uintptr_t)(pt->lse + d * pt->rows_per_chunk),
+        .out = (uint64_t)(uintptr_t)out, .out_lse = (uint64_t)(uintptr_t)lse,
+        .src_stride_o = pt->rank_stride_o, .src_stride_lse = pt->rank_stride_lse,
+        .n_src = pt->ranks, .rows = (uint32_t)pt->rows_per_chunk,
+        .rows_per_chunk = (uint32_t)pt->rows_per_chunk, .v_dim = pb->v_dim,
+    };
+    run_kernel(DCPK_KERNEL_merge, &mp, rng);
+}
+
+/** ag_rs, step 1 on rank r: scale its partials by exp(lse_r - Lambda); own chunk's Lambda to lse. */
+static void scale_ag_rs(const struct attn_problem *pb, const struct partials *pt, uint32_t r,
+                        struct test_rng *rng, float *o, float *lse)
+{
+    const struct dcpk_lse_scale_params sp = {
+        .lse_all = (uint64_t)(uintptr_t)pt->lse, .o = (uint64_t)(uintptr_t)o,
+        .out_lse = (uint64_t)(uintptr_t)lse, .n_src = pt->ranks, .self = r,
+        .rows = (uint32_t)(pt->rows_per_chunk * pt->ranks),
+        .rows_per_chunk = (uint32_t)pt->rows_per_chunk, .own_chunk = r, .v_dim = pb->v_dim,
+    };
+    run_kernel(DCPK_KERNEL_lse_scale, &sp, rng);
+}
+
+/** ag_rs, step 2 for destination d: chunk d summed over the scaled partials of every rank. */
+static void reduce_ag_rs(const struct attn_problem *pb, const struct partials *pt, const float *scaled,
+                         uint32_t d, struct test_rng *rng, float *out)
+{
+    uint64_t *srcs = xcalloc(pt->ranks, sizeof(uint64_t));
+    for (uint32_t r = 0; r < pt->ranks; r++)
+        srcs[r] = (uint64_t)(uintptr_t)(scaled + r * pt->rank_stride_o);
+    const struct dcpk_reduce_params rp = {
+        .dst = (uint64_t)(uintptr_t)out, .src_ptrs = (uint64_t)(uintptr_t)srcs,
+        .src_offset = d * pt->rows_per_chunk * pb->v_dim, .count = pt->rows_per_chunk * pb->v_dim,
+        .n_src = pt->ranks,
+    };
+    run_kernel(DCPK_KERNEL_reduce, &rp, rng);
+    free(srcs);
+}
+
+static void random_problem(struct attn_problem *pb, uint32_t n, uint32_t il, uint32_t block,
+                           struct test_rng *rng)
+{
+    static const uint32_t q_lens[] = {1, 2, 4};
+    static const uint32_t dims[] = {64, 40, 128};
+    memset(pb, 0, sizeof(*pb));
+    pb->mla = test_rng_range(rng, 0, 3) == 0;
+    /* Gathered heads split evenly over the group: heads = N * (1 or 2). */
+    pb->heads = n * (uint32_t)test_rng_range(rng, 1, 2);
+    if (pb->mla) {
+        pb->kv_heads = 1;
+        pb->qk_dim = 576;
+        pb->v_dim = 512;
+    } else {
+        pb->kv_heads = pb->heads % 2 == 0 && test_rng_range(rng, 0, 1) ? 2 : 1;
+        pb->qk_dim = pb->v_dim = dims[test_rng_range(rng, 0, 2)];
+    }
+    pb->dtype = (uint32_t)test_rng_range(rng, DCPK_FP32, DCPK_FP8_E4M3);
+    pb->block_size = block;
+    pb->kv_scale = pb->dtype == DCPK_FP8_E4M3 ? 1.0f / 32.0f : 1.0f;
+    pb->scale = (float)(1.0 / sqrt((double)pb->qk_dim));
+    pb->batch = (uint32_t)test_rng_range(rng, 1, 3);
+    for (uint32_t b = 0; b < pb->batch; b++) {
+        /* Half the sequences shorter than one round of the group: some ranks hold nothing. */
+        const uint32_t span = n * il;
+        pb->seq_len[b] = test_rng_range(rng, 0, 1) ? (uint32_t)test_rng_range(rng, 0, span + 2)
+                                                   : (uint32_t)test_rng_range(rng, 1, 300);
+        const uint32_t q = q_lens[test_rng_range(rng, 0, 2)];
+        pb->q_len[b] = q < pb->seq_len[b] ? q : pb->seq_len[b];
+    }
+    problem_fill(pb, rng, 2.0f);
+}
+
+static void run_case(uint32_t n, uint32_t il, uint32_t block, struct test_rng *rng)
+{
+    struct attn_problem pb;
+    random_problem(&pb, n, il, block, rng);
+    const uint32_t hpc = pb.heads / n, v = pb.v_dim;
+    struct partials pt = {.ranks = n, .rows_per_chunk = (uint64_t)problem_tokens(&pb) * hpc};
+    pt.rank_stride_o = n * pt.rows_per_chunk * v;
+    pt.rank_stride_lse = n * pt.rows_per_chunk;
+    pt.o = xcalloc(n * pt.rank_stride_o, sizeof(float));
+    pt.lse = xcalloc(n * pt.rank_stride_lse, sizeof(float));
+
+    struct rank_run run = {.group_size = n, .interleave = il, .chunks = n};
+    char desc[512];
+    for (uint32_t r = 0; r < n; r++) {
+        run.rank = r;
+        run.num_splits = (uint32_t)test_rng_range(rng, 1, 3);
+        run.head_tile = (uint32_t)test_rng_range(rng, 0, pb.heads / pb.kv_heads);
+        const struct attn_output dst = rank_output(&pt, r, v);
+        rank_attention(&pb, &run, rng, &dst);
+    }
+    run.rank = 0;
+    problem_describe(&pb, &run, desc, sizeof(desc));
+
+    /* ag_rs works on a copy: the a2a path reads the unscaled partials. */
+    float *scaled = xcalloc(n * pt.rank_stride_o, sizeof(float));
+    memcpy(scaled, pt.o, n * pt.rank_stride_o * sizeof(float));
+    float *rs_lse = xcalloc(n * pt.rows_per_chunk, sizeof(float));
+    for (uint32_t r = 0; r < n; r++)
+        scale_ag_rs(&pb, &pt, r, rng, scaled + r * pt.rank_stride_o, rs_lse + r * pt.rows_per_chunk);
+
+    float *out = xcalloc(pt.rows_per_chunk * v, sizeof(float));
+    float *lse = xcalloc(pt.rows_per_chunk, sizeof(float));
+    for (uint32_t d = 0; d < n; d++) {
+        const struct attn_output res = {.out = out, .lse = lse};
+        char what[600];
+        merge_a2a(&pb, &pt, d, rng, out, lse);
+        snprintf(what, sizeof(what), "a2a dest %u: %s", d, desc);
+        check_against_oracle(&pb, d * hpc, hpc, hpc, &res, DCP_TOLERANCE, what);
+
+        reduce_ag_rs(&pb, &pt, scaled, d, rng, out);
+        memcpy(lse, rs_lse + d * pt.rows_per_chunk, pt.rows_per_chunk * sizeof(float));
+        snprintf(what, sizeof(what), "ag_rs dest %u: %s", d, desc);
+        check_against_oracle(&pb, d * hpc, hpc, hpc, &res, DCP_TOLERANCE, what);
+    }
+    free(out);
+    free(lse);
+    free(scaled);
+    free(rs_lse);
+    free(pt.o);
+    free(pt.lse);
+    problem_free(&pb);
+}
+
+static void test_dcp_groups(void **state)
+{
+    (void)state;
+    static const uint32_t groups[] = {1, 2, 3, 4, 8};
+    static const uint32_t interleaves[] = {1, 2, 16, 0}; /* 0: I = B */
+    static const uint32_t blocks[] = {1, 4, 16, 64};
+    struct test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0xdc9);
+    for (size_t g = 0; g < 5; g++)
+        for (size_t i = 0; i < 4; i++)
+            for (int rep = 0; rep < 4; rep++) {
+                /* A page size the interleave fits: I <= B and B % I == 0. */
+                uint32_t block, il = interleaves[i];
+                do
+                    block = blocks[test_rng_range(&rng, 0, 3)];
+                while (il && (block < il || block % il));
+                run_case(groups[g], il ? il : block, block, &rng);
+            }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dcp_groups),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
