@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "dcp_kernels/convert.h"
 #include "dcp_kernels/params.h"
 #include "engine/engine_internal.h"
 #include "util/util.h"
@@ -321,4 +322,14 @@ DCP_API int dcp_rank_fill_synthetic(dcp_rank *r, void *dst, const struct dcp_syn
 DCP_API float dcp_synth_value(uint64_t seed, uint64_t key, uint32_t head, uint32_t d)
 {
     return dcpk_synth_unit(seed, key, head, d);
+}
+
+DCP_API float dcp_dtype_round(enum dcp_dtype dtype, float value, float scale)
+{
+    /* Exactly what kv_append stores and attention reads back. */
+    const float stored = dtype == DCP_DTYPE_FP8_E4M3 ? value * (1.0f / scale) : value;
+    unsigned char bits[4];
+    dcpk_store_as(bits, 0, (uint32_t)dtype, stored);
+    const float back = dcpk_load_as_f32(bits, 0, (uint32_t)dtype);
+    return dtype == DCP_DTYPE_FP8_E4M3 ? back * scale : back;
 }
