@@ -357,6 +357,14 @@ int dcp_cuda_open(const struct dcp_cuda_open_params *p, struct dcp_cuda **out)
     return DCP_OK;
 }
 
+int dcp_cuda_describe(const struct dcp_cuda *cu, char *buf, size_t size)
+{
+    char version[16];
+    return snprintf(buf, size, "CUDA driver %s (%s), %d device%s",
+                    dcp_cuda_version_string(cu->driver_version, version, sizeof(version)),
+                    cu->path, cu->device_count, cu->device_count == 1 ? "" : "s");
+}
+
 void dcp_cuda_close(struct dcp_cuda **cu)
 {
     if (!cu || !*cu)

@@ -318,6 +318,13 @@ struct dcp_cuda_open_params {
  */
 int dcp_cuda_open(const struct dcp_cuda_open_params *p, struct dcp_cuda **out);
 
+/**
+ * One line for logs and `dcp-run` output: "CUDA driver 13.0
+ * (/usr/lib/x86_64-linux-gnu/libcuda.so.580.65.06), 8 devices". snprintf
+ * contract: returns the full length, writes at most size bytes.
+ */
+int dcp_cuda_describe(const struct dcp_cuda *cu, char *buf, size_t size);
+
 /** Unloads the driver library; sets *cu to NULL. NULL and *cu == NULL are fine. */
 void dcp_cuda_close(struct dcp_cuda **cu);
 

@@ -137,6 +137,13 @@ int dcp_nccl_open(const struct dcp_nccl_open_params *p, struct dcp_nccl **out)
     return DCP_OK;
 }
 
+int dcp_nccl_describe(const struct dcp_nccl *nccl, char *buf, size_t size)
+{
+    char version[24];
+    return snprintf(buf, size, "NCCL %s (%s)",
+                    dcp_nccl_version_string(nccl->version, version, sizeof(version)), nccl->path);
+}
+
 void dcp_nccl_close(struct dcp_nccl **nccl)
 {
     if (!nccl || !*nccl)

@@ -160,6 +160,9 @@ struct dcp_nccl_open_params {
  */
 int dcp_nccl_open(const struct dcp_nccl_open_params *p, struct dcp_nccl **out);
 
+/** One line for logs: "NCCL 2.28.9 (/usr/lib/x86_64-linux-gnu/libnccl.so.2)"; snprintf contract. */
+int dcp_nccl_describe(const struct dcp_nccl *nccl, char *buf, size_t size);
+
 /** Unloads NCCL; sets *nccl to NULL. NULL and *nccl == NULL are fine. */
 void dcp_nccl_close(struct dcp_nccl **nccl);
 

@@ -16,6 +16,12 @@ static const char *const fake_variables[] = {
     "FAKE_NCCL_TIMEOUT",
 };
 
+void assert_contains(const char *haystack, const char *needle)
+{
+    if (!haystack || !strstr(haystack, needle))
+        fail_msg("\"%s\" does not contain \"%s\"", haystack ? haystack : "(null)", needle);
+}
+
 void fake_env_reset(void)
 {
     for (size_t i = 0; i < sizeof(fake_variables) / sizeof(fake_variables[0]); i++)

@@ -16,6 +16,9 @@
 #include "test_util.h"
 #include "util/util.h"
 
+/** Fails the test unless haystack contains needle. */
+void assert_contains(const char *haystack, const char *needle);
+
 /** Unsets every FAKE_* variable; call at the start of each test. */
 void fake_env_reset(void);
 /** setenv(name, value, 1). */

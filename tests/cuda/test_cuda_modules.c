@@ -22,12 +22,6 @@ static int setup(void **state)
     return 0;
 }
 
-static void assert_contains(const char *haystack, const char *needle)
-{
-    if (!strstr(haystack, needle))
-        fail_msg("\"%s\" does not contain \"%s\"", haystack, needle);
-}
-
 #define TARGETS "sm_80,sm_90,compute_100"
 
 /* The default test image as a registry entry. */

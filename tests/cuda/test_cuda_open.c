@@ -5,6 +5,7 @@
  */
 #include <dlfcn.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -17,12 +18,6 @@ static int setup(void **state)
     fake_env_reset();
     dcp_clear_error();
     return 0;
-}
-
-static void assert_contains(const char *haystack, const char *needle)
-{
-    if (!strstr(haystack, needle))
-        fail_msg("\"%s\" does not contain \"%s\"", haystack, needle);
 }
 
 static int open_library(const char *library, struct dcp_cuda **cu)
@@ -131,6 +126,10 @@ static void test_open_reports_path_and_version(void **state)
     assert_string_equal(real, loaded);
     assert_int_equal(cu->driver_version, 13000);
     assert_int_equal(cu->device_count, 3);
+    char line[PATH_MAX + 64], want[PATH_MAX + 64];
+    snprintf(want, sizeof(want), "CUDA driver 13.0 (%s), 3 devices", cu->path);
+    assert_int_equal(dcp_cuda_describe(cu, line, sizeof(line)), (int)strlen(want));
+    assert_string_equal(line, want);
     assert_int_equal(fake_calls(cu, "cuInit"), 1);
     fake_close(&cu);
     dcp_cuda_close(&cu); /* NULL handle: no-op */

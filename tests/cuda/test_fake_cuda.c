@@ -173,6 +173,8 @@ static void test_vmm(void **state)
     assert_int_equal(api->cuMemUnmap(va, gran), CUDA_SUCCESS);
     assert_int_equal(api->cuMemUnmap(va + 2 * gran, gran), CUDA_SUCCESS);
     assert_int_equal(api->cuMemUnmap(va, gran), CUDA_ERROR_INVALID_VALUE);
+    assert_int_equal(api->cuMemRelease(h), CUDA_ERROR_INVALID_VALUE); /* released already */
+    assert_int_equal(api->cuMemMap(va, gran, 0, h, 0), CUDA_ERROR_INVALID_VALUE);
     assert_int_equal(api->cuMemAddressFree(va, 4 * gran), CUDA_SUCCESS);
     struct fake_cuda_stats s = fake_stats(cu);
     assert_int_equal(s.live_device_bytes, 0);

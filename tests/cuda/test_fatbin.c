@@ -13,12 +13,6 @@
 #include "fatbin.h"
 #include "modules.h"
 
-static void assert_contains(const char *haystack, const char *needle)
-{
-    if (!strstr(haystack, needle))
-        fail_msg("\"%s\" does not contain \"%s\"", haystack, needle);
-}
-
 static void test_walk_built_image(void **state)
 {
     (void)state;

@@ -27,12 +27,6 @@ static int setup(void **state)
     return 0;
 }
 
-static void assert_contains(const char *haystack, const char *needle)
-{
-    if (!strstr(haystack, needle))
-        fail_msg("\"%s\" does not contain \"%s\"", haystack, needle);
-}
-
 static struct dcp_nccl *open_nccl(void)
 {
     struct dcp_nccl *nccl = NULL;
@@ -72,6 +66,10 @@ static void test_open(void **state)
     assert_int_equal(nccl->version, 22809);
     assert_non_null(strstr(nccl->path, "libnccl.so.2"));
     assert_non_null(nccl->api.ncclGetLastError);
+    char line[4096], want[4096];
+    snprintf(want, sizeof(want), "NCCL 2.28.9 (%s)", nccl->path);
+    dcp_nccl_describe(nccl, line, sizeof(line));
+    assert_string_equal(line, want);
     close_nccl(&nccl);
     dcp_nccl_close(&nccl);
     dcp_nccl_close(NULL);

@@ -541,19 +541,28 @@ CUresult fake_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     return CUDA_SUCCESS;
 }
 
+/* The live, unreleased allocation behind a handle (lock held); NULL for anything else. */
+static struct fake_phys *live_phys(CUmemGenericAllocationHandle handle)
+{
+    for (struct fake_phys *p = physicals; p; p = p->next)
+        if ((uintptr_t)p == handle && !p->released)
+            return p;
+    return NULL;
+}
+
 CUresult fake_cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     FAKE_ENTER(cuMemRelease);
-    struct fake_phys *phys = (struct fake_phys *)(uintptr_t)handle;
-    if (!phys || phys->released)
-        return CUDA_ERROR_INVALID_VALUE;
     fake_lock();
-    phys->released = 1;
-    fake.stats.device_frees++;
-    if (phys->mappings == 0)
-        free_phys(phys);
+    struct fake_phys *phys = live_phys(handle);
+    if (phys) {
+        phys->released = 1;
+        fake.stats.device_frees++;
+        if (phys->mappings == 0)
+            free_phys(phys);
+    }
     fake_unlock();
-    return CUDA_SUCCESS;
+    return phys ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 static const struct fake_reservation *reservation_holding(uintptr_t base, size_t size)
@@ -568,14 +577,14 @@ CUresult fake_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                        CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
     FAKE_ENTER(cuMemMap);
-    struct fake_phys *phys = (struct fake_phys *)(uintptr_t)handle;
-    if (!phys || phys->released || flags || size == 0 || ptr % FAKE_GRANULARITY ||
-        size % FAKE_GRANULARITY || offset % FAKE_GRANULARITY || offset > phys->size ||
-        size > phys->size - offset)
+    if (flags || size == 0 || ptr % FAKE_GRANULARITY || size % FAKE_GRANULARITY ||
+        offset % FAKE_GRANULARITY)
         return CUDA_ERROR_INVALID_VALUE;
     CUresult r = CUDA_SUCCESS;
     fake_lock();
-    if (!reservation_holding(ptr, size) || range_has_mappings(ptr, size))
+    struct fake_phys *phys = live_phys(handle);
+    if (!phys || offset > phys->size || size > phys->size - offset ||
+        !reservation_holding(ptr, size) || range_has_mappings(ptr, size))
         r = CUDA_ERROR_INVALID_VALUE;
     else if (mmap((void *)(uintptr_t)ptr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, phys->fd,
                   (off_t)offset) == MAP_FAILED)
