@@ -243,6 +243,27 @@ static void write_report(struct dcp_module *mod, const char *picked,
     }
 }
 
+/* Hands the verified image to the driver; on success the module holds the
+ * library or module handle and the JIT info log, *call names the API used. */
+static int load_into_driver(struct dcp_module *mod, const struct dcp_embedded_module *m,
+                            const unsigned char *image, const struct device_target *dev,
+                            const char *picked, const char **call)
+{
+    struct jit_logs *j = malloc(sizeof(*j));
+    if (!j)
+        return dcp_error(DCP_ENOMEM, "embedded module %s: out of memory", module_name(m));
+    jit_logs_init(j);
+    int result = load_image(mod, image, j, call);
+    jit_logs_terminate(j);
+    int status = DCP_OK;
+    if (result != CUDA_SUCCESS)
+        status = driver_load_error(m, *call, result, dev, picked, j);
+    else if (j->info[0])
+        mod->jit_info_log = dcp_strdup(j->info);
+    free(j);
+    return status;
+}
+
 int dcp_module_load(const struct dcp_cuda *cu, const struct dcp_embedded_module *m,
                     struct dcp_module **out)
 {
@@ -260,34 +281,24 @@ int dcp_module_load(const struct dcp_cuda *cu, const struct dcp_embedded_module 
     dcp_module_pick_image(m->targets, dev.major, dev.minor, picked, sizeof(picked));
 
     unsigned char *image = NULL;
-    if ((status = decompress_module(m, &image)) || (status = check_fatbin(m, image))) {
-        free(image);
-        return status;
+    struct dcp_module *mod = NULL;
+    const char *call = NULL;
+    if (!(status = decompress_module(m, &image)) && !(status = check_fatbin(m, image))) {
+        mod = calloc(1, sizeof(*mod));
+        status = mod ? DCP_OK : dcp_error(DCP_ENOMEM, "embedded module %s: out of memory",
+                                          module_name(m));
     }
-    struct dcp_module *mod = calloc(1, sizeof(*mod));
-    struct jit_logs *j = malloc(sizeof(*j));
-    if (!mod || !j) {
-        free(image);
-        free(mod);
-        free(j);
-        return dcp_error(DCP_ENOMEM, "embedded module %s: out of memory", module_name(m));
+    if (!status) {
+        mod->cu = cu;
+        mod->name = module_name(m);
+        status = load_into_driver(mod, m, image, &dev, picked, &call);
     }
-    mod->cu = cu;
-    mod->name = module_name(m);
-    jit_logs_init(j);
-    const char *call;
-    int result = load_image(mod, image, j, &call);
     free(image);
-    jit_logs_terminate(j);
-    if (result != CUDA_SUCCESS) {
-        status = driver_load_error(m, call, result, &dev, picked, j);
-        free(j);
+    if (status) {
         free(mod);
         return status;
     }
     mod->load_ms = (dcp_now_seconds() - start) * 1e3;
-    mod->jit_info_log = j->info[0] ? dcp_strdup(j->info) : NULL;
-    free(j);
     write_report(mod, picked, &dev, call);
     *out = mod;
     return DCP_OK;

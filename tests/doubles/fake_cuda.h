@@ -166,9 +166,6 @@ int fake_current_device(void);
 void fake_lock(void);
 void fake_unlock(void);
 
-/** Whether [ptr, ptr + size) is covered by device memory (lock held). */
-int fake_device_range_ok(CUdeviceptr ptr, size_t size);
-
 /** Whether a stream handle is live (NULL, the default stream, is). */
 int fake_stream_ok(CUstream stream);
 

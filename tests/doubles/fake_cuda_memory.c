@@ -86,7 +86,8 @@ static struct memory_range *take_range(uintptr_t base, int host)
     return NULL;
 }
 
-int fake_device_range_ok(CUdeviceptr ptr, size_t size)
+/* Whether [ptr, ptr + size) is covered by accessible device memory. */
+static int device_range_ok(CUdeviceptr ptr, size_t size)
 {
     uintptr_t p = (uintptr_t)ptr;
     if (size > UINTPTR_MAX - p)
@@ -235,7 +236,7 @@ CUresult fake_cuMemFreeHost(void *ptr)
 static CUresult check_device(const char *call, CUdeviceptr p, size_t bytes)
 {
     fake_lock();
-    int ok = fake_device_range_ok(p, bytes);
+    int ok = device_range_ok(p, bytes);
     fake_unlock();
     if (ok)
         return CUDA_SUCCESS;
