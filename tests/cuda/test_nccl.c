@@ -167,6 +167,7 @@ struct world {
     struct dcp_nccl *nccl;
     ncclUniqueId id;
     struct rank ranks[MAX_RANKS];
+    pthread_barrier_t enqueued; /* lets a test order enqueues before waits */
 };
 
 static void world_open(struct world *w, int n)
@@ -181,6 +182,7 @@ static void world_open(struct world *w, int n)
     assert_int_equal(w->nccl->api.ncclGetUniqueId(&w->id), ncclSuccess);
     for (int r = 0; r < n; r++)
         w->ranks[r] = (struct rank){.w = w, .rank = r};
+    assert_int_equal(pthread_barrier_init(&w->enqueued, NULL, (unsigned)n), 0);
 }
 
 /* Non-blocking initialisation, all from this thread: every rank but the last is
@@ -218,6 +220,7 @@ static void world_close(struct world *w)
         assert_int_equal(w->nccl->api.ncclCommDestroy(w->ranks[r].comm), ncclSuccess);
     }
     assert_int_equal(nccl_stats(w->nccl).live_comms, 0);
+    pthread_barrier_destroy(&w->enqueued);
     close_nccl(&w->nccl);
     fake_close(&w->cu);
 }
@@ -507,6 +510,9 @@ static int do_hung_allgather(struct rank *r)
     }
     if (!status)
         status = dcp_cuda_check(api->cuEventRecord(r->done, r->stream), "cuEventRecord");
+    /* Every rank enqueues before any times out and aborts (a later enqueue
+     * would see the abort instead of hanging). */
+    pthread_barrier_wait(&r->w->enqueued);
     if (!status)
         status = dcp_nccl_wait(r->w->nccl, &r->comm, r->w->cu, r->done, 0.2, "AllGather of layer 3");
     /* The abort ended the stall: the stream is usable again. */
