@@ -368,23 +368,33 @@ static int do_reduce_scatter(struct rank *r)
     return status;
 }
 
-/* bf16 sums round after every step, like NCCL's ring: 256 + 1 + 1 + 1 stays 256
- * (each 257 ties to even), where one rounding of the fp32 sum would give 260. */
-static int do_allreduce_bf16(struct rank *r)
+/* 16-bit sums round after every step, like NCCL's ring: 256 + 1 + 1 + 1 in bf16
+ * stays 256 (each 257 ties to even), where rounding the fp32 sum once would give
+ * 260; likewise 2048 + 1 + 1 + 1 in fp16. */
+static int allreduce_16bit(struct rank *r, ncclDataType_t type, uint16_t first, uint16_t one,
+                           uint16_t expect)
 {
     const struct dcp_cuda_api *api = &r->w->cu->api;
-    uint16_t value = r->rank == 0 ? 0x4380 /* 256 */ : 0x3f80 /* 1 */, out = 0;
+    uint16_t value = r->rank == 0 ? first : one, out = 0;
     CUdeviceptr d;
     int status = dcp_cuda_check(api->cuMemAlloc(&d, sizeof(value)), "cuMemAlloc");
     if (!status)
         status = dcp_cuda_check(api->cuMemcpyHtoD(d, &value, sizeof(value)), "cuMemcpyHtoD");
     if (!status) /* in place */
-        status = finish(r, r->w->nccl->api.ncclAllReduce((void *)d, (void *)d, 1, ncclBfloat16,
-                                                          ncclSum, r->comm, r->stream),
+        status = finish(r, r->w->nccl->api.ncclAllReduce((void *)d, (void *)d, 1, type, ncclSum,
+                                                          r->comm, r->stream),
                         "ncclAllReduce");
-    if (!status && (api->cuMemcpyDtoH(&out, d, sizeof(out)) || out != 0x4380))
-        status = rank_fail(r, "rank %d: bf16 sum 0x%04x, want 0x4380", r->rank, out);
+    if (!status && (api->cuMemcpyDtoH(&out, d, sizeof(out)) || out != expect))
+        status = rank_fail(r, "rank %d: 16-bit sum 0x%04x, want 0x%04x", r->rank, out, expect);
     api->cuMemFree(d);
+    return status;
+}
+
+static int do_allreduce_16bit(struct rank *r)
+{
+    int status = allreduce_16bit(r, ncclBfloat16, 0x4380 /* 256 */, 0x3f80 /* 1 */, 0x4380);
+    if (!status)
+        status = allreduce_16bit(r, ncclFloat16, 0x6800 /* 2048 */, 0x3c00 /* 1 */, 0x6800);
     return status;
 }
 
@@ -433,11 +443,11 @@ static void test_collectives(void **state)
     assert_all_ok(&w);
     world_run(&w, do_reduce_scatter, 0);
     assert_all_ok(&w);
-    world_run(&w, do_allreduce_bf16, 0);
+    world_run(&w, do_allreduce_16bit, 0);
     assert_all_ok(&w);
     world_run(&w, do_all_to_all, 0);
     assert_all_ok(&w);
-    assert_int_equal(nccl_stats(w.nccl).operations, 16);
+    assert_int_equal(nccl_stats(w.nccl).operations, 20);
     assert_int_equal(fake_stats(w.cu).live_device_bytes, 0);
     world_close(&w);
 }

@@ -103,6 +103,8 @@ enum fake_entry {
 
 #define FAKE_MAX_DEVICES 16
 #define FAKE_GRANULARITY ((size_t)2 << 20) /* VMM granularity, as on real GPUs */
+#define FAKE_SHARED_PER_BLOCK (48 << 10)        /* dynamic shared memory without opting in */
+#define FAKE_SHARED_PER_BLOCK_OPTIN (227 << 10) /* the most a kernel may opt in to (H100) */
 
 /** Behaviour chosen by environment variables at the first call after loading. */
 struct fake_config {

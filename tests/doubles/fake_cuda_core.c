@@ -206,7 +206,7 @@ static int device_attribute(CUdevice_attribute attrib, CUdevice dev, int *value)
 {
     switch (attrib) {
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; return 1;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *value = 48 << 10; return 1;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *value = FAKE_SHARED_PER_BLOCK; return 1;
     case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *value = 32; return 1;
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = fake.cfg.sm_count; return 1;
     case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *value = 0x10 + dev; return 1;
@@ -217,7 +217,7 @@ static int device_attribute(CUdevice_attribute attrib, CUdevice dev, int *value)
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = fake.cfg.sm / 10; return 1;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = fake.cfg.sm % 10; return 1;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *value = 228 << 10; return 1;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *value = 227 << 10; return 1;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *value = FAKE_SHARED_PER_BLOCK_OPTIN; return 1;
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *value = !fake.cfg.no_vmm; return 1;
     default: return 0;
     }

@@ -26,8 +26,6 @@
 /* Until ptx/cpu provides the kernel table, kernel lookups fail (NOT_FOUND). */
 #pragma weak dcpk_kernel_by_entry_name
 
-#define FAKE_STATIC_SHARED_LIMIT (48 << 10)
-#define FAKE_OPTIN_SHARED_LIMIT (227 << 10)
 #define FAKE_LIVE_MAGIC 0x66616b65u /* tags live handles: catches stale or foreign ones */
 
 struct CUstream_st {
@@ -670,7 +668,7 @@ static CUresult new_kernel(struct fake_image *img, const char *name, struct CUke
         return CUDA_ERROR_OUT_OF_MEMORY;
     k->fn.magic = FAKE_LIVE_MAGIC;
     k->fn.desc = desc;
-    k->fn.max_dynamic_shared = FAKE_STATIC_SHARED_LIMIT;
+    k->fn.max_dynamic_shared = FAKE_SHARED_PER_BLOCK;
     snprintf(k->fn.name, sizeof(k->fn.name), "%s", name);
     k->next = img->kernels;
     img->kernels = k;
@@ -756,7 +754,7 @@ CUresult fake_cuFuncSetAttribute(CUfunction fn, CUfunction_attribute attrib, int
     if (!function_ok(fn))
         return CUDA_ERROR_INVALID_HANDLE;
     if (attrib == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && value >= 0 &&
-        value <= FAKE_OPTIN_SHARED_LIMIT) {
+        value <= FAKE_SHARED_PER_BLOCK_OPTIN) {
         fn->max_dynamic_shared = value;
         return CUDA_SUCCESS;
     }
