@@ -1,0 +1,70 @@
+/*
+ * fake_hooks.h: what the test doubles of libcuda.so.1 and libnccl.so.2 export
+ * besides the driver and NCCL entry points, for tests (looked up with dlsym on
+ * the handle the loader opened: dlsym(cu->dl, "fake_cuda_get_stats")) and for
+ * each other (fake libnccl stalls fake CUDA streams to simulate a hang).
+ */
+#ifndef DCP_FAKE_HOOKS_H
+#define DCP_FAKE_HOOKS_H
+
+#include <stddef.h>
+
+#include "cuda_api.h"
+
+/** Counters of the fake driver since it was loaded. */
+struct fake_cuda_stats {
+    unsigned long proc_lookups;        ///< cuGetProcAddress_v2 calls.
+    unsigned long bad_version_lookups; ///< Lookups at a version whose ABI the fake does not implement.
+    unsigned long device_allocs;       ///< Successful cuMemAlloc and cuMemCreate.
+    unsigned long device_frees;        ///< cuMemFree and cuMemRelease.
+    size_t live_device_bytes;          ///< Bytes of device memory allocated now.
+    unsigned long live_host_allocs;    ///< cuMemAllocHost blocks not yet freed.
+    unsigned long live_streams;        ///< Streams not yet destroyed.
+    unsigned long live_events;         ///< Events not yet destroyed.
+    unsigned long live_images;         ///< Libraries and modules not yet unloaded.
+    unsigned long live_reservations;   ///< cuMemAddressReserve ranges not yet freed.
+    unsigned long launches;            ///< Kernels run.
+};
+
+/** Snapshot of the counters. */
+typedef void (*fake_cuda_get_stats_fn)(struct fake_cuda_stats *out);
+/** Calls of a driver entry point by base name ("cuMemAlloc"); 0 if unknown. */
+typedef unsigned long (*fake_cuda_call_count_fn)(const char *name);
+/** Version last requested for a symbol through cuGetProcAddress_v2; -1 if never. */
+typedef int (*fake_cuda_requested_version_fn)(const char *name);
+/** 1 if the CPU kernels (ptx/cpu) are linked in, so kernel lookups can succeed. */
+typedef int (*fake_cuda_has_cpu_kernels_fn)(void);
+/**
+ * Makes a stream (NULL: the default stream) stall: cuStreamQuery and
+ * cuEventQuery of events recorded on it afterwards say CUDA_ERROR_NOT_READY and
+ * the synchronize calls block, until fake_cuda_stream_release(id). Returns the
+ * stall id (> 0), or 0 for an unknown stream.
+ */
+typedef unsigned long (*fake_cuda_stream_stall_fn)(CUstream stream);
+/** Ends a stall; unknown or already released ids are ignored. */
+typedef void (*fake_cuda_stream_release_fn)(unsigned long id);
+
+/** Counters of the fake NCCL since it was loaded. */
+struct fake_nccl_stats {
+    unsigned long comms_created;  ///< ncclCommInitRankConfig calls that made a communicator.
+    unsigned long live_comms;     ///< Communicators not yet destroyed or aborted.
+    unsigned long aborts;         ///< ncclCommAbort calls.
+    unsigned long operations;     ///< Collectives and groups run (or stalled by injection).
+    unsigned long stalled;        ///< Operations stalled by FAKE_NCCL_HANG.
+    unsigned long waiting;        ///< Ranks blocked in a rendezvous right now.
+};
+
+/** Snapshot of the NCCL counters. */
+typedef void (*fake_nccl_get_stats_fn)(struct fake_nccl_stats *out);
+
+/* The exported functions themselves. Tests reach them with dlsym on the loader's
+ * handle (linking them would load a second copy of the fake). */
+void fake_cuda_get_stats(struct fake_cuda_stats *out);
+unsigned long fake_cuda_call_count(const char *name);
+int fake_cuda_requested_version(const char *name);
+int fake_cuda_has_cpu_kernels(void);
+unsigned long fake_cuda_stream_stall(CUstream stream);
+void fake_cuda_stream_release(unsigned long id);
+void fake_nccl_get_stats(struct fake_nccl_stats *out);
+
+#endif /* DCP_FAKE_HOOKS_H */
