@@ -28,11 +28,15 @@ struct dcp_backend_ops {
     void (*engine_fini)(struct dcp_engine *e);
     /** Per-rank setup: streams, communicators. Called from the creating thread. */
     int (*rank_init)(struct dcp_rank *r);
+    /** Optional: after every rank_init, e.g. to wait for communicators to connect. */
+    int (*engine_start)(struct dcp_engine *e);
     /** Per-rank teardown. Must accept a partial rank_init. */
     void (*rank_fini)(struct dcp_rank *r);
 
     /** Allocates backend memory (setup time only). */
     int (*alloc)(struct dcp_rank *r, size_t bytes, uint64_t *addr);
+    /** Optional: allocates the KV arena (e.g. reserved address space mapped in chunks). */
+    int (*alloc_arena)(struct dcp_rank *r, size_t bytes, uint64_t *addr);
     /** Frees backend memory. Accepts 0. */
     void (*free)(struct dcp_rank *r, uint64_t addr);
     /** Host -> backend copy; the host buffer may be reused when it returns. */
@@ -149,7 +153,7 @@ struct dcp_engine {
     uint32_t ranks_initialised;
 
     atomic_int failed;              ///< Set when a rank failed inside dcp_engine_run().
-    char detail[256];               ///< Backend detail for dcp_engine_info.
+    char detail[512];               ///< Backend detail for dcp_engine_info.
     char notice[256];               ///< Why auto fell back to host ("" if it did not).
 };
 
