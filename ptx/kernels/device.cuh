@@ -2,6 +2,8 @@
  * device.cuh: device-only helpers of the CUDA kernels: element conversions with
  * the hardware instructions (cuda_bf16/fp16/fp8 headers, header-only), cp.async,
  * warp reductions and grid-stride work-item loops. Nothing here needs libcudart.
+ * The kernel sources also compile for the host, where tests/kernels_build runs
+ * them through a small emulation of the CUDA execution model.
  */
 #ifndef DCPK_DEVICE_CUH
 #define DCPK_DEVICE_CUH
@@ -32,6 +34,15 @@ __device__ __forceinline__ uint32_t chunk_word(const uint4 &c, int w)
     return w == 0 ? c.x : w == 1 ? c.y : w == 2 ? c.z : c.w;
 }
 
+/** The two fp16 values packed in a word (low half first). */
+__device__ __forceinline__ __half2 half2_bits(uint32_t w)
+{
+    __half2_raw r;
+    r.x = (unsigned short)(w & 0xffffu);
+    r.y = (unsigned short)(w >> 16);
+    return __half2(r);
+}
+
 /**
  * Elements [4 * piece, 4 * piece + 4) of a 16-byte chunk of dtype DT as fp32 (the
  * chunk holds 16 / elem_bytes<DT>() elements; piece < that / 4). Exact.
@@ -49,8 +60,7 @@ __device__ __forceinline__ float4 unpack4(const uint4 &c, int piece)
                            __uint_as_float(b << 16), __uint_as_float(b & 0xffff0000u));
     } else if constexpr (DT == DCPK_FP16) {
         const uint32_t a = chunk_word(c, 2 * piece), b = chunk_word(c, 2 * piece + 1);
-        const float2 lo = __half22float2(*reinterpret_cast<const __half2 *>(&a));
-        const float2 hi = __half22float2(*reinterpret_cast<const __half2 *>(&b));
+        const float2 lo = __half22float2(half2_bits(a)), hi = __half22float2(half2_bits(b));
         return make_float4(lo.x, lo.y, hi.x, hi.y);
     } else {
         const uint32_t w = chunk_word(c, piece);
@@ -86,27 +96,36 @@ __device__ __forceinline__ void store_as(uint64_t base, uint64_t idx, uint32_t d
 }
 
 /* ---- asynchronous copies (sm_80+) ---------------------------------------- */
+/* Compiled for the host (tests/kernels_build's emulation), they copy at once.  */
 
 /** 16-byte global -> shared copy that bypasses L1; zero-fills when !valid. */
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
 {
+#if defined(__CUDA_ARCH__)
     const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
     const int src_bytes = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes)
                  : "memory");
+#else
+    *static_cast<uint4 *>(smem) = valid ? *static_cast<const uint4 *>(gmem) : make_uint4(0, 0, 0, 0);
+#endif
 }
 
 /** Closes the group of cp.async issued since the last commit (possibly empty). */
 __device__ __forceinline__ void cp_async_commit()
 {
+#if defined(__CUDA_ARCH__)
     asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
 }
 
 /** Waits until at most N committed groups are still in flight. */
 template <int N>
 __device__ __forceinline__ void cp_async_wait()
 {
+#if defined(__CUDA_ARCH__)
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
 }
 
 /* ---- warp reductions over aligned groups of W lanes ---------------------- */

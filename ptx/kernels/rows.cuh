@@ -88,8 +88,8 @@ extern "C" __global__ void __launch_bounds__(dcpk::kBlock_fill) dcpk_fill(const 
 extern "C" __global__ void __launch_bounds__(dcpk::kBlock_merge) dcpk_merge(const dcpk_merge_params p)
 {
     constexpr uint32_t kBatch = dcpk::kBlock_merge;
-    __shared__ float weight[kBatch];
-    __shared__ float lambda;
+    static __shared__ float weight[kBatch];
+    static __shared__ float lambda;
     if (p.rows_per_chunk == 0)
         return;
     const float *src_lse = reinterpret_cast<const float *>(p.src_lse);
@@ -127,7 +127,7 @@ extern "C" __global__ void __launch_bounds__(dcpk::kBlock_merge) dcpk_merge(cons
  */
 extern "C" __global__ void __launch_bounds__(dcpk::kBlock_lse_scale) dcpk_lse_scale(const dcpk_lse_scale_params p)
 {
-    __shared__ float shared_w;
+    static __shared__ float shared_w;
     const float *lse_all = reinterpret_cast<const float *>(p.lse_all);
     for (uint64_t row = dcpk::block_linear(); row < p.rows; row += dcpk::grid_blocks()) {
         if (threadIdx.x == 0) {
