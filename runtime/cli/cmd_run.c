@@ -30,8 +30,8 @@ struct run_opts {
 /* What one layout achieved. */
 struct layout_result {
     uint32_t dcp;
-    char backend[160];
-    char notice[256];
+    char backend[640];
+    char notice[640];
     uint32_t offered, admitted;
     uint64_t num_blocks, blocks_used;
     double page_bytes;            /* one logical block's bytes on one rank, all layers */
@@ -217,7 +217,11 @@ static void print_text(const struct dcp_config *cfg, const char *path, const str
     printf("model %s (%s, %u layers, %u query heads, kv %s) on %u x %s, tp %u\n", cfg->model.name,
            dcp_attention_kind_name(cfg->model.attention), cfg->model.num_layers, cfg->model.num_q_heads,
            dcp_dtype_name(cfg->model.kv_dtype), cfg->parallel.tp, cfg->hardware.gpu, cfg->parallel.tp);
-    printf("backend: %s\n", r[0].backend);
+    for (int i = 0; i < n; i++)
+        if (i == 0 || strcmp(r[i].backend, r[0].backend))
+            printf("backend%s: %s\n", n > 1 && strcmp(r[n - 1].backend, r[0].backend)
+                                           ? (r[i].dcp == 1 ? " (TP baseline)" : " (DCP)") : "",
+                   r[i].backend);
     if (r[0].notice[0])
         printf("note: %s\n", r[0].notice);
     printf("requests offered: %u (%s), decode steps %u, q_len %u\n\n", reqs->count, reqs->describe,

@@ -154,7 +154,7 @@ struct dcp_engine {
 
     atomic_int failed;              ///< Set when a rank failed inside dcp_engine_run().
     char detail[512];               ///< Backend detail for dcp_engine_info.
-    char notice[256];               ///< Why auto fell back to host ("" if it did not).
+    char notice[512];               ///< Why auto fell back to host ("" if it did not).
 };
 
 /** Address of layer l's K pages (V pages follow the K pages of the same layer). */

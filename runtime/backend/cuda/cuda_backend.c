@@ -54,9 +54,9 @@ static enum cuda_comm_mode choose_comm(const struct dcp_engine *e, const struct 
         return CUDA_COMM_VIRTUAL;
     if (want == DCP_CUDA_COMM_NCCL || multi_process)
         return CUDA_COMM_NCCL;
-    /* auto: NCCL when every rank can have its own GPU, else all on one GPU. */
+    /* auto: a GPU per rank (NCCL between them) when there are enough, else all on one. */
     const int first = e->cfg->runtime.cuda.device;
-    if (e->dcp > 1 && ce->cu->device_count - first >= (int)e->num_ranks)
+    if (ce->cu->device_count - first >= (int)e->num_ranks)
         return CUDA_COMM_NCCL;
     return CUDA_COMM_VIRTUAL;
 }
@@ -233,7 +233,7 @@ static int cuda_engine_init(struct dcp_engine *e)
     snprintf(e->detail, sizeof(e->detail), "%s (sm_%d%d, %d SMs), %s%s, %s; %s", d0->info.name,
              d0->info.cc_major, d0->info.cc_minor, d0->info.sm_count,
              ce->comm == CUDA_COMM_VIRTUAL ? (e->dcp > 1 ? "virtual ranks on one GPU" : "ranks on one GPU")
-                                           : "NCCL, one GPU per rank",
+                                           : (e->dcp > 1 ? "one GPU per rank, NCCL" : "one GPU per rank"),
              multi_process ? " (one process per GPU)" : "", ce->attn->entry, dcp_module_report(d0->module));
     return DCP_OK;
 }
