@@ -26,7 +26,8 @@
 #include "embedded.h"
 #include "util/util.h"
 
-#define CHECK(call) dcp_cuda_check((call), #call)
+/* Calls a driver entry point and turns its result into a status naming it. */
+#define CU_CALL(api, fn, ...) dcp_cuda_check((api)->fn(__VA_ARGS__), #fn)
 
 /* ---- helpers ---------------------------------------------------------------- */
 
@@ -35,7 +36,7 @@ static struct cuda_rank *CR(const struct dcp_rank *r) { return r->backend; }
 
 static int set_device(const struct cuda_engine *ce, const struct cuda_device *d)
 {
-    return CHECK(ce->cu->api.cuCtxSetCurrent(d->ctx));
+    return CU_CALL(&ce->cu->api, cuCtxSetCurrent, d->ctx);
 }
 
 /* Makes this rank's device current on the calling thread. */
@@ -69,19 +70,19 @@ static int open_device(struct cuda_engine *ce, struct cuda_device *d, int ordina
     if (ordinal >= ce->cu->device_count)
         return dcp_error(DCP_ENODEVICE, "CUDA device %d requested but only %d visible", ordinal,
                          ce->cu->device_count);
-    int err = CHECK(api->cuDeviceGet(&d->dev, ordinal));
+    int err = CU_CALL(api, cuDeviceGet, &d->dev, ordinal);
     if (!err)
         err = dcp_cuda_device_info(ce->cu, ordinal, &d->info);
     if (!err)
-        err = CHECK(api->cuDevicePrimaryCtxRetain(&d->ctx, d->dev));
+        err = CU_CALL(api, cuDevicePrimaryCtxRetain, &d->ctx, d->dev);
     if (err)
         return err;
     d->ctx_retained = true;
     if ((err = set_device(ce, d)))
         return err;
     int optin = 0;
-    if ((err = CHECK(api->cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
-                                               d->dev))))
+    if ((err = CU_CALL(api, cuDeviceGetAttribute, &optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                                               d->dev)))
         return err;
     const struct dcp_embedded_module *m = dcp_embedded_module_find("dcp_kernels");
     if (!m)
@@ -101,9 +102,9 @@ static int open_device(struct cuda_engine *ce, struct cuda_device *d, int ordina
     if (ce->attn->smem_bytes > (uint32_t)optin)
         return dcp_error(DCP_ENOTSUP, "%s needs %u bytes of shared memory per block; %s allows %d",
                          ce->attn->entry, ce->attn->smem_bytes, d->info.name, optin);
-    if ((err = CHECK(api->cuFuncSetAttribute(d->fn[DCPK_KERNEL_attn],
+    if ((err = CU_CALL(api, cuFuncSetAttribute, d->fn[DCPK_KERNEL_attn],
                                              CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                             (int)ce->attn->smem_bytes))))
+                                             (int)ce->attn->smem_bytes)))
         return err;
     d->vmm = d->info.vmm_supported && e->cfg->runtime.cuda.use_vmm;
     return DCP_OK;
@@ -270,18 +271,18 @@ static int cuda_rank_init(struct dcp_rank *r)
     int err = use_rank(r);
     const struct dcp_cuda_api *api = &ce->cu->api;
     if (!err)
-        err = CHECK(api->cuStreamCreate(&cr->compute, CU_STREAM_NON_BLOCKING));
+        err = CU_CALL(api, cuStreamCreate, &cr->compute, CU_STREAM_NON_BLOCKING);
     if (!err)
-        err = CHECK(api->cuStreamCreate(&cr->comm_stream, CU_STREAM_NON_BLOCKING));
+        err = CU_CALL(api, cuStreamCreate, &cr->comm_stream, CU_STREAM_NON_BLOCKING);
     for (int i = 0; i < CUDA_RANK_EVENTS && !err; i++)
-        err = CHECK(api->cuEventCreate(&cr->events[i], CU_EVENT_DISABLE_TIMING));
+        err = CU_CALL(api, cuEventCreate, &cr->events[i], CU_EVENT_DISABLE_TIMING);
     if (err)
         return err;
     if (ce->groups) {
         cr->group = &ce->groups[r->group_id];
         /* Source table of the virtual ReduceScatter's reduce kernel. */
-        if ((err = CHECK(api->cuMemAlloc(&cr->d_src_ptrs, e->dcp * sizeof(uint64_t)))) ||
-            (err = CHECK(api->cuMemAllocHost((void **)&cr->h_src_ptrs, e->dcp * sizeof(uint64_t)))))
+        if ((err = CU_CALL(api, cuMemAlloc, &cr->d_src_ptrs, e->dcp * sizeof(uint64_t))) ||
+            (err = CU_CALL(api, cuMemAllocHost, (void **)&cr->h_src_ptrs, e->dcp * sizeof(uint64_t))))
             return err;
     }
     if (ce->nccl) {
@@ -378,7 +379,7 @@ static int cuda_alloc(struct dcp_rank *r, size_t bytes, uint64_t *addr)
     int err = use_rank(r);
     struct cuda_alloc a = {0};
     if (!err)
-        err = CHECK(ce->cu->api.cuMemAlloc(&a.addr, bytes ? bytes : 256));
+        err = CU_CALL(&ce->cu->api, cuMemAlloc, &a.addr, bytes ? bytes : 256);
     if (err)
         return err == DCP_EDEVMEM ? dcp_error(DCP_EDEVMEM, "cuMemAlloc of %zu bytes on %s: out of device memory",
                                               bytes, CR(r)->dev->info.name)
@@ -407,7 +408,7 @@ static int cuda_alloc_arena(struct dcp_rank *r, size_t bytes, uint64_t *addr)
     };
     size_t gran = 0;
     if (!err)
-        err = CHECK(api->cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+        err = CU_CALL(api, cuMemGetAllocationGranularity, &gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
     if (err)
         return err;
     struct cuda_alloc a = {.vmm = true};
@@ -419,21 +420,21 @@ static int cuda_alloc_arena(struct dcp_rank *r, size_t bytes, uint64_t *addr)
     a.handles = calloc(chunks, sizeof(*a.handles));
     if (!a.handles)
         return dcp_error(DCP_ENOMEM, "arena handles");
-    if ((err = CHECK(api->cuMemAddressReserve(&a.addr, a.reserved, 0, 0, 0)))) {
+    if ((err = CU_CALL(api, cuMemAddressReserve, &a.addr, a.reserved, 0, 0, 0))) {
         free(a.handles);
         return err;
     }
     const CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     for (; a.chunks < chunks && !err; a.chunks++) {
         const CUdeviceptr at = a.addr + (uint64_t)a.chunks * a.chunk_bytes;
-        err = CHECK(api->cuMemCreate(&a.handles[a.chunks], a.chunk_bytes, &prop, 0));
+        err = CU_CALL(api, cuMemCreate, &a.handles[a.chunks], a.chunk_bytes, &prop, 0);
         if (err)
             break;
-        if ((err = CHECK(api->cuMemMap(at, a.chunk_bytes, 0, a.handles[a.chunks], 0)))) {
+        if ((err = CU_CALL(api, cuMemMap, at, a.chunk_bytes, 0, a.handles[a.chunks], 0))) {
             api->cuMemRelease(a.handles[a.chunks]);
             break;
         }
-        if ((err = CHECK(api->cuMemSetAccess(at, a.chunk_bytes, &access, 1)))) {
+        if ((err = CU_CALL(api, cuMemSetAccess, at, a.chunk_bytes, &access, 1))) {
             api->cuMemUnmap(at, a.chunk_bytes);
             api->cuMemRelease(a.handles[a.chunks]);
             break;
@@ -443,7 +444,7 @@ static int cuda_alloc_arena(struct dcp_rank *r, size_t bytes, uint64_t *addr)
         const size_t mapped = (size_t)a.chunks * a.chunk_bytes;
         free_allocation(ce, &a);
         return err == DCP_EDEVMEM
-                   ? dcp_error(DCP_EDEVMEM, "KV arena of %zu bytes on %s: only %zu bytes could be mapped",
+                   ? dcp_error(DCP_EDEVMEM, "KV arena of %zu bytes on %s: out of device memory after mapping %zu bytes",
                                bytes, d->info.name, mapped)
                    : err;
     }
@@ -478,8 +479,8 @@ static int cuda_upload(struct dcp_rank *r, uint64_t dst, const void *src, size_t
     const struct dcp_cuda_api *api = &CE(r->engine)->cu->api;
     int err = use_rank(r);
     if (!err)
-        err = CHECK(api->cuStreamSynchronize(CR(r)->compute));
-    return err ? err : CHECK(api->cuMemcpyHtoD(dst, src, bytes));
+        err = CU_CALL(api, cuStreamSynchronize, CR(r)->compute);
+    return err ? err : CU_CALL(api, cuMemcpyHtoD, dst, src, bytes);
 }
 
 static int cuda_synchronize(struct dcp_rank *r);
@@ -487,13 +488,13 @@ static int cuda_synchronize(struct dcp_rank *r);
 static int cuda_download(struct dcp_rank *r, void *dst, uint64_t src, size_t bytes)
 {
     int err = cuda_synchronize(r);
-    return err ? err : CHECK(CE(r->engine)->cu->api.cuMemcpyDtoH(dst, src, bytes));
+    return err ? err : CU_CALL(&CE(r->engine)->cu->api, cuMemcpyDtoH, dst, src, bytes);
 }
 
 static int cuda_copy(struct dcp_rank *r, uint64_t dst, uint64_t src, size_t bytes)
 {
     int err = use_rank(r);
-    return err ? err : CHECK(CE(r->engine)->cu->api.cuMemcpyDtoDAsync(dst, src, bytes, CR(r)->compute));
+    return err ? err : CU_CALL(&CE(r->engine)->cu->api, cuMemcpyDtoDAsync, dst, src, bytes, CR(r)->compute);
 }
 
 /* ---- kernels ----------------------------------------------------------------------- */
@@ -514,8 +515,8 @@ static int cuda_launch(struct dcp_rank *r, enum dcpk_kernel_id kernel, const voi
         smem = ce->attn->smem_bytes;
     }
     void *args[1] = {(void *)params};
-    err = CHECK(ce->cu->api.cuLaunchKernel(cr->dev->fn[kernel], g.x, g.y, g.z, threads, 1, 1, smem, cr->compute,
-                                           args, NULL));
+    err = CU_CALL(&ce->cu->api, cuLaunchKernel, cr->dev->fn[kernel], g.x, g.y, g.z, threads, 1, 1, smem, cr->compute,
+                                           args, NULL);
     if (err)
         return dcp_error(err, "launching dcpk_%s: %s", dcpk_kernels[kernel].name, dcp_last_error());
     return DCP_OK;
@@ -539,11 +540,11 @@ static int virtual_begin(struct dcp_rank *r, uint64_t send)
     const struct dcp_cuda_api *api = &CE(r->engine)->cu->api;
     int err = use_rank(r);
     if (!err)
-        err = CHECK(api->cuEventRecord(cr->events[EV_READY], cr->compute));
+        err = CU_CALL(api, cuEventRecord, cr->events[EV_READY], cr->compute);
     if (!err)
         err = rank_group_publish(cr->group, r->group_rank, send);
     for (uint32_t s = 0; s < cr->group->size && !err; s++) {
-        err = CHECK(api->cuStreamWaitEvent(cr->compute, group_member(r, s)->events[EV_READY], 0));
+        err = CU_CALL(api, cuStreamWaitEvent, cr->compute, group_member(r, s)->events[EV_READY], 0);
     }
     return err;
 }
@@ -552,11 +553,11 @@ static int virtual_end(struct dcp_rank *r)
 {
     struct cuda_rank *cr = CR(r);
     const struct dcp_cuda_api *api = &CE(r->engine)->cu->api;
-    int err = CHECK(api->cuEventRecord(cr->events[EV_DONE], cr->compute));
+    int err = CU_CALL(api, cuEventRecord, cr->events[EV_DONE], cr->compute);
     if (!err)
         err = rank_group_barrier(cr->group);
     for (uint32_t s = 0; s < cr->group->size && !err; s++) {
-        err = CHECK(api->cuStreamWaitEvent(cr->compute, group_member(r, s)->events[EV_DONE], 0));
+        err = CU_CALL(api, cuStreamWaitEvent, cr->compute, group_member(r, s)->events[EV_DONE], 0);
     }
     return err;
 }
@@ -567,7 +568,7 @@ static int virtual_all_gather(struct dcp_rank *r, uint64_t send, uint64_t recv, 
     const struct dcp_cuda_api *api = &CE(r->engine)->cu->api;
     int err = virtual_begin(r, send);
     for (uint32_t s = 0; s < cr->group->size && !err; s++)
-        err = CHECK(api->cuMemcpyDtoDAsync(recv + s * bytes, cr->group->published[s], bytes, cr->compute));
+        err = CU_CALL(api, cuMemcpyDtoDAsync, recv + s * bytes, cr->group->published[s], bytes, cr->compute);
     return err ? err : virtual_end(r);
 }
 
@@ -577,8 +578,8 @@ static int virtual_all_to_all(struct dcp_rank *r, uint64_t send, uint64_t recv, 
     const struct dcp_cuda_api *api = &CE(r->engine)->cu->api;
     int err = virtual_begin(r, send);
     for (uint32_t s = 0; s < cr->group->size && !err; s++)
-        err = CHECK(api->cuMemcpyDtoDAsync(recv + s * bytes, cr->group->published[s] + r->group_rank * bytes,
-                                           bytes, cr->compute));
+        err = CU_CALL(api, cuMemcpyDtoDAsync, recv + s * bytes, cr->group->published[s] + r->group_rank * bytes,
+                                           bytes, cr->compute);
     return err ? err : virtual_end(r);
 }
 
@@ -592,11 +593,11 @@ static int virtual_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t re
     /* The members' send buffers are fixed after set-up, so the device table of
      * source addresses is rewritten only when it changes. */
     const uint32_t n = cr->group->size;
-    if (memcmp(cr->h_src_ptrs, cr->group->published, n * sizeof(uint64_t)) || !cr->src_ptrs_valid) {
-        if ((err = CHECK(api->cuStreamSynchronize(cr->compute))))
+    if (!cr->src_ptrs_valid || memcmp(cr->h_src_ptrs, cr->group->published, n * sizeof(uint64_t))) {
+        if ((err = CU_CALL(api, cuStreamSynchronize, cr->compute)))
             return err;
         memcpy(cr->h_src_ptrs, cr->group->published, n * sizeof(uint64_t));
-        if ((err = CHECK(api->cuMemcpyHtoD(cr->d_src_ptrs, cr->h_src_ptrs, n * sizeof(uint64_t)))))
+        if ((err = CU_CALL(api, cuMemcpyHtoD, cr->d_src_ptrs, cr->h_src_ptrs, n * sizeof(uint64_t))))
             return err;
         cr->src_ptrs_valid = true;
     }
@@ -624,8 +625,8 @@ static int nccl_begin(struct dcp_rank *r)
         return dcp_error(DCP_EABORTED, "the NCCL communicator was aborted");
     int err = use_rank(r);
     if (!err)
-        err = CHECK(api->cuEventRecord(cr->events[EV_READY], cr->compute));
-    return err ? err : CHECK(api->cuStreamWaitEvent(cr->comm_stream, cr->events[EV_READY], 0));
+        err = CU_CALL(api, cuEventRecord, cr->events[EV_READY], cr->compute);
+    return err ? err : CU_CALL(api, cuStreamWaitEvent, cr->comm_stream, cr->events[EV_READY], 0);
 }
 
 static int nccl_end(struct dcp_rank *r, int result, const char *call)
@@ -634,8 +635,8 @@ static int nccl_end(struct dcp_rank *r, int result, const char *call)
     struct cuda_rank *cr = CR(r);
     int err = dcp_nccl_check(ce->nccl, result, call, cr->nccl_comm);
     if (!err)
-        err = CHECK(ce->cu->api.cuEventRecord(cr->events[EV_DONE], cr->comm_stream));
-    return err ? err : CHECK(ce->cu->api.cuStreamWaitEvent(cr->compute, cr->events[EV_DONE], 0));
+        err = CU_CALL(&ce->cu->api, cuEventRecord, cr->events[EV_DONE], cr->comm_stream);
+    return err ? err : CU_CALL(&ce->cu->api, cuStreamWaitEvent, cr->compute, cr->events[EV_DONE], 0);
 }
 
 static int nccl_all_gather(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes)
@@ -707,8 +708,8 @@ static int cuda_synchronize(struct dcp_rank *r)
     if (!cr->nccl_comm && ce->nccl)
         return dcp_error(DCP_EABORTED, "the NCCL communicator was aborted");
     if (!cr->nccl_comm)
-        return CHECK(ce->cu->api.cuStreamSynchronize(cr->compute));
-    if ((err = CHECK(ce->cu->api.cuEventRecord(cr->events[EV_SYNC], cr->compute))))
+        return CU_CALL(&ce->cu->api, cuStreamSynchronize, cr->compute);
+    if ((err = CU_CALL(&ce->cu->api, cuEventRecord, cr->events[EV_SYNC], cr->compute)))
         return err;
     return dcp_nccl_wait(ce->nccl, &cr->nccl_comm, ce->cu, cr->events[EV_SYNC], r->engine->cfg->runtime.cuda.nccl_timeout_s,
                          "rank synchronize");

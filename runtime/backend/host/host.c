@@ -145,6 +145,10 @@ static size_t max_scratch(const struct dcp_engine *e)
     const uint32_t heads_per_kv = e->gathered_heads / e->kv_heads_per_rank;
     const uint32_t rows = e->max_qtokens * e->gathered_heads;
     const struct dcpk_attn_params attn = {
+        /* Distinct cache addresses unless V lives in the K rows (MLA): the CPU
+         * kernel needs a V tile only when they differ. */
+        .k_cache = 64,
+        .v_cache = e->mla ? 64 : 128,
         .batch = e->max_batch,
         .num_q_tokens = e->max_qtokens,
         .num_heads = e->gathered_heads,
