@@ -18,6 +18,9 @@
 struct dcp_engine;
 struct dcp_rank;
 
+/** Profile categories (struct dcp_profile's fields, in order). */
+enum dcp_prof_cat { PROF_APPEND, PROF_ATTENTION, PROF_MERGE, PROF_COMM, PROF_OTHER, PROF_COUNT };
+
 /** Operations one backend provides. Rank functions are called from the rank's thread. */
 struct dcp_backend_ops {
     const char *name; ///< "host" or "cuda".
@@ -58,6 +61,14 @@ struct dcp_backend_ops {
     int (*synchronize)(struct dcp_rank *r);
     /** Wakes every rank blocked in a collective after a failure (they return DCP_EABORTED). */
     void (*abort)(struct dcp_engine *e);
+
+    /* Profiling (only called when the engine was created with profile = true). */
+    /** Marks the start of a timed operation; *token identifies it. */
+    int (*timer_begin)(struct dcp_rank *r, uint32_t *token);
+    /** Marks its end and files it under cat (the time may be known only at collect). */
+    int (*timer_end)(struct dcp_rank *r, uint32_t token, enum dcp_prof_cat cat);
+    /** Adds every finished timed operation to r->prof_seconds (waits for them). */
+    int (*timer_collect)(struct dcp_rank *r);
 };
 
 extern const struct dcp_backend_ops dcp_host_backend;
@@ -97,6 +108,8 @@ struct dcp_rank {
     uint64_t kv_arena;      ///< All layers' K and V pages.
     struct dcp_rank_buffers buf;
     void *backend;          ///< Backend-private state.
+    double prof_seconds[PROF_COUNT];   ///< Collected profile (engine params.profile).
+    uint64_t prof_calls[PROF_COUNT];
 };
 
 /** The current step, on the host. */

@@ -276,6 +276,11 @@ static int cuda_rank_init(struct dcp_rank *r)
         err = CU_CALL(api, cuStreamCreate, &cr->comm_stream, CU_STREAM_NON_BLOCKING);
     for (int i = 0; i < CUDA_RANK_EVENTS && !err; i++)
         err = CU_CALL(api, cuEventCreate, &cr->events[i], CU_EVENT_DISABLE_TIMING);
+    for (int i = 0; i < CUDA_TIMER_PAIRS && !err && e->params.profile; i++) {
+        err = CU_CALL(api, cuEventCreate, &cr->timer_start[i], CU_EVENT_DEFAULT);
+        if (!err)
+            err = CU_CALL(api, cuEventCreate, &cr->timer_end[i], CU_EVENT_DEFAULT);
+    }
     if (err)
         return err;
     if (ce->groups) {
@@ -355,6 +360,12 @@ static void cuda_rank_fini(struct dcp_rank *r)
     for (int i = 0; i < CUDA_RANK_EVENTS; i++)
         if (cr->events[i])
             api->cuEventDestroy(cr->events[i]);
+    for (int i = 0; i < CUDA_TIMER_PAIRS; i++) {
+        if (cr->timer_start[i])
+            api->cuEventDestroy(cr->timer_start[i]);
+        if (cr->timer_end[i])
+            api->cuEventDestroy(cr->timer_end[i]);
+    }
     if (cr->comm_stream)
         api->cuStreamDestroy(cr->comm_stream);
     if (cr->compute)
@@ -715,6 +726,46 @@ static int cuda_synchronize(struct dcp_rank *r)
                          "rank synchronize");
 }
 
+/* ---- profiling --------------------------------------------------------------------------- */
+
+static int cuda_timer_collect(struct dcp_rank *r)
+{
+    struct cuda_rank *cr = CR(r);
+    const struct dcp_cuda_api *api = &CE(r->engine)->cu->api;
+    if (cr->timers_used == 0)
+        return DCP_OK;
+    int err = use_rank(r);
+    if (!err)
+        err = CU_CALL(api, cuEventSynchronize, cr->timer_end[cr->timers_used - 1]);
+    for (uint32_t i = 0; i < cr->timers_used && !err; i++) {
+        float ms = 0;
+        err = CU_CALL(api, cuEventElapsedTime, &ms, cr->timer_start[i], cr->timer_end[i]);
+        r->prof_seconds[cr->timer_cat[i]] += ms * 1e-3;
+    }
+    cr->timers_used = 0;
+    return err;
+}
+
+/* Timing events go on the compute stream: collectives end there too (it waits for
+ * the communication stream), so each pair spans the operation's device time. */
+static int cuda_timer_begin(struct dcp_rank *r, uint32_t *token)
+{
+    struct cuda_rank *cr = CR(r);
+    int err = cr->timers_used == CUDA_TIMER_PAIRS ? cuda_timer_collect(r) : use_rank(r);
+    if (err)
+        return err;
+    *token = cr->timers_used;
+    return CU_CALL(&CE(r->engine)->cu->api, cuEventRecord, cr->timer_start[*token], cr->compute);
+}
+
+static int cuda_timer_end(struct dcp_rank *r, uint32_t token, enum dcp_prof_cat cat)
+{
+    struct cuda_rank *cr = CR(r);
+    cr->timer_cat[token] = (uint8_t)cat;
+    cr->timers_used = token + 1;
+    return CU_CALL(&CE(r->engine)->cu->api, cuEventRecord, cr->timer_end[token], cr->compute);
+}
+
 static void cuda_abort(struct dcp_engine *e)
 {
     struct cuda_engine *ce = CE(e);
@@ -741,4 +792,7 @@ const struct dcp_backend_ops dcp_cuda_backend = {
     .all_to_all = cuda_all_to_all,
     .synchronize = cuda_synchronize,
     .abort = cuda_abort,
+    .timer_begin = cuda_timer_begin,
+    .timer_end = cuda_timer_end,
+    .timer_collect = cuda_timer_collect,
 };

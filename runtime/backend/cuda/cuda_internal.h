@@ -48,6 +48,9 @@ enum {
     CUDA_RANK_EVENTS
 };
 
+/** Event pairs per rank for profiling; when they run out, finished ones are collected. */
+#define CUDA_TIMER_PAIRS 256
+
 struct cuda_rank {
     struct cuda_device *dev;
     CUstream compute;            ///< Kernels, copies, virtual collectives.
@@ -60,6 +63,10 @@ struct cuda_rank {
     ncclComm_t nccl_comm;        ///< NCCL: this rank's communicator in its DCP group.
     struct cuda_alloc *allocs;
     size_t num_allocs, cap_allocs;
+    CUevent timer_start[CUDA_TIMER_PAIRS]; ///< Profiling: timing events (engine params.profile).
+    CUevent timer_end[CUDA_TIMER_PAIRS];
+    uint8_t timer_cat[CUDA_TIMER_PAIRS];   ///< enum dcp_prof_cat of each pair in use.
+    uint32_t timers_used;
 };
 
 struct cuda_engine {
