@@ -145,6 +145,7 @@ static size_t max_scratch(const struct dcp_engine *e)
     const uint32_t heads_per_kv = e->gathered_heads / e->kv_heads_per_rank;
     const uint32_t rows = e->max_qtokens * e->gathered_heads;
     const struct dcpk_attn_params attn = {
+        .v_cache = e->mla ? 0 : 1, /* distinct from k_cache unless MLA: GQA needs its V tile */
         .batch = e->max_batch,
         .num_q_tokens = e->max_qtokens,
         .num_heads = e->gathered_heads,
