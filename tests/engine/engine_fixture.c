@@ -39,14 +39,14 @@ enum dcp_backend_kind fixture_backend(void)
     return kind;
 }
 
-bool fixture_backend_available(void)
+int fixture_backend_check(void)
 {
     bool ok;
     struct fixture_shape s = fixture_default_shape();
     s.backend = backend_from_env(&ok);
     if (!ok) {
         fprintf(stderr, "DCP_TEST_BACKEND=%s: expected host, cuda or auto\n", getenv("DCP_TEST_BACKEND"));
-        return false;
+        return 1;
     }
     struct dcp_config cfg;
     fixture_config(&s, &cfg);
@@ -67,7 +67,7 @@ bool fixture_backend_available(void)
                 dcp_strerror(err), dcp_last_error());
     dcp_engine_destroy(&e);
     dcp_deployment_destroy(&dep);
-    return err == DCP_OK;
+    return err ? 77 : 0;
 }
 
 bool fixture_quick(void)

@@ -41,8 +41,11 @@ struct fixture_limits {
 /** The backend DCP_TEST_BACKEND selects (host when unset; fails the test on a bad value). */
 enum dcp_backend_kind fixture_backend(void);
 
-/** Whether the selected backend can create an engine here (false: the suite should exit 77). */
-bool fixture_backend_available(void);
+/**
+ * What a suite's main() returns before running when not 0: 0 if the selected
+ * backend creates an engine here, 77 (skip) if it cannot, 1 for a bad DCP_TEST_BACKEND.
+ */
+int fixture_backend_check(void);
 
 /** DCP_TEST_QUICK is set (not "0") or the test runs under valgrind. */
 bool fixture_quick(void);

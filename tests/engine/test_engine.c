@@ -190,8 +190,9 @@ static void test_failure_propagates(void **state)
 
 int main(void)
 {
-    if (!fixture_backend_available())
-        return 77;
+    const int status = fixture_backend_check();
+    if (status)
+        return status;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_info_matches_shape),
         cmocka_unit_test(test_gqa_heads),
