@@ -423,13 +423,28 @@ class AttnBlock {
     }
 };
 
+/**
+ * True when the launch and params are ones this entry computes: its block size,
+ * shapes and dtype, no zero divisors, and caches the 16-byte copies can read
+ * (a misaligned cp.async would fault and lose the whole context). MLA entries
+ * read V from the K rows, so they also need v_cache == k_cache.
+ */
+template <class C>
+__device__ bool attn_launch_ok(const dcpk_attn_params &p)
+{
+    const bool v_ok = C::kShared ? p.v_cache == p.k_cache && p.v_row_stride == (uint32_t)C::kQK
+                                 : (uint64_t)p.v_row_stride * C::kEsize % 16 == 0 && p.v_row_stride >= (uint32_t)C::kDV;
+    return blockDim.x == C::kNT && blockDim.y == 1 && blockDim.z == 1 && p.qk_dim == (uint32_t)C::kQK &&
+           p.v_dim == (uint32_t)C::kDV && p.dtype == C::kDtype && v_ok && ((p.k_cache | p.v_cache) & 15) == 0 &&
+           p.num_kv_heads != 0 && p.head_tile != 0 && p.block_size != 0 && p.group_size != 0 && p.interleave != 0 &&
+           p.heads_per_chunk != 0 && p.num_splits != 0;
+}
+
 /** Decodes the block's work item; false when the block has none (or a bad launch). */
 template <class C>
 __device__ bool attn_item(const dcpk_attn_params &p, AttnItem &it)
 {
-    if (blockDim.x != C::kNT || blockDim.y != 1 || blockDim.z != 1 || p.qk_dim != (uint32_t)C::kQK ||
-        p.v_dim != (uint32_t)C::kDV || p.dtype != C::kDtype || p.num_kv_heads == 0 || p.head_tile == 0 ||
-        p.block_size == 0 || p.group_size == 0 || p.interleave == 0 || p.heads_per_chunk == 0)
+    if (!attn_launch_ok<C>(p))
         return false;
     const uint32_t heads_per_kv = p.num_heads / p.num_kv_heads;
     const uint32_t head_tiles = (heads_per_kv + p.head_tile - 1) / p.head_tile;
