@@ -78,7 +78,7 @@ static void test_shared_memory_plan(void **state)
         assert_true(krow >= v->qk_dim * es / 16 && krow < v->qk_dim * es / 16 + 8);
         const uint32_t want = 2 * v->tile_tokens * krow * 16 +
                               (v->shared_kv ? 0 : 2 * v->tile_tokens * v->v_dim * es) + v->rows * v->qk_dim * 4 +
-                              v->rows * (v->tile_tokens + 8) * 4 + v->rows * 16;
+                              v->rows * (v->tile_tokens + 8) * 4 + v->rows * 12;
         assert_int_equal(v->smem_bytes, want);
         /* Opt-in limit of the smallest target (A100, 163 KiB). */
         assert_true(v->smem_bytes <= 166912);

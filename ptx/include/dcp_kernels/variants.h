@@ -78,8 +78,8 @@
 #define DCPK_ATTN_S_STRIDE(tile) ((tile) + 8u)
 /** Bytes of the score / probability tile. */
 #define DCPK_ATTN_SMEM_S(rows, tile) ((rows) * DCPK_ATTN_S_STRIDE(tile) * 4u)
-/** Bytes of the per-row state (visible-key count, rescale factor, max, sum). */
-#define DCPK_ATTN_SMEM_ROWS(rows) ((rows) * 16u)
+/** Bytes of the per-row state (visible-key count, rescale factor, softmax sum). */
+#define DCPK_ATTN_SMEM_ROWS(rows) ((rows) * 12u)
 /** Dynamic shared memory of an attention entry, in bytes. */
 #define DCPK_ATTN_SMEM_BYTES(qk, v, shared_kv, esize, threads, rows, tile)          \
     (DCPK_ATTN_SMEM_K(qk, esize, threads, rows, tile) +                               \
