@@ -49,8 +49,9 @@ struct AttnCfg {
     static constexpr int kRowK = DCPK_ATTN_KROW_CHUNKS(QK, kEsize, kKS); // chunks per K row in smem
     static constexpr int kRowV = SHARED ? kRowK : kNchV;                // chunks per V row in smem
 
-    // Softmax phase: kTPR consecutive lanes per row.
+    // Softmax phase: kTPR consecutive lanes per row; S rows are kSS floats apart.
     static constexpr int kTPR = NT / ROWS;
+    static constexpr int kSS = DCPK_ATTN_S_STRIDE(TK);
 
     // P.V phase: thread = (row group of kOR rows, V chunk); threads past kRG * kDG idle.
     static constexpr int kDG = kNchV;
@@ -74,6 +75,7 @@ struct AttnCfg {
     static_assert(kTPR >= 1 && kTPR <= 32 && (kTPR & (kTPR - 1)) == 0 && NT == ROWS * kTPR,
                   "softmax lanes per row");
     static_assert(TK % kTPR == 0, "softmax covers the tile");
+    static_assert(kSS % 4 == 0, "P rows hold whole float4s");
     static_assert(kDG <= NT && ROWS % kRG == 0, "P.V tiling");
     static_assert(SHARED ? DV <= QK : kNchK == kNchV, "V shape");
     static_assert(kSmem == DCPK_ATTN_SMEM_BYTES(QK, DV, SHARED, kEsize, NT, ROWS, TK), "smem plan");
@@ -269,7 +271,7 @@ class AttnBlock {
             for (int j = 0; j < 4; j++) {
                 const float v = group_sum<C::kKS>(acc[r][j]);
                 if ((r * 4 + j) % C::kKS == ks)
-                    s[(rg * 4 + r) * C::kTK + tg + C::kTG * j] = v;
+                    s[(rg * 4 + r) * C::kSS + tg + C::kTG * j] = v;
             }
     }
 
@@ -284,7 +286,7 @@ class AttnBlock {
         const uint32_t seen = vis_smem()[row];
         const uint32_t done = tile * C::kTK;
         const int vis = seen > done ? (int)min(seen - done, (uint32_t)C::kTK) : 0;
-        float *s = s_smem() + row * C::kTK;
+        float *s = s_smem() + row * C::kSS;
         float mx = neg_inf();
 #pragma unroll
         for (int j = 0; j < C::kTK / C::kTPR; j++) {
@@ -326,7 +328,7 @@ class AttnBlock {
                 acc_[r][e] *= a;
         }
         const uint4 *vt = v_tile(buf) + dg;
-        const float4 *p4 = reinterpret_cast<const float4 *>(s_smem()) + rg * C::kOR * (C::kTK / 4);
+        const float4 *p4 = reinterpret_cast<const float4 *>(s_smem()) + rg * C::kOR * (C::kSS / 4);
 #pragma unroll 1
         for (uint32_t t4 = 0; t4 < ntile; t4 += 4) {
             uint4 vr[4];
@@ -336,7 +338,7 @@ class AttnBlock {
             float4 pr[C::kOR];
 #pragma unroll
             for (int r = 0; r < C::kOR; r++)
-                pr[r] = p4[r * (C::kTK / 4) + t4 / 4];
+                pr[r] = p4[r * (C::kSS / 4) + t4 / 4];
 #pragma unroll
             for (int u = 0; u < 4; u++) {
 #pragma unroll
@@ -423,13 +425,28 @@ class AttnBlock {
     }
 };
 
+/**
+ * True when the launch and params are ones this entry computes: its block size,
+ * shapes and dtype, no zero divisors, and caches the 16-byte copies can read
+ * (a misaligned cp.async would fault and lose the whole context). MLA entries
+ * read V from the K rows, so they also need v_cache == k_cache.
+ */
+template <class C>
+__device__ bool attn_launch_ok(const dcpk_attn_params &p)
+{
+    const bool v_ok = C::kShared ? p.v_cache == p.k_cache && p.v_row_stride == (uint32_t)C::kQK
+                                 : (uint64_t)p.v_row_stride * C::kEsize % 16 == 0 && p.v_row_stride >= (uint32_t)C::kDV;
+    return blockDim.x == C::kNT && blockDim.y == 1 && blockDim.z == 1 && p.qk_dim == (uint32_t)C::kQK &&
+           p.v_dim == (uint32_t)C::kDV && p.dtype == C::kDtype && v_ok && ((p.k_cache | p.v_cache) & 15) == 0 &&
+           p.num_kv_heads != 0 && p.head_tile != 0 && p.block_size != 0 && p.group_size != 0 && p.interleave != 0 &&
+           p.heads_per_chunk != 0 && p.num_splits != 0;
+}
+
 /** Decodes the block's work item; false when the block has none (or a bad launch). */
 template <class C>
 __device__ bool attn_item(const dcpk_attn_params &p, AttnItem &it)
 {
-    if (blockDim.x != C::kNT || blockDim.y != 1 || blockDim.z != 1 || p.qk_dim != (uint32_t)C::kQK ||
-        p.v_dim != (uint32_t)C::kDV || p.dtype != C::kDtype || p.num_kv_heads == 0 || p.head_tile == 0 ||
-        p.block_size == 0 || p.group_size == 0 || p.interleave == 0 || p.heads_per_chunk == 0)
+    if (!attn_launch_ok<C>(p))
         return false;
     const uint32_t heads_per_kv = p.num_heads / p.num_kv_heads;
     const uint32_t head_tiles = (heads_per_kv + p.head_tile - 1) / p.head_tile;

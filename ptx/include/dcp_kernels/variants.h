@@ -71,10 +71,15 @@
     ((shared_kv) ? 0u : 2u * (tile) * DCPK_ATTN_CHUNKS(v, esize) * 16u)
 /** Bytes of the scaled fp32 queries of one pass. */
 #define DCPK_ATTN_SMEM_Q(qk, rows) ((rows) * (qk) * 4u)
+/**
+ * Floats per row of the score / probability tile: 8 more than the tile, so the
+ * softmax pass (8 lanes per row, 4 rows per warp) hits 32 different banks.
+ */
+#define DCPK_ATTN_S_STRIDE(tile) ((tile) + 8u)
 /** Bytes of the score / probability tile. */
-#define DCPK_ATTN_SMEM_S(rows, tile) ((rows) * (tile) * 4u)
-/** Bytes of the per-row state (visible-key count, rescale factor, max, sum). */
-#define DCPK_ATTN_SMEM_ROWS(rows) ((rows) * 16u)
+#define DCPK_ATTN_SMEM_S(rows, tile) ((rows) * DCPK_ATTN_S_STRIDE(tile) * 4u)
+/** Bytes of the per-row state (visible-key count, rescale factor, softmax sum). */
+#define DCPK_ATTN_SMEM_ROWS(rows) ((rows) * 12u)
 /** Dynamic shared memory of an attention entry, in bytes. */
 #define DCPK_ATTN_SMEM_BYTES(qk, v, shared_kv, esize, threads, rows, tile)          \
     (DCPK_ATTN_SMEM_K(qk, esize, threads, rows, tile) +                               \
