@@ -8,7 +8,7 @@
 #ifndef DCPK_ROWS_CUH
 #define DCPK_ROWS_CUH
 
-#include "dcp_kernels/merge_math.h"
+#include "dcp_kernels/merge.h"
 #include "dcp_kernels/params.h"
 #include "dcp_kernels/variants.h"
 #include "device.cuh"
