@@ -1,5 +1,6 @@
 #!/bin/sh
-# run_cli.sh DCP_RUN BROKEN_CONFIG: `dcp-run run` end to end.
+# run_cli.sh DCP_RUN BROKEN_CONFIG [BACKEND]: `dcp-run run` end to end, on BACKEND
+# (host or cuda; cuda runs on the test doubles the test environment points to).
 #   no FILE (the default deployment), --quiet --json: exit 0, nothing on stderr, one
 #     JSON object in which both layouts (TP baseline and DCP) ran and passed their
 #     correctness check, and DCP admitted at least 3x the baseline's concurrency;
@@ -7,20 +8,24 @@
 set -u
 dcp_run=$1
 broken=$2
+backend=${3:-auto}
 . "$(dirname "$0")/common.sh"
 
-"$dcp_run" run --quiet --json >"$tmp/json" 2>"$tmp/err"
+"$dcp_run" run --quiet --json --backend "$backend" >"$tmp/json" 2>"$tmp/err"
 status=$?
 cat "$tmp/json"
 [ "$status" -eq 0 ] || fail "run --quiet --json exited $status: $(cat "$tmp/err")"
 [ -s "$tmp/err" ] && fail "run --quiet wrote to stderr: $(cat "$tmp/err")"
 
 command -v python3 >/dev/null || { echo "python3 not found: JSON not checked"; exit 77; }
-python3 - "$tmp/json" <<'PY' || fail "JSON output of run"
+python3 - "$tmp/json" "$backend" <<'PY' || fail "JSON output of run"
 import json, sys
 
 with open(sys.argv[1]) as f:
     d = json.load(f)
+if sys.argv[2] != "auto":
+    for x in d["layouts"]:
+        assert x["backend"].startswith(sys.argv[2] + " "), x["backend"]
 assert d["deployment"].endswith("default.yaml"), d["deployment"]
 layouts = {x["name"]: x for x in d["layouts"]}
 assert set(layouts) == {"tp_baseline", "dcp"}, sorted(layouts)

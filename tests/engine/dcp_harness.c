@@ -234,6 +234,8 @@ struct harness *harness_create(const struct harness_config *cfg, uint64_t seed, 
 {
     struct harness *h = xcalloc(1, sizeof(*h));
     h->cfg = *cfg;
+    fixture_adapt_to_backend(&h->cfg.shape);
+    cfg = &h->cfg;
     snprintf(h->label, sizeof(h->label), "%s", label);
     test_rng_seed(&h->rng, seed);
     h->dep = fixture_deployment(&cfg->shape);

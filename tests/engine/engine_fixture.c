@@ -39,11 +39,25 @@ enum dcp_backend_kind fixture_backend(void)
     return kind;
 }
 
+void fixture_adapt_to_backend(struct fixture_shape *s)
+{
+    if (fixture_backend() != DCP_BACKEND_CUDA)
+        return;
+    /* The GPU kernels cover MLA 512+64 and head_dim 64/128/256 only. */
+    if (s->kind == DCP_ATTN_MLA) {
+        s->kv_lora_rank = 512;
+        s->rope_dim = 64;
+    } else {
+        s->head_dim = s->head_dim <= 64 ? 64 : s->head_dim <= 128 ? 128 : 256;
+    }
+}
+
 int fixture_backend_check(void)
 {
     bool ok;
     struct fixture_shape s = fixture_default_shape();
     s.backend = backend_from_env(&ok);
+    fixture_adapt_to_backend(&s);
     if (!ok) {
         fprintf(stderr, "DCP_TEST_BACKEND=%s: expected host, cuda or auto\n", getenv("DCP_TEST_BACKEND"));
         return 1;

@@ -56,6 +56,10 @@ struct fixture_shape fixture_default_shape(void);
 /** Fills cfg (from dcp_config_defaults) for a shape; validate with dcp_deployment_from_config. */
 void fixture_config(const struct fixture_shape *s, struct dcp_config *cfg);
 
+/** With DCP_TEST_BACKEND=cuda, changes the dims to ones the GPU kernels have
+ *  (MLA 512+64, head_dim 64/128/256); otherwise leaves the shape alone. */
+void fixture_adapt_to_backend(struct fixture_shape *s);
+
 /** Builds a validated deployment (fails the test on error). */
 dcp_deployment *fixture_deployment(const struct fixture_shape *s);
 
