@@ -24,6 +24,7 @@
 #include "dcp_kernels/cpu.h"
 #include "dcp_kernels/paged.h"
 #include "dcp_kernels/placement.h"
+#include "ptx/cpu/isa.h"
 #include "ptx/cpu/simd.h"
 
 /* The hot loops are written as a * b + c; let the compiler fuse them into FMAs
@@ -563,12 +564,6 @@ __attribute__((target("avx2,fma"))) static void attn_items_avx2(const struct dcp
 {
     attn_items(p, begin, end, scratch);
 }
-
-static int cpu_has_avx2_fma(void)
-{
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
 #endif
 
 static void attn_items_baseline(const struct dcpk_attn_params *p, uint64_t begin, uint64_t end,
@@ -577,13 +572,31 @@ static void attn_items_baseline(const struct dcpk_attn_params *p, uint64_t begin
     attn_items(p, begin, end, scratch);
 }
 
-void dcpk_attn_cpu(const void *params, uint64_t begin, uint64_t end, void *scratch)
+int dcpk_cpu_has_isa(enum dcpk_cpu_isa isa)
 {
 #if DCP_ARCH_X86_64
-    if (cpu_has_avx2_fma()) {
+    if (isa == DCPK_CPU_ISA_AVX2) {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+#endif
+    return isa == DCPK_CPU_ISA_BASELINE;
+}
+
+void dcpk_attn_cpu_isa(const void *params, uint64_t begin, uint64_t end, void *scratch,
+                       enum dcpk_cpu_isa isa)
+{
+#if DCP_ARCH_X86_64
+    if (isa == DCPK_CPU_ISA_AVX2 && dcpk_cpu_has_isa(DCPK_CPU_ISA_AVX2)) {
         attn_items_avx2(params, begin, end, scratch);
         return;
     }
 #endif
+    (void)isa;
     attn_items_baseline(params, begin, end, scratch);
+}
+
+void dcpk_attn_cpu(const void *params, uint64_t begin, uint64_t end, void *scratch)
+{
+    dcpk_attn_cpu_isa(params, begin, end, scratch, DCPK_CPU_ISA_AVX2);
 }
