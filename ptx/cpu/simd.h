@@ -22,7 +22,9 @@
  * are macros; the others take pointers): without AVX a 32-byte vector argument
  * has a different ABI, and GCC says so in a note no pragma silences. Returning
  * one only draws -Wpsabi, which does not apply to always-inlined functions. */
-#if defined(__GNUC__) && !defined(__clang__)
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpsabi"
+#elif defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
