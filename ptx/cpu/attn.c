@@ -277,61 +277,60 @@ DCPK_INLINE void load_tile(const struct tile_rows *rows, uint32_t len, uint32_t 
  */
 struct prefetch_cursor {
     const struct tile_rows *rows[2]; ///< Next tile's K rows, then its V rows.
-    uint32_t which, row, byte;       ///< Position of the next line to ask for.
-    uint32_t per_step;               ///< Lines per prefetch_step.
+    uint32_t which, row;             ///< The next row to ask for.
+    uint32_t per_step;               ///< Rows per prefetch_step.
 };
 
 DCPK_INLINE void prefetch_start(struct prefetch_cursor *pc, const struct tile_rows *k,
                                 const struct tile_rows *v, uint32_t steps)
 {
-    const uint32_t lines = k->n * ((k->bytes + 63) / 64) + v->n * ((v->bytes + 63) / 64);
     pc->rows[0] = k;
     pc->rows[1] = v;
-    pc->which = pc->row = pc->byte = 0;
-    pc->per_step = (lines + steps - 1) / (steps ? steps : 1);
+    pc->which = pc->row = 0;
+    pc->per_step = (k->n + v->n + steps - 1) / (steps ? steps : 1);
 }
 
 DCPK_INLINE void prefetch_step(struct prefetch_cursor *pc)
 {
-    uint32_t lines = pc->per_step;
-    while (lines && pc->which < 2) {
+    for (uint32_t i = 0; i < pc->per_step && pc->which < 2; i++) {
         const struct tile_rows *r = pc->rows[pc->which];
+        if (pc->row < r->n) {
+            const char *row = r->row[pc->row++];
+            for (uint32_t b = 0; b < r->bytes; b += 64)
+                __builtin_prefetch(row + b, 0, 2);
+        }
         if (pc->row >= r->n) {
             pc->which++;
             pc->row = 0;
-            continue;
-        }
-        __builtin_prefetch(r->row[pc->row] + pc->byte, 0, 3);
-        lines--;
-        pc->byte += 64;
-        if (pc->byte >= r->bytes) {
-            pc->byte = 0;
-            pc->row++;
         }
     }
 }
 
-/** s[t][r] = qt[.][r] . kt[t] for t < ntp (a multiple of DCPK_VL), all nrp rows. */
-DCPK_INLINE void tile_scores(float *restrict s, const float *restrict kt, const float *restrict qt,
-                             uint32_t qk, uint32_t nrp, uint32_t ntp, struct prefetch_cursor *pc)
+/**
+ * s[t][r] = qt[.][r] . kt[t] for t < ntp (a multiple of 8), all nrp rows: 8
+ * tokens x 8 rows per block, broadcasting K. Inlined with a constant qk for the
+ * common head sizes (score_tile below): the 8 K rows are then one pointer plus
+ * constant offsets instead of 8 pointers to step.
+ */
+DCPK_INLINE void tile_scores_qk(float *restrict s, const float *restrict kt, const float *restrict qt,
+                                uint32_t qk, uint32_t nrp, uint32_t ntp, struct prefetch_cursor *pc)
 {
     for (uint32_t rv = 0; rv < nrp; rv += DCPK_VL) {
         for (uint32_t t0 = 0; t0 < ntp; t0 += 8) {
             prefetch_step(pc);
-            const float *k0 = kt + (size_t)t0 * qk, *k1 = k0 + qk, *k2 = k1 + qk, *k3 = k2 + qk;
-            const float *k4 = k3 + qk, *k5 = k4 + qk, *k6 = k5 + qk, *k7 = k6 + qk;
+            const float *k = kt + (size_t)t0 * qk;
             const float *q = qt + rv;
             dcpk_vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};
             for (uint32_t d = 0; d < qk; d++) {
                 const dcpk_vf qv = dcpk_vf_load(q + (size_t)d * nrp);
-                a0 += k0[d] * qv;
-                a1 += k1[d] * qv;
-                a2 += k2[d] * qv;
-                a3 += k3[d] * qv;
-                a4 += k4[d] * qv;
-                a5 += k5[d] * qv;
-                a6 += k6[d] * qv;
-                a7 += k7[d] * qv;
+                a0 += k[d] * qv;
+                a1 += k[d + qk] * qv;
+                a2 += k[d + 2 * qk] * qv;
+                a3 += k[d + 3 * qk] * qv;
+                a4 += k[d + 4 * qk] * qv;
+                a5 += k[d + 5 * qk] * qv;
+                a6 += k[d + 6 * qk] * qv;
+                a7 += k[d + 7 * qk] * qv;
             }
             float *o = s + (size_t)t0 * nrp + rv;
             DCPK_VF_STORE(o, a0);
@@ -343,6 +342,28 @@ DCPK_INLINE void tile_scores(float *restrict s, const float *restrict kt, const 
             DCPK_VF_STORE(o + 6 * (size_t)nrp, a6);
             DCPK_VF_STORE(o + 7 * (size_t)nrp, a7);
         }
+    }
+}
+
+DCPK_INLINE void tile_scores(float *restrict s, const float *restrict kt, const float *restrict qt,
+                             uint32_t qk, uint32_t nrp, uint32_t ntp, struct prefetch_cursor *pc)
+{
+    switch (qk) {
+    case 64:
+        tile_scores_qk(s, kt, qt, 64, nrp, ntp, pc);
+        break;
+    case 128:
+        tile_scores_qk(s, kt, qt, 128, nrp, ntp, pc);
+        break;
+    case 256:
+        tile_scores_qk(s, kt, qt, 256, nrp, ntp, pc);
+        break;
+    case 576:
+        tile_scores_qk(s, kt, qt, 576, nrp, ntp, pc);
+        break;
+    default:
+        tile_scores_qk(s, kt, qt, qk, nrp, ntp, pc);
+        break;
     }
 }
 
