@@ -35,8 +35,8 @@
 #pragma GCC optimize("fp-contract=fast")
 #endif
 
-/** KV tokens converted and processed per step (a multiple of DCPK_VL). */
-#define ATTN_TILE 32
+/** KV tokens converted and processed per step (a multiple of SCORE_TOKENS). */
+#define ATTN_TILE 48
 /** Most query rows processed together (a multiple of DCPK_VL). */
 #define ATTN_MAX_ROWS 128
 /** Alignment of every scratch region. */
@@ -106,7 +106,11 @@ static struct attn_shape attn_shape_of(const struct dcpk_attn_params *p)
     uint64_t rows = (uint64_t)sh.head_tile * (p->num_q_tokens ? p->num_q_tokens : 1);
     sh.row_cap = rows < ATTN_MAX_ROWS ? round_up_u32((uint32_t)rows, DCPK_VL) : ATTN_MAX_ROWS;
     sh.esize = dcpk_dtype_size(p->dtype);
-    sh.v_in_k = p->v_cache == p->k_cache && p->v_row_stride == p->qk_dim;
+    /* V read straight from the decoded K tile (MLA): only when the V part of a
+     * decoded K row is a whole number of decode blocks, i.e. holds exactly the
+     * first v_dim elements (permuted); otherwise V is decoded on its own. */
+    sh.v_in_k = p->v_cache == p->k_cache && p->v_row_stride == p->qk_dim && p->v_dim <= p->qk_dim &&
+                (p->v_dim == p->qk_dim || p->v_dim % dcpk_decode_block(p->dtype) == 0);
     return sh;
 }
 
@@ -306,43 +310,52 @@ DCPK_INLINE void prefetch_step(struct prefetch_cursor *pc)
     }
 }
 
+/*
+ * The two products are register-blocked: 12 accumulators (8-row vectors) per
+ * block, enough to cover the FMA latency with 16 vector registers, each step
+ * one vector load and 12 broadcast-FMAs. SCORE_TOKENS tokens per score block;
+ * P x V blocks of 12, 8, 4 and 1 output dims.
+ */
+#define SCORE_TOKENS 12
+
+#if defined(__clang__)
+#define DCPK_UNROLL _Pragma("unroll")
+#else
+#define DCPK_UNROLL _Pragma("GCC unroll 16")
+#endif
+
+/** s[t][r] for SCORE_TOKENS tokens of kt (rows qk apart) and the 8 rows at qt (row stride nrp). */
+DCPK_INLINE void score_block(float *restrict s, const float *restrict kt, const float *restrict qt,
+                             uint32_t qk, uint32_t nrp)
+{
+    dcpk_vf acc[SCORE_TOKENS];
+    DCPK_UNROLL
+    for (int j = 0; j < SCORE_TOKENS; j++)
+        acc[j] = dcpk_vf_set1(0.0f);
+    for (uint32_t d = 0; d < qk; d++) {
+        const dcpk_vf qv = dcpk_vf_load(qt + (size_t)d * nrp);
+        DCPK_UNROLL
+        for (int j = 0; j < SCORE_TOKENS; j++)
+            acc[j] += kt[d + (size_t)j * qk] * qv;
+    }
+    DCPK_UNROLL
+    for (int j = 0; j < SCORE_TOKENS; j++)
+        DCPK_VF_STORE(s + (size_t)j * nrp, acc[j]);
+}
+
 /**
- * s[t][r] = qt[.][r] . kt[t] for t < ntp (a multiple of 8), all nrp rows: 8
- * tokens x 8 rows per block, broadcasting K. Inlined with a constant qk for the
- * common head sizes (score_tile below): the 8 K rows are then one pointer plus
- * constant offsets instead of 8 pointers to step.
+ * s[t][r] = qt[.][r] . kt[t] for t < ntp (a multiple of SCORE_TOKENS), all nrp
+ * rows. Inlined with a constant qk for the common head sizes, so the K rows of
+ * a block are one pointer plus constant offsets.
  */
 DCPK_INLINE void tile_scores_qk(float *restrict s, const float *restrict kt, const float *restrict qt,
                                 uint32_t qk, uint32_t nrp, uint32_t ntp, struct prefetch_cursor *pc)
 {
-    for (uint32_t rv = 0; rv < nrp; rv += DCPK_VL) {
-        for (uint32_t t0 = 0; t0 < ntp; t0 += 8) {
+    for (uint32_t rv = 0; rv < nrp; rv += DCPK_VL)
+        for (uint32_t t0 = 0; t0 < ntp; t0 += SCORE_TOKENS) {
             prefetch_step(pc);
-            const float *k = kt + (size_t)t0 * qk;
-            const float *q = qt + rv;
-            dcpk_vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};
-            for (uint32_t d = 0; d < qk; d++) {
-                const dcpk_vf qv = dcpk_vf_load(q + (size_t)d * nrp);
-                a0 += k[d] * qv;
-                a1 += k[d + qk] * qv;
-                a2 += k[d + 2 * qk] * qv;
-                a3 += k[d + 3 * qk] * qv;
-                a4 += k[d + 4 * qk] * qv;
-                a5 += k[d + 5 * qk] * qv;
-                a6 += k[d + 6 * qk] * qv;
-                a7 += k[d + 7 * qk] * qv;
-            }
-            float *o = s + (size_t)t0 * nrp + rv;
-            DCPK_VF_STORE(o, a0);
-            DCPK_VF_STORE(o + nrp, a1);
-            DCPK_VF_STORE(o + 2 * (size_t)nrp, a2);
-            DCPK_VF_STORE(o + 3 * (size_t)nrp, a3);
-            DCPK_VF_STORE(o + 4 * (size_t)nrp, a4);
-            DCPK_VF_STORE(o + 5 * (size_t)nrp, a5);
-            DCPK_VF_STORE(o + 6 * (size_t)nrp, a6);
-            DCPK_VF_STORE(o + 7 * (size_t)nrp, a7);
+            score_block(s + (size_t)t0 * nrp + rv, kt + (size_t)t0 * qk, qt + rv, qk, nrp);
         }
-    }
 }
 
 DCPK_INLINE void tile_scores(float *restrict s, const float *restrict kt, const float *restrict qt,
@@ -408,52 +421,59 @@ DCPK_INLINE void tile_softmax(float *restrict s, float *restrict m, float *restr
     }
 }
 
+/** ot[d][r] = ot[d][r] * alpha[r] + sum_t vt[t][d] * s[t][r] for n dims from d = 0 of ot/vt, 8 rows. */
+DCPK_INLINE void accumulate_block(float *restrict ot, const float *restrict s, const float *restrict vt,
+                                  uint32_t vstride, const float *restrict alpha, uint32_t nrp,
+                                  uint32_t nt, int n)
+{
+    const dcpk_vf a = dcpk_vf_load(alpha);
+    dcpk_vf acc[12];
+    DCPK_UNROLL
+    for (int j = 0; j < n; j++)
+        acc[j] = dcpk_vf_load(ot + (size_t)j * nrp) * a;
+    for (uint32_t t = 0; t < nt; t++, vt += vstride) {
+        const dcpk_vf pt = dcpk_vf_load(s + (size_t)t * nrp);
+        DCPK_UNROLL
+        for (int j = 0; j < n; j++)
+            acc[j] += vt[j] * pt;
+    }
+    DCPK_UNROLL
+    for (int j = 0; j < n; j++)
+        DCPK_VF_STORE(ot + (size_t)j * nrp, acc[j]);
+}
+
+/** P x V blocks of a v_dim: 12 dims at a time, then 8, 4 and 1. */
+static uint32_t accumulate_blocks(uint32_t v)
+{
+    const uint32_t r = v % 12;
+    return v / 12 + r / 8 + r % 8 / 4 + r % 4;
+}
+
 /** ot[d][r] = ot[d][r] * alpha[r] + sum_t vt[t][d] * s[t][r]. */
 DCPK_INLINE void tile_accumulate(float *restrict ot, const float *restrict s, const float *restrict vt,
                                  uint32_t vstride, const float *restrict alpha, uint32_t v,
                                  uint32_t nrp, uint32_t nt, struct prefetch_cursor *pc)
 {
-    const uint32_t vb = v & ~7u;
     for (uint32_t rv = 0; rv < nrp; rv += DCPK_VL) {
-        const dcpk_vf a = dcpk_vf_load(alpha + rv);
-        for (uint32_t d0 = 0; d0 < vb; d0 += 8) {
+        const float *a = alpha + rv;
+        uint32_t d = 0;
+        for (; d + 12 <= v; d += 12) {
             prefetch_step(pc);
-            float *o = ot + (size_t)d0 * nrp + rv;
-            dcpk_vf a0 = dcpk_vf_load(o) * a;
-            dcpk_vf a1 = dcpk_vf_load(o + nrp) * a;
-            dcpk_vf a2 = dcpk_vf_load(o + 2 * (size_t)nrp) * a;
-            dcpk_vf a3 = dcpk_vf_load(o + 3 * (size_t)nrp) * a;
-            dcpk_vf a4 = dcpk_vf_load(o + 4 * (size_t)nrp) * a;
-            dcpk_vf a5 = dcpk_vf_load(o + 5 * (size_t)nrp) * a;
-            dcpk_vf a6 = dcpk_vf_load(o + 6 * (size_t)nrp) * a;
-            dcpk_vf a7 = dcpk_vf_load(o + 7 * (size_t)nrp) * a;
-            const float *vr = vt + d0;
-            for (uint32_t t = 0; t < nt; t++, vr += vstride) {
-                const dcpk_vf pt = dcpk_vf_load(s + (size_t)t * nrp + rv);
-                a0 += vr[0] * pt;
-                a1 += vr[1] * pt;
-                a2 += vr[2] * pt;
-                a3 += vr[3] * pt;
-                a4 += vr[4] * pt;
-                a5 += vr[5] * pt;
-                a6 += vr[6] * pt;
-                a7 += vr[7] * pt;
-            }
-            DCPK_VF_STORE(o, a0);
-            DCPK_VF_STORE(o + nrp, a1);
-            DCPK_VF_STORE(o + 2 * (size_t)nrp, a2);
-            DCPK_VF_STORE(o + 3 * (size_t)nrp, a3);
-            DCPK_VF_STORE(o + 4 * (size_t)nrp, a4);
-            DCPK_VF_STORE(o + 5 * (size_t)nrp, a5);
-            DCPK_VF_STORE(o + 6 * (size_t)nrp, a6);
-            DCPK_VF_STORE(o + 7 * (size_t)nrp, a7);
+            accumulate_block(ot + (size_t)d * nrp + rv, s + rv, vt + d, vstride, a, nrp, nt, 12);
         }
-        for (uint32_t d = vb; d < v; d++) {
-            float *o = ot + (size_t)d * nrp + rv;
-            dcpk_vf acc = dcpk_vf_load(o) * a;
-            for (uint32_t t = 0; t < nt; t++)
-                acc += vt[(size_t)t * vstride + d] * dcpk_vf_load(s + (size_t)t * nrp + rv);
-            DCPK_VF_STORE(o, acc);
+        if (d + 8 <= v) {
+            prefetch_step(pc);
+            accumulate_block(ot + (size_t)d * nrp + rv, s + rv, vt + d, vstride, a, nrp, nt, 8);
+            d += 8;
+        }
+        if (d + 4 <= v) {
+            prefetch_step(pc);
+            accumulate_block(ot + (size_t)d * nrp + rv, s + rv, vt + d, vstride, a, nrp, nt, 4);
+            d += 4;
+        }
+        for (; d < v; d++) {
+            prefetch_step(pc);
+            accumulate_block(ot + (size_t)d * nrp + rv, s + rv, vt + d, vstride, a, nrp, nt, 1);
         }
     }
 }
@@ -517,13 +537,13 @@ DCPK_INLINE void attn_group_run(const struct dcpk_attn_params *p, const struct a
             find_rows(p, sh, gr, c1, nt1, p->k_cache, p->qk_dim, p->qk_dim, kn);
             find_rows(p, sh, gr, c1, sh->v_in_k ? 0 : nt1, p->v_cache, p->v_dim, p->v_row_stride, vn);
             const uint32_t nt = kr->n;
-            const uint32_t ntp = round_up_u32(nt, 8);
+            const uint32_t ntp = round_up_u32(nt, SCORE_TOKENS);
             load_tile(kr, p->qk_dim, ntp, p->dtype, fp8_scale, w->kt);
             if (!sh->v_in_k)
                 load_tile(vr, p->v_dim, nt, p->dtype, fp8_scale, w->vt);
-            /* Prefetch steps: one per 8 tokens x 8 rows of scores, one per 8 dims x 8 rows of P x V. */
+            /* One prefetch step per score block and per P x V block. */
             struct prefetch_cursor pc;
-            prefetch_start(&pc, kn, vn, nrp / DCPK_VL * (ntp / 8 + p->v_dim / 8));
+            prefetch_start(&pc, kn, vn, nrp / DCPK_VL * (ntp / SCORE_TOKENS + accumulate_blocks(p->v_dim)));
             tile_scores(w->s, w->kt, w->qt, p->qk_dim, nrp, ntp, &pc);
             if (c0 + nt > end_min)
                 mask_tile(w->s, w->row_end, c0, nt, nrp);

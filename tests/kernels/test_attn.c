@@ -42,7 +42,8 @@ static void random_heads(struct attn_problem *pb, struct test_rng *rng)
         pb->kv_heads = 1;
         pb->heads = (uint32_t)test_rng_range(rng, 1, 8);
         pb->qk_dim = 576;
-        pb->v_dim = 512;
+        /* 512 in real models; other V widths take the path that decodes V on its own. */
+        pb->v_dim = test_rng_range(rng, 0, 4) ? 512 : (uint32_t)test_rng_range(rng, 1, 576);
     } else {
         pb->kv_heads = (uint32_t)test_rng_range(rng, 1, 4);
         pb->heads = pb->kv_heads * (kind == 2 ? 1 : pick(rng, groups, 5)); /* kind 2: MHA */
