@@ -36,7 +36,7 @@
 #endif
 
 /** KV tokens converted and processed per step (a multiple of SCORE_TOKENS). */
-#define ATTN_TILE 48
+#define ATTN_TILE 24
 /** Most query rows processed together (a multiple of DCPK_VL). */
 #define ATTN_MAX_ROWS 128
 /** Alignment of every scratch region. */
