@@ -92,6 +92,22 @@ static void random_run(const struct attn_problem *pb, struct rank_run *run, stru
     run->baseline = test_rng_range(rng, 0, 3) == 0;
 }
 
+/*
+ * More query rows per work item than the kernel takes at once (128): long
+ * multi-token queries (chunked prefill, MTP) over up to 16 heads per KV head,
+ * so a work item runs several row groups over the same keys.
+ */
+static void widen_rows(struct attn_problem *pb, struct test_rng *rng)
+{
+    problem_free(pb);
+    pb->heads = pb->kv_heads * (uint32_t)test_rng_range(rng, 8, 16);
+    for (uint32_t b = 0; b < pb->batch; b++) {
+        pb->seq_len[b] = (uint32_t)test_rng_range(rng, 1, 300);
+        pb->q_len[b] = (uint32_t)test_rng_range(rng, 1, pb->seq_len[b] < 64 ? pb->seq_len[b] : 64);
+    }
+    problem_fill(pb, rng, 2.0f);
+}
+
 /* Output padding between chunks must survive the kernels untouched. */
 #define PAD_SENTINEL 12345.0f
 
@@ -102,12 +118,16 @@ static void check_padding(const float *p, uint64_t chunks, uint64_t stride, uint
             assert_true(p[c * stride + i] == PAD_SENTINEL);
 }
 
-static double run_case(struct test_rng *rng, int case_no)
+static double run_case(struct test_rng *rng, int case_no, int many_rows)
 {
     struct attn_problem pb;
     struct rank_run run;
     random_problem(&pb, rng);
+    if (many_rows)
+        widen_rows(&pb, rng);
     random_run(&pb, &run, rng);
+    if (many_rows)
+        run.head_tile = 0;
     const uint32_t tokens = problem_tokens(&pb), hpc = pb.heads / run.chunks;
     const uint64_t rows_per_chunk = (uint64_t)tokens * hpc;
     struct attn_output res = {
@@ -144,16 +164,26 @@ static void test_random_shapes(void **state)
     test_rng_seed(&rng, test_seed() ^ 0xa77e);
     double worst = 0.0;
     for (int i = 0; i < ATTN_CASES; i++) {
-        const double err = run_case(&rng, i);
+        const double err = run_case(&rng, i, 0);
         worst = err > worst ? err : worst;
     }
     print_message("%d cases, worst relative L2 error %.3g\n", ATTN_CASES, worst);
+}
+
+static void test_many_rows(void **state)
+{
+    (void)state;
+    struct test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0x3a7e);
+    for (int i = 0; i < 40; i++)
+        run_case(&rng, i, 1);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random_shapes),
+        cmocka_unit_test(test_many_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
