@@ -318,12 +318,6 @@ DCPK_INLINE void prefetch_step(struct prefetch_cursor *pc)
  */
 #define SCORE_TOKENS 12
 
-#if defined(__clang__)
-#define DCPK_UNROLL _Pragma("unroll")
-#else
-#define DCPK_UNROLL _Pragma("GCC unroll 16")
-#endif
-
 /** s[t][r] for SCORE_TOKENS tokens of kt (rows qk apart) and the 8 rows at qt (row stride nrp). */
 DCPK_INLINE void score_block(float *restrict s, const float *restrict kt, const float *restrict qt,
                              uint32_t qk, uint32_t nrp)
@@ -332,6 +326,7 @@ DCPK_INLINE void score_block(float *restrict s, const float *restrict kt, const 
     DCPK_UNROLL
     for (int j = 0; j < SCORE_TOKENS; j++)
         acc[j] = dcpk_vf_set1(0.0f);
+    DCPK_UNROLL2
     for (uint32_t d = 0; d < qk; d++) {
         const dcpk_vf qv = dcpk_vf_load(qt + (size_t)d * nrp);
         DCPK_UNROLL
@@ -431,6 +426,7 @@ DCPK_INLINE void accumulate_block(float *restrict ot, const float *restrict s, c
     DCPK_UNROLL
     for (int j = 0; j < n; j++)
         acc[j] = dcpk_vf_load(ot + (size_t)j * nrp) * a;
+    DCPK_UNROLL2
     for (uint32_t t = 0; t < nt; t++, vt += vstride) {
         const dcpk_vf pt = dcpk_vf_load(s + (size_t)t * nrp);
         DCPK_UNROLL
