@@ -290,23 +290,26 @@ DCPK_INLINE void prefetch_start(struct prefetch_cursor *pc, const struct tile_ro
 {
     pc->rows[0] = k;
     pc->rows[1] = v;
-    pc->which = pc->row = 0;
-    pc->per_step = (k->n + v->n + steps - 1) / (steps ? steps : 1);
+    pc->which = k->n ? 0 : 1;
+    pc->row = 0;
+    /* One step spare: a step that finishes K stops there, V starts with the next. */
+    steps = steps > 1 ? steps - 1 : 1;
+    pc->per_step = (k->n + v->n + steps - 1) / steps;
 }
 
 DCPK_INLINE void prefetch_step(struct prefetch_cursor *pc)
 {
-    for (uint32_t i = 0; i < pc->per_step && pc->which < 2; i++) {
-        const struct tile_rows *r = pc->rows[pc->which];
-        if (pc->row < r->n) {
-            const char *row = r->row[pc->row++];
-            for (uint32_t b = 0; b < r->bytes; b += 64)
-                __builtin_prefetch(row + b, 0, 2);
-        }
-        if (pc->row >= r->n) {
-            pc->which++;
-            pc->row = 0;
-        }
+    if (pc->which > 1)
+        return;
+    const struct tile_rows *r = pc->rows[pc->which];
+    const uint32_t end = pc->row + pc->per_step < r->n ? pc->row + pc->per_step : r->n;
+    for (uint32_t t = pc->row; t < end; t++)
+        for (uint32_t b = 0; b < r->bytes; b += 64)
+            __builtin_prefetch(r->row[t] + b, 0, 2);
+    pc->row = end;
+    if (end == r->n) {
+        pc->row = 0;
+        pc->which = pc->which == 0 && pc->rows[1]->n ? 1 : 2;
     }
 }
 
