@@ -397,19 +397,28 @@ DCPK_INLINE void tile_softmax(float *restrict s, float *restrict m, float *restr
     const dcpk_vf neg_inf = dcpk_vf_set1(dcpk_neg_inf());
     for (uint32_t rv = 0; rv < nrp; rv += DCPK_VL) {
         const dcpk_vf m_old = dcpk_vf_load(m + rv);
-        dcpk_vf m_new = m_old;
-        for (uint32_t t = 0; t < nt; t++) {
-            const dcpk_vf st = dcpk_vf_load(s + (size_t)t * nrp + rv);
-            m_new = DCPK_VF_MAX(m_new, st);
+        /* Two running maxima: a max is a compare and a blend, too slow for one chain. */
+        dcpk_vf m_even = m_old, m_odd = m_old;
+        uint32_t t = 0;
+        for (; t + 2 <= nt; t += 2) {
+            const dcpk_vf s0 = dcpk_vf_load(s + (size_t)t * nrp + rv);
+            const dcpk_vf s1 = dcpk_vf_load(s + (size_t)(t + 1) * nrp + rv);
+            m_even = DCPK_VF_MAX(m_even, s0);
+            m_odd = DCPK_VF_MAX(m_odd, s1);
         }
+        if (t < nt) {
+            const dcpk_vf s0 = dcpk_vf_load(s + (size_t)t * nrp + rv);
+            m_even = DCPK_VF_MAX(m_even, s0);
+        }
+        const dcpk_vf m_new = DCPK_VF_MAX(m_even, m_odd);
         /* A row with nothing visible yet keeps m = -inf; shift by 0 so no -inf - -inf. */
         const dcpk_vf shift = DCPK_VF_SELECT(m_new == neg_inf, dcpk_vf_set1(0.0f), m_new);
         const dcpk_vf rescale = m_old - shift;
-        const dcpk_vf a = dcpk_vf_exp(&rescale);
+        const dcpk_vf a = dcpk_vf_exp_nonpos(&rescale);
         dcpk_vf sum = {0};
-        for (uint32_t t = 0; t < nt; t++) {
+        for (t = 0; t < nt; t++) {
             const dcpk_vf x = dcpk_vf_load(s + (size_t)t * nrp + rv) - shift;
-            const dcpk_vf e = dcpk_vf_exp(&x);
+            const dcpk_vf e = dcpk_vf_exp_nonpos(&x);
             DCPK_VF_STORE(s + (size_t)t * nrp + rv, e);
             sum += e;
         }

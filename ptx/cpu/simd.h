@@ -74,19 +74,19 @@ DCPK_INLINE dcpk_vf dcpk_vf_set1(float x)
 #define DCPK_VF_MAX(a, b) DCPK_VF_SELECT((b) > (a), (b), (a))
 
 /**
- * exp(x) lane-wise, within 2 ulp of expf: Cody-Waite reduction x = n ln2 + f,
- * |f| <= ln2/2, a degree-6 polynomial for exp(f) (Cephes expf coefficients) and
- * 2^n put into the exponent bits. x below -87.3 (where expf is subnormal or 0),
- * -inf included, gives exactly 0; large x gives +inf; NaN stays NaN.
- * Softmax only feeds it x <= 0. Written without a table so it vectorises.
+ * exp(x) lane-wise for x <= 0 (all that softmax needs), within 2 ulp of expf:
+ * Cody-Waite reduction x = n ln2 + f, |f| <= ln2/2, a degree-6 polynomial for
+ * exp(f) (Cephes expf coefficients), 2^n put into the exponent bits. x below
+ * -87.3 (where expf is subnormal or 0), -inf included, gives exactly 0; NaN
+ * stays NaN. Written without a table or branches so it vectorises; positive x
+ * is outside its domain.
  */
-DCPK_INLINE dcpk_vf dcpk_vf_exp(const dcpk_vf *xp)
+DCPK_INLINE dcpk_vf dcpk_vf_exp_nonpos(const dcpk_vf *xp)
 {
-    dcpk_vf x = *xp;
-    const dcpk_vi underflow = x < dcpk_vf_set1(-87.33654f);
-    x = DCPK_VF_SELECT(x > dcpk_vf_set1(89.0f), dcpk_vf_set1(89.0f), x); /* -> inf */
-    x = DCPK_VF_SELECT(underflow, dcpk_vf_set1(-87.0f), x);
-    /* n = round(x / ln2) by the 1.5 * 2^23 trick (exact for |n| < 2^22). */
+    const dcpk_vf x0 = *xp;
+    const dcpk_vi underflow = x0 < dcpk_vf_set1(-87.33654f);
+    const dcpk_vf x = DCPK_VF_SELECT(underflow, dcpk_vf_set1(-87.0f), x0);
+    /* n = round(x / ln2) by the 1.5 * 2^23 trick; n in [-126, 0]. */
     const dcpk_vf magic = dcpk_vf_set1(12582912.0f);
     const dcpk_vf n = (x * dcpk_vf_set1(1.44269504088896341f) + magic) - magic;
     dcpk_vf f = x - n * dcpk_vf_set1(0.693359375f);
@@ -98,13 +98,8 @@ DCPK_INLINE dcpk_vf dcpk_vf_exp(const dcpk_vf *xp)
     poly = poly * f + dcpk_vf_set1(1.6666665459e-1f);
     poly = poly * f + dcpk_vf_set1(5.0000001201e-1f);
     poly = poly * (f * f) + f + dcpk_vf_set1(1.0f);
-    /* 2^n in two halves so n = 128 (x near 88.7) does not overflow the exponent field. */
-    const dcpk_vi ni = __builtin_convertvector(n, dcpk_vi);
-    const dcpk_vi n1 = ni >> 1;
-    const dcpk_vf p1 = (dcpk_vf)((n1 + 127) << 23);
-    const dcpk_vf p2 = (dcpk_vf)((ni - n1 + 127) << 23);
-    const dcpk_vf r = poly * p1 * p2;
-    return DCPK_VF_SELECT(underflow, dcpk_vf_set1(0.0f), r);
+    const dcpk_vf pow2n = (dcpk_vf)((__builtin_convertvector(n, dcpk_vi) + 127) << 23);
+    return DCPK_VF_SELECT(underflow, dcpk_vf_set1(0.0f), poly * pow2n);
 }
 
 /* ---- rows of the cache to fp32 ----------------------------------------- */
