@@ -143,32 +143,38 @@ DCPK_INLINE dcpk_vu dcpk_vu_load(const void *p)
     return v;
 }
 
-/** fp16 bits (low 16 bits of each lane, upper bits 0) -> fp32, branch-free. */
+/*
+ * fp16 and fp8 lanes are decoded by moving exponent and mantissa into fp32
+ * position and rebiasing the exponent with one integer add. Subnormals (and
+ * zero) are rebuilt as 2^emin * (1 + m) - 2^emin with one fp32 subtract, so no
+ * fp32 operation ever sees a denormal (which costs a microcode assist on x86),
+ * and infinities/NaNs get the all-ones exponent. Masks and adds only: no blends.
+ */
+
+/** fp16 bits (low 16 bits of each lane, upper bits 0) -> fp32 (same values as dcpk_fp16_to_f32). */
 DCPK_INLINE dcpk_vf dcpk_fp16_lanes(const dcpk_vu *hp)
 {
     const dcpk_vu h = *hp;
-    const dcpk_vu sign = (h & 0x8000u) << 16;
-    const dcpk_vu em = h & 0x7fffu;
-    const dcpk_vu normal = (em << 13) + (112u << 23);
-    const dcpk_vu special = (em << 13) | 0x7f800000u;
-    dcpk_vf v = DCPK_VF_SELECT((dcpk_vi)(em >= 0x7c00u), (dcpk_vf)special, (dcpk_vf)normal);
-    const dcpk_vf sub = __builtin_convertvector((dcpk_vi)em, dcpk_vf) * 5.9604644775390625e-8f;
-    v = DCPK_VF_SELECT((dcpk_vi)(em < 0x400u), sub, v);
-    return (dcpk_vf)((dcpk_vu)v | sign);
+    const dcpk_vu em = (h & 0x7fffu) << 13;
+    const dcpk_vu e = em & 0x0f800000u;
+    const dcpk_vu special = (dcpk_vu)(e == 0x0f800000u); /* inf/NaN: exponent 31 -> 255 */
+    const dcpk_vu sub = (dcpk_vu)(e == 0u);              /* zero/subnormal: 2^-14 * (1 + m) */
+    const dcpk_vu bits = em + (112u << 23) + (special & (112u << 23)) + (sub & (1u << 23));
+    const dcpk_vf v = (dcpk_vf)bits - (dcpk_vf)(sub & (113u << 23)); /* minus 2^-14 */
+    return (dcpk_vf)((dcpk_vu)v | ((h & 0x8000u) << 16));
 }
 
-/** fp8 E4M3FN bits (low 8 bits of each lane, upper bits 0) -> fp32, branch-free. */
+/** fp8 E4M3FN bits (low 8 bits of each lane, upper bits 0) -> fp32 (same values as dcpk_fp8e4m3_to_f32). */
 DCPK_INLINE dcpk_vf dcpk_fp8_lanes(const dcpk_vu *bp)
 {
     const dcpk_vu b = *bp;
-    const dcpk_vu sign = (b & 0x80u) << 24;
-    const dcpk_vu em = b & 0x7fu;
-    dcpk_vf v = (dcpk_vf)((em << 20) + (120u << 23));
-    const dcpk_vf sub = __builtin_convertvector((dcpk_vi)em, dcpk_vf) * 0.001953125f;
-    v = DCPK_VF_SELECT((dcpk_vi)(em < 8u), sub, v);
-    const dcpk_vu nan = (dcpk_vu){0, 0, 0, 0, 0, 0, 0, 0} + 0x7fc00000u;
-    v = DCPK_VF_SELECT((dcpk_vi)(em == 0x7fu), (dcpk_vf)nan, v);
-    return (dcpk_vf)((dcpk_vu)v | sign);
+    const dcpk_vu m7 = b & 0x7fu;
+    const dcpk_vu em = m7 << 20;
+    const dcpk_vu sub = (dcpk_vu)((em & 0x07800000u) == 0u); /* zero/subnormal: 2^-6 * (1 + m) */
+    const dcpk_vu nan = (dcpk_vu)(m7 == 0x7fu);               /* S.1111.111 */
+    const dcpk_vu bits = em + (120u << 23) + (sub & (1u << 23));
+    const dcpk_vf v = (dcpk_vf)bits - (dcpk_vf)(sub & (121u << 23)); /* minus 2^-6 */
+    return (dcpk_vf)((dcpk_vu)v | (nan & 0x7fc00000u) | ((b & 0x80u) << 24));
 }
 
 /**
