@@ -41,9 +41,9 @@
 /** Lanes of a dcpk_vf. */
 #define DCPK_VL 8
 
-typedef float dcpk_vf __attribute__((vector_size(32), aligned(16)));
-typedef int32_t dcpk_vi __attribute__((vector_size(32), aligned(16)));
-typedef uint32_t dcpk_vu __attribute__((vector_size(32), aligned(16)));
+typedef float dcpk_vf __attribute__((vector_size(32)));
+typedef int32_t dcpk_vi __attribute__((vector_size(32)));
+typedef uint32_t dcpk_vu __attribute__((vector_size(32)));
 
 /** Unaligned load of 8 floats. */
 DCPK_INLINE dcpk_vf dcpk_vf_load(const float *p)
