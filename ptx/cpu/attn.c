@@ -508,7 +508,45 @@ static void write_rows(const struct dcpk_attn_params *p, const struct attn_shape
     }
 }
 
-/** One group of rows of a work item: all its tiles, then its outputs. */
+/**
+ * The tiles of local keys [lo, end) for the nrp rows of a group whose queries
+ * are in w->qt: converts each tile (while the next one is prefetched) and folds
+ * it into every row's online softmax and output accumulator.
+ */
+DCPK_INLINE void run_tiles(const struct dcpk_attn_params *p, const struct attn_shape *sh,
+                           const struct attn_group *gr, const struct attn_scratch *w, uint32_t nrp,
+                           uint64_t end, uint64_t end_min)
+{
+    const float *vt = sh->v_in_k ? w->kt : w->vt;
+    const uint32_t vstride = sh->v_in_k ? p->qk_dim : p->v_dim;
+    struct tile_rows k_rows[2], v_rows[2]; /* this tile's and the next one's */
+    uint32_t nt = (uint32_t)(end - gr->lo < ATTN_TILE ? end - gr->lo : ATTN_TILE);
+    find_rows(p, sh, gr, gr->lo, nt, p->k_cache, p->qk_dim, p->qk_dim, &k_rows[0]);
+    find_rows(p, sh, gr, gr->lo, sh->v_in_k ? 0 : nt, p->v_cache, p->v_dim, p->v_row_stride, &v_rows[0]);
+    for (uint64_t c0 = gr->lo, it = 0; c0 < end; c0 += ATTN_TILE, it ^= 1) {
+        const struct tile_rows *kr = &k_rows[it], *vr = &v_rows[it];
+        struct tile_rows *kn = &k_rows[it ^ 1], *vn = &v_rows[it ^ 1];
+        const uint64_t c1 = c0 + ATTN_TILE;
+        const uint32_t nt1 = (uint32_t)(c1 < end ? (end - c1 < ATTN_TILE ? end - c1 : ATTN_TILE) : 0);
+        find_rows(p, sh, gr, c1, nt1, p->k_cache, p->qk_dim, p->qk_dim, kn);
+        find_rows(p, sh, gr, c1, sh->v_in_k ? 0 : nt1, p->v_cache, p->v_dim, p->v_row_stride, vn);
+        nt = kr->n;
+        const uint32_t ntp = round_up_u32(nt, SCORE_TOKENS);
+        load_tile(kr, p->qk_dim, ntp, p->dtype, p->kv_scale, w->kt);
+        if (!sh->v_in_k)
+            load_tile(vr, p->v_dim, nt, p->dtype, p->kv_scale, w->vt);
+        /* One prefetch step per score block and per P x V block. */
+        struct prefetch_cursor pc;
+        prefetch_start(&pc, kn, vn, nrp / DCPK_VL * (ntp / SCORE_TOKENS + accumulate_blocks(p->v_dim)));
+        tile_scores(w->s, w->kt, w->qt, p->qk_dim, nrp, ntp, &pc);
+        if (c0 + nt > end_min)
+            mask_tile(w->s, w->row_end, c0, nt, nrp);
+        tile_softmax(w->s, w->m, w->l, w->alpha, nrp, nt);
+        tile_accumulate(w->ot, w->s, vt, vstride, w->alpha, p->v_dim, nrp, nt, &pc);
+    }
+}
+
+/** One group of rows of a work item: its visible ranges, its tiles, then its outputs. */
 DCPK_INLINE void attn_group_run(const struct dcpk_attn_params *p, const struct attn_shape *sh,
                                 const struct attn_group *gr, const struct attn_scratch *w)
 {
@@ -530,34 +568,7 @@ DCPK_INLINE void attn_group_run(const struct dcpk_attn_params *p, const struct a
             w->l[i] = 0.0f;
         }
         memset(w->ot, 0, (size_t)p->v_dim * nrp * sizeof(float));
-        const float *vt = sh->v_in_k ? w->kt : w->vt;
-        const uint32_t vstride = sh->v_in_k ? p->qk_dim : p->v_dim;
-        const float fp8_scale = p->kv_scale;
-        struct tile_rows k_rows[2], v_rows[2]; /* this tile's and the next one's */
-        const uint32_t nt0 = (uint32_t)(end_max - gr->lo < ATTN_TILE ? end_max - gr->lo : ATTN_TILE);
-        find_rows(p, sh, gr, gr->lo, nt0, p->k_cache, p->qk_dim, p->qk_dim, &k_rows[0]);
-        find_rows(p, sh, gr, gr->lo, sh->v_in_k ? 0 : nt0, p->v_cache, p->v_dim, p->v_row_stride, &v_rows[0]);
-        for (uint64_t c0 = gr->lo, it = 0; c0 < end_max; c0 += ATTN_TILE, it ^= 1) {
-            const struct tile_rows *kr = &k_rows[it], *vr = &v_rows[it];
-            struct tile_rows *kn = &k_rows[it ^ 1], *vn = &v_rows[it ^ 1];
-            const uint64_t c1 = c0 + ATTN_TILE;
-            const uint32_t nt1 = (uint32_t)(c1 < end_max ? (end_max - c1 < ATTN_TILE ? end_max - c1 : ATTN_TILE) : 0);
-            find_rows(p, sh, gr, c1, nt1, p->k_cache, p->qk_dim, p->qk_dim, kn);
-            find_rows(p, sh, gr, c1, sh->v_in_k ? 0 : nt1, p->v_cache, p->v_dim, p->v_row_stride, vn);
-            const uint32_t nt = kr->n;
-            const uint32_t ntp = round_up_u32(nt, SCORE_TOKENS);
-            load_tile(kr, p->qk_dim, ntp, p->dtype, fp8_scale, w->kt);
-            if (!sh->v_in_k)
-                load_tile(vr, p->v_dim, nt, p->dtype, fp8_scale, w->vt);
-            /* One prefetch step per score block and per P x V block. */
-            struct prefetch_cursor pc;
-            prefetch_start(&pc, kn, vn, nrp / DCPK_VL * (ntp / SCORE_TOKENS + accumulate_blocks(p->v_dim)));
-            tile_scores(w->s, w->kt, w->qt, p->qk_dim, nrp, ntp, &pc);
-            if (c0 + nt > end_min)
-                mask_tile(w->s, w->row_end, c0, nt, nrp);
-            tile_softmax(w->s, w->m, w->l, w->alpha, nrp, nt);
-            tile_accumulate(w->ot, w->s, vt, vstride, w->alpha, p->v_dim, nrp, nt, &pc);
-        }
+        run_tiles(p, sh, gr, w, nrp, end_max, end_min);
     }
     write_rows(p, sh, gr, w, nrp);
 }
@@ -647,5 +658,6 @@ void dcpk_attn_cpu_isa(const void *params, uint64_t begin, uint64_t end, void *s
 
 void dcpk_attn_cpu(const void *params, uint64_t begin, uint64_t end, void *scratch)
 {
+    /* The best variant there is: dcpk_attn_cpu_isa falls back from there. */
     dcpk_attn_cpu_isa(params, begin, end, scratch, DCPK_CPU_ISA_AVX2);
 }
