@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "format.h"
 #include "progress.h"
 #include "run_common.h"
 
@@ -246,10 +247,11 @@ static void print_text(const struct dcp_config *cfg, const char *path, const str
         }                                                        \
         printf("\n");                                            \
     } while (0)
+    char n1[CLI_FMT_LEN], n2[CLI_FMT_LEN];
     ROW("concurrency reached", "%u of %u", r[i].admitted, r[i].offered);
-    ROW("context tokens held", "%llu", (unsigned long long)r[i].context_tokens);
-    ROW("KV blocks used per rank", "%llu of %llu", (unsigned long long)r[i].blocks_used,
-        (unsigned long long)r[i].num_blocks);
+    ROW("context tokens held", "%s", cli_fmt_count(n1, r[i].context_tokens));
+    ROW("KV blocks used per rank", "%s of %s", cli_fmt_count(n1, r[i].blocks_used),
+        cli_fmt_count(n2, r[i].num_blocks));
     ROW("KV memory used per rank", "%.1f of %.1f MB", r[i].blocks_used * r[i].page_bytes / 1e6,
         r[i].num_blocks * r[i].page_bytes / 1e6);
     ROW("prefill (append path)", "%.2f s", r[i].prefill_seconds);
