@@ -640,11 +640,18 @@ static int nccl_begin(struct dcp_rank *r)
     return err ? err : CU_CALL(api, cuStreamWaitEvent, cr->comm_stream, cr->events[EV_READY], 0);
 }
 
+/* ncclInProgress: a non-blocking communicator is still enqueueing the operation. */
+#define NCCL_IN_PROGRESS 7
+
 static int nccl_end(struct dcp_rank *r, int result, const char *call)
 {
     struct cuda_engine *ce = CE(r->engine);
     struct cuda_rank *cr = CR(r);
     int err = dcp_nccl_check(ce->nccl, result, call, cr->nccl_comm);
+    /* NCCL requires the enqueue to finish before the next call on the communicator. */
+    if (!err && result == NCCL_IN_PROGRESS)
+        err = dcp_nccl_wait(ce->nccl, &cr->nccl_comm, ce->cu, NULL, r->engine->cfg->runtime.cuda.nccl_timeout_s,
+                            call);
     if (!err)
         err = CU_CALL(&ce->cu->api, cuEventRecord, cr->events[EV_DONE], cr->comm_stream);
     return err ? err : CU_CALL(&ce->cu->api, cuStreamWaitEvent, cr->compute, cr->events[EV_DONE], 0);
@@ -681,15 +688,15 @@ static int nccl_all_to_all(struct dcp_rank *r, uint64_t send, uint64_t recv, siz
     if (err)
         return err;
     int res = nc->ncclGroupStart();
-    for (uint32_t s = 0; s < r->engine->dcp && (res == 0 || res == 7); s++) {
+    for (uint32_t s = 0; s < r->engine->dcp && (res == 0 || res == NCCL_IN_PROGRESS); s++) {
         res = nc->ncclSend((const void *)(uintptr_t)(send + s * bytes), bytes, ncclUint8, (int)s, cr->nccl_comm,
                            cr->comm_stream);
-        if (res == 0 || res == 7)
+        if (res == 0 || res == NCCL_IN_PROGRESS)
             res = nc->ncclRecv((void *)(uintptr_t)(recv + s * bytes), bytes, ncclUint8, (int)s, cr->nccl_comm,
                                cr->comm_stream);
     }
     const int end = nc->ncclGroupEnd();
-    return nccl_end(r, res == 0 || res == 7 ? end : res, "ncclSend/ncclRecv all-to-all");
+    return nccl_end(r, res == 0 || res == NCCL_IN_PROGRESS ? end : res, "ncclSend/ncclRecv all-to-all");
 }
 
 static int cuda_all_gather(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes)
