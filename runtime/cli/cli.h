@@ -43,6 +43,9 @@ dcp_deployment *cli_load_deployment(const char *path);
  *  option takes one ("--x v" or "--x=v"). Prints an error and sets *bad on a missing value. */
 bool cli_opt(int argc, char **argv, int *i, const char *name, const char **value, bool *bad);
 
+/** Parses a backend name ("auto", "host", "cuda"); false if it is none of them. */
+bool cli_parse_backend(const char *s, enum dcp_backend_kind *out);
+
 /** Parses an unsigned integer option value (accepts k/M/G binary suffixes). */
 bool cli_parse_u64(const char *s, unsigned long long *out);
 

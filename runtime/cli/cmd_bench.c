@@ -41,7 +41,8 @@ static const struct bench_case cases[] = {
 struct bench_opts {
     bool json, quiet;
     unsigned long long repeat, threads;
-    const char *backend;
+    bool has_backend;
+    enum dcp_backend_kind backend;
     enum dcp_dtype dtype;
     uint64_t contexts[8];
     uint32_t num_contexts;
@@ -179,10 +180,8 @@ static int make_deployment(const struct bench_case *c, const struct bench_opts *
     cfg.workload.context_lengths[0] = o->contexts[0];
     cfg.workload.num_context_lengths = 1;
     cfg.runtime.host.threads = (uint32_t)o->threads;
-    if (o->backend)
-        cfg.runtime.backend = !strcmp(o->backend, "cuda") ? DCP_BACKEND_CUDA
-                              : !strcmp(o->backend, "host") ? DCP_BACKEND_HOST
-                                                            : DCP_BACKEND_AUTO;
+    if (o->has_backend)
+        cfg.runtime.backend = o->backend;
     dcp_diag *diag = NULL;
     int err = dcp_diag_create(&diag);
     if (!err)
@@ -502,8 +501,8 @@ static int parse(int argc, char **argv, struct bench_opts *o)
         } else if (cli_opt(argc, argv, &i, "--threads", &v, &bad)) {
             bad = bad || !cli_parse_u64(v, &o->threads) || o->threads > 1024;
         } else if (cli_opt(argc, argv, &i, "--backend", &v, &bad)) {
-            o->backend = v;
-            bad = bad || (strcmp(v, "auto") && strcmp(v, "host") && strcmp(v, "cuda"));
+            o->has_backend = true;
+            bad = bad || !cli_parse_backend(v, &o->backend);
         } else {
             fprintf(stderr, "dcp-run bench: unexpected argument '%s' (see dcp-run bench --help)\n", a);
             return CLI_EXIT_USAGE;

@@ -25,7 +25,8 @@ struct run_opts {
     const char *file;
     bool json, quiet, check;
     unsigned long long steps, requests, layers, kv_mb;
-    const char *backend;
+    bool has_backend;
+    enum dcp_backend_kind backend;
 };
 
 /* What one layout achieved. */
@@ -374,8 +375,8 @@ static int parse(int argc, char **argv, struct run_opts *o)
         } else if (cli_opt(argc, argv, &i, "--kv-mb", &v, &bad)) {
             bad = bad || !cli_parse_u64(v, &o->kv_mb) || o->kv_mb == 0;
         } else if (cli_opt(argc, argv, &i, "--backend", &v, &bad)) {
-            o->backend = v;
-            bad = bad || (strcmp(v, "auto") && strcmp(v, "host") && strcmp(v, "cuda"));
+            o->has_backend = true;
+            bad = bad || !cli_parse_backend(v, &o->backend);
         } else if (a[0] == '-' || o->file) {
             fprintf(stderr, "dcp-run run: unexpected argument '%s' (see dcp-run run --help)\n", a);
             return CLI_EXIT_USAGE;
@@ -402,7 +403,7 @@ int cmd_run(int argc, char **argv)
     dcp_deployment *dep = cli_load_deployment(o.file);
     if (!dep)
         return CLI_EXIT_FAIL;
-    if (o.backend && cli_override_backend(&dep, o.backend)) {
+    if (o.has_backend && cli_override_backend(&dep, o.backend)) {
         dcp_deployment_destroy(&dep);
         return CLI_EXIT_FAIL;
     }

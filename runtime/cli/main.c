@@ -83,6 +83,17 @@ bool cli_opt(int argc, char **argv, int *i, const char *name, const char **value
     return true;
 }
 
+bool cli_parse_backend(const char *s, enum dcp_backend_kind *out)
+{
+    static const enum dcp_backend_kind kinds[] = {DCP_BACKEND_AUTO, DCP_BACKEND_HOST, DCP_BACKEND_CUDA};
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+        if (s && !strcmp(s, dcp_backend_kind_name(kinds[i]))) {
+            *out = kinds[i];
+            return true;
+        }
+    return false;
+}
+
 bool cli_parse_u64(const char *s, unsigned long long *out)
 {
     if (!s || !*s || *s == '-')

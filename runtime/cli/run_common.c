@@ -439,12 +439,10 @@ double run_percentile(const double *v, uint32_t n, double p)
     return r;
 }
 
-int cli_override_backend(dcp_deployment **dep, const char *name)
+int cli_override_backend(dcp_deployment **dep, enum dcp_backend_kind backend)
 {
     struct dcp_config cfg = *dcp_deployment_config(*dep);
-    cfg.runtime.backend = !strcmp(name, "cuda") ? DCP_BACKEND_CUDA
-                          : !strcmp(name, "host") ? DCP_BACKEND_HOST
-                                                  : DCP_BACKEND_AUTO;
+    cfg.runtime.backend = backend;
     dcp_diag *diag = NULL;
     dcp_deployment *copy = NULL;
     int err = dcp_diag_create(&diag);

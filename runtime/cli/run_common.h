@@ -83,7 +83,7 @@ int run_check_outputs(struct run_setup *s, struct check_result *res);
 /** Nearest-rank percentile p in [0, 1] of n values (sorts a copy). */
 double run_percentile(const double *v, uint32_t n, double p);
 
-/** Replaces *dep by a copy whose runtime.backend is name ("auto", "host", "cuda"). */
-int cli_override_backend(dcp_deployment **dep, const char *name);
+/** Replaces *dep by a copy whose runtime.backend is backend. */
+int cli_override_backend(dcp_deployment **dep, enum dcp_backend_kind backend);
 
 #endif /* DCP_CLI_RUN_COMMON_H */
