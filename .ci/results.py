@@ -4,7 +4,8 @@
 usage: results.py RUN=LOG... where RUN names the run (tests, asan, valgrind) and
 LOG is its testlog JSON. Prints the failed and skipped tests by run, then, as the
 last line, "N passed, N failed". A missing log (the build or the set-up failed
-before any test ran) counts as one failure. Exit status: 1 if anything failed.
+before any test ran) or an empty LOG (the run could not start) counts as one
+failure. Exit status: 1 if anything failed.
 """
 import json
 import sys
@@ -23,6 +24,9 @@ def main(args):
     passed, failed, skipped = 0, [], []
     for arg in args:
         run, _, path = arg.partition("=")
+        if not path:
+            failed.append(f"{run}: did not run")
+            continue
         try:
             results = read_results(path)
         except (OSError, ValueError) as e:
