@@ -54,6 +54,7 @@ struct dcp_engine_params {
     uint64_t max_context;      ///< Longest sequence in tokens (sizes block tables). Default 0 = longest workload context.
     uint32_t rank_begin;       ///< First TP rank this process drives. Default 0.
     uint32_t rank_count;       ///< TP ranks this process drives; 0 = all from rank_begin. Default 0.
+    bool profile;              ///< Time every launch and collective per rank (dcp_rank_get_profile()). Default false.
 };
 
 /** What an engine was built with. */
@@ -195,6 +196,31 @@ DCP_API int dcp_rank_attention(dcp_rank *rank, uint32_t layer, const void *q, vo
 
 /** Waits until all work queued by this rank has finished. */
 DCP_API int dcp_rank_synchronize(dcp_rank *rank);
+
+/** Where a rank's time went, when the engine was created with profile = true.
+ *  CUDA: device time between events around each operation; host: wall time. */
+struct dcp_profile {
+    double append_seconds;     ///< KV append kernels.
+    double attention_seconds;  ///< Local attention kernels (split-KV included).
+    double merge_seconds;      ///< Split-KV combine, LSE correction and DCP merge kernels.
+    double comm_seconds;       ///< Collectives (Q gather, LSE gather, ReduceScatter, all-to-all).
+    double other_seconds;      ///< Synthetic fills and copies.
+    uint64_t append_calls;     ///< Operations counted in append_seconds.
+    uint64_t attention_calls;  ///< ... in attention_seconds.
+    uint64_t merge_calls;      ///< ... in merge_seconds.
+    uint64_t comm_calls;       ///< ... in comm_seconds.
+    uint64_t other_calls;      ///< ... in other_seconds.
+};
+
+/**
+ * The rank's accumulated profile (waits for its queued work first). DCP_ENOTSUP
+ * unless the engine was created with profile = true. Call from the rank's thread
+ * or while no rank function runs.
+ */
+DCP_API int dcp_rank_get_profile(dcp_rank *rank, struct dcp_profile *out);
+
+/** Clears the rank's profile. */
+DCP_API void dcp_rank_reset_profile(dcp_rank *rank);
 
 /* --- buffers (setup time, not in the hot path) ---------------------------- */
 

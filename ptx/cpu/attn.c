@@ -24,6 +24,7 @@
 #include "dcp_kernels/cpu.h"
 #include "dcp_kernels/paged.h"
 #include "dcp_kernels/placement.h"
+#include "ptx/cpu/isa.h"
 #include "ptx/cpu/simd.h"
 
 /* The hot loops are written as a * b + c; let the compiler fuse them into FMAs
@@ -34,8 +35,8 @@
 #pragma GCC optimize("fp-contract=fast")
 #endif
 
-/** KV tokens converted and processed per step (a multiple of DCPK_VL). */
-#define ATTN_TILE 32
+/** KV tokens converted and processed per step (a multiple of SCORE_TOKENS). */
+#define ATTN_TILE 24
 /** Most query rows processed together (a multiple of DCPK_VL). */
 #define ATTN_MAX_ROWS 128
 /** Alignment of every scratch region. */
@@ -105,7 +106,11 @@ static struct attn_shape attn_shape_of(const struct dcpk_attn_params *p)
     uint64_t rows = (uint64_t)sh.head_tile * (p->num_q_tokens ? p->num_q_tokens : 1);
     sh.row_cap = rows < ATTN_MAX_ROWS ? round_up_u32((uint32_t)rows, DCPK_VL) : ATTN_MAX_ROWS;
     sh.esize = dcpk_dtype_size(p->dtype);
-    sh.v_in_k = p->v_cache == p->k_cache && p->v_row_stride == p->qk_dim;
+    /* V read straight from the decoded K tile (MLA): only when the V part of a
+     * decoded K row is a whole number of decode blocks, i.e. holds exactly the
+     * first v_dim elements (permuted); otherwise V is decoded on its own. */
+    sh.v_in_k = p->v_cache == p->k_cache && p->v_row_stride == p->qk_dim && p->v_dim <= p->qk_dim &&
+                (p->v_dim == p->qk_dim || p->v_dim % dcpk_decode_block(p->dtype) == 0);
     return sh;
 }
 
@@ -276,72 +281,100 @@ DCPK_INLINE void load_tile(const struct tile_rows *rows, uint32_t len, uint32_t 
  */
 struct prefetch_cursor {
     const struct tile_rows *rows[2]; ///< Next tile's K rows, then its V rows.
-    uint32_t which, row, byte;       ///< Position of the next line to ask for.
-    uint32_t per_step;               ///< Lines per prefetch_step.
+    uint32_t which, row;             ///< The next row to ask for.
+    uint32_t per_step;               ///< Rows per prefetch_step.
 };
 
 DCPK_INLINE void prefetch_start(struct prefetch_cursor *pc, const struct tile_rows *k,
                                 const struct tile_rows *v, uint32_t steps)
 {
-    const uint32_t lines = k->n * ((k->bytes + 63) / 64) + v->n * ((v->bytes + 63) / 64);
     pc->rows[0] = k;
     pc->rows[1] = v;
-    pc->which = pc->row = pc->byte = 0;
-    pc->per_step = (lines + steps - 1) / (steps ? steps : 1);
+    pc->which = k->n ? 0 : 1;
+    pc->row = 0;
+    /* One step spare: a step that finishes K stops there, V starts with the next. */
+    steps = steps > 1 ? steps - 1 : 1;
+    pc->per_step = (k->n + v->n + steps - 1) / steps;
 }
 
 DCPK_INLINE void prefetch_step(struct prefetch_cursor *pc)
 {
-    uint32_t lines = pc->per_step;
-    while (lines && pc->which < 2) {
-        const struct tile_rows *r = pc->rows[pc->which];
-        if (pc->row >= r->n) {
-            pc->which++;
-            pc->row = 0;
-            continue;
-        }
-        __builtin_prefetch(r->row[pc->row] + pc->byte, 0, 3);
-        lines--;
-        pc->byte += 64;
-        if (pc->byte >= r->bytes) {
-            pc->byte = 0;
-            pc->row++;
-        }
+    if (pc->which > 1)
+        return;
+    const struct tile_rows *r = pc->rows[pc->which];
+    const uint32_t end = pc->row + pc->per_step < r->n ? pc->row + pc->per_step : r->n;
+    for (uint32_t t = pc->row; t < end; t++)
+        for (uint32_t b = 0; b < r->bytes; b += 64)
+            __builtin_prefetch(r->row[t] + b, 0, 2);
+    pc->row = end;
+    if (end == r->n) {
+        pc->row = 0;
+        pc->which = pc->which == 0 && pc->rows[1]->n ? 1 : 2;
     }
 }
 
-/** s[t][r] = qt[.][r] . kt[t] for t < ntp (a multiple of DCPK_VL), all nrp rows. */
+/*
+ * The two products are register-blocked: 12 accumulators (8-row vectors) per
+ * block, enough to cover the FMA latency with 16 vector registers, each step
+ * one vector load and 12 broadcast-FMAs. SCORE_TOKENS tokens per score block;
+ * P x V blocks of 12, 8, 4 and 1 output dims.
+ */
+#define SCORE_TOKENS 12
+
+/** s[t][r] for SCORE_TOKENS tokens of kt (rows qk apart) and the 8 rows at qt (row stride nrp). */
+DCPK_INLINE void score_block(float *restrict s, const float *restrict kt, const float *restrict qt,
+                             uint32_t qk, uint32_t nrp)
+{
+    dcpk_vf acc[SCORE_TOKENS];
+    DCPK_UNROLL
+    for (int j = 0; j < SCORE_TOKENS; j++)
+        acc[j] = dcpk_vf_set1(0.0f);
+    DCPK_UNROLL2
+    for (uint32_t d = 0; d < qk; d++) {
+        const dcpk_vf qv = dcpk_vf_load(qt + (size_t)d * nrp);
+        DCPK_UNROLL
+        for (int j = 0; j < SCORE_TOKENS; j++)
+            acc[j] += kt[d + (size_t)j * qk] * qv;
+    }
+    DCPK_UNROLL
+    for (int j = 0; j < SCORE_TOKENS; j++)
+        DCPK_VF_STORE(s + (size_t)j * nrp, acc[j]);
+}
+
+/**
+ * s[t][r] = qt[.][r] . kt[t] for t < ntp (a multiple of SCORE_TOKENS), all nrp
+ * rows. Inlined with a constant qk for the common head sizes, so the K rows of
+ * a block are one pointer plus constant offsets.
+ */
+DCPK_INLINE void tile_scores_qk(float *restrict s, const float *restrict kt, const float *restrict qt,
+                                uint32_t qk, uint32_t nrp, uint32_t ntp, struct prefetch_cursor *pc)
+{
+    for (uint32_t rv = 0; rv < nrp; rv += DCPK_VL)
+        for (uint32_t t0 = 0; t0 < ntp; t0 += SCORE_TOKENS) {
+            prefetch_step(pc);
+            score_block(s + (size_t)t0 * nrp + rv, kt + (size_t)t0 * qk, qt + rv, qk, nrp);
+        }
+}
+
 DCPK_INLINE void tile_scores(float *restrict s, const float *restrict kt, const float *restrict qt,
                              uint32_t qk, uint32_t nrp, uint32_t ntp, struct prefetch_cursor *pc)
 {
-    for (uint32_t rv = 0; rv < nrp; rv += DCPK_VL) {
-        for (uint32_t t0 = 0; t0 < ntp; t0 += 8) {
-            prefetch_step(pc);
-            const float *k0 = kt + (size_t)t0 * qk, *k1 = k0 + qk, *k2 = k1 + qk, *k3 = k2 + qk;
-            const float *k4 = k3 + qk, *k5 = k4 + qk, *k6 = k5 + qk, *k7 = k6 + qk;
-            const float *q = qt + rv;
-            dcpk_vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};
-            for (uint32_t d = 0; d < qk; d++) {
-                const dcpk_vf qv = dcpk_vf_load(q + (size_t)d * nrp);
-                a0 += k0[d] * qv;
-                a1 += k1[d] * qv;
-                a2 += k2[d] * qv;
-                a3 += k3[d] * qv;
-                a4 += k4[d] * qv;
-                a5 += k5[d] * qv;
-                a6 += k6[d] * qv;
-                a7 += k7[d] * qv;
-            }
-            float *o = s + (size_t)t0 * nrp + rv;
-            DCPK_VF_STORE(o, a0);
-            DCPK_VF_STORE(o + nrp, a1);
-            DCPK_VF_STORE(o + 2 * (size_t)nrp, a2);
-            DCPK_VF_STORE(o + 3 * (size_t)nrp, a3);
-            DCPK_VF_STORE(o + 4 * (size_t)nrp, a4);
-            DCPK_VF_STORE(o + 5 * (size_t)nrp, a5);
-            DCPK_VF_STORE(o + 6 * (size_t)nrp, a6);
-            DCPK_VF_STORE(o + 7 * (size_t)nrp, a7);
-        }
+    switch (qk) {
+    case 64:
+        tile_scores_qk(s, kt, qt, 64, nrp, ntp, pc);
+        break;
+    case 128:
+        tile_scores_qk(s, kt, qt, 128, nrp, ntp, pc);
+        break;
+    case 256:
+        tile_scores_qk(s, kt, qt, 256, nrp, ntp, pc);
+        break;
+    case 576:
+        tile_scores_qk(s, kt, qt, 576, nrp, ntp, pc);
+        break;
+    default:
+        tile_scores_qk(s, kt, qt, qk, nrp, ntp, pc);
+        break;
     }
 }
 
@@ -364,19 +397,28 @@ DCPK_INLINE void tile_softmax(float *restrict s, float *restrict m, float *restr
     const dcpk_vf neg_inf = dcpk_vf_set1(dcpk_neg_inf());
     for (uint32_t rv = 0; rv < nrp; rv += DCPK_VL) {
         const dcpk_vf m_old = dcpk_vf_load(m + rv);
-        dcpk_vf m_new = m_old;
-        for (uint32_t t = 0; t < nt; t++) {
-            const dcpk_vf st = dcpk_vf_load(s + (size_t)t * nrp + rv);
-            m_new = DCPK_VF_MAX(m_new, st);
+        /* Two running maxima: a max is a compare and a blend, too slow for one chain. */
+        dcpk_vf m_even = m_old, m_odd = m_old;
+        uint32_t t = 0;
+        for (; t + 2 <= nt; t += 2) {
+            const dcpk_vf s0 = dcpk_vf_load(s + (size_t)t * nrp + rv);
+            const dcpk_vf s1 = dcpk_vf_load(s + (size_t)(t + 1) * nrp + rv);
+            m_even = DCPK_VF_MAX(m_even, s0);
+            m_odd = DCPK_VF_MAX(m_odd, s1);
         }
+        if (t < nt) {
+            const dcpk_vf s0 = dcpk_vf_load(s + (size_t)t * nrp + rv);
+            m_even = DCPK_VF_MAX(m_even, s0);
+        }
+        const dcpk_vf m_new = DCPK_VF_MAX(m_even, m_odd);
         /* A row with nothing visible yet keeps m = -inf; shift by 0 so no -inf - -inf. */
         const dcpk_vf shift = DCPK_VF_SELECT(m_new == neg_inf, dcpk_vf_set1(0.0f), m_new);
         const dcpk_vf rescale = m_old - shift;
-        const dcpk_vf a = dcpk_vf_exp(&rescale);
+        const dcpk_vf a = dcpk_vf_exp_nonpos(&rescale);
         dcpk_vf sum = {0};
-        for (uint32_t t = 0; t < nt; t++) {
+        for (t = 0; t < nt; t++) {
             const dcpk_vf x = dcpk_vf_load(s + (size_t)t * nrp + rv) - shift;
-            const dcpk_vf e = dcpk_vf_exp(&x);
+            const dcpk_vf e = dcpk_vf_exp_nonpos(&x);
             DCPK_VF_STORE(s + (size_t)t * nrp + rv, e);
             sum += e;
         }
@@ -386,52 +428,60 @@ DCPK_INLINE void tile_softmax(float *restrict s, float *restrict m, float *restr
     }
 }
 
+/** ot[d][r] = ot[d][r] * alpha[r] + sum_t vt[t][d] * s[t][r] for n dims from d = 0 of ot/vt, 8 rows. */
+DCPK_INLINE void accumulate_block(float *restrict ot, const float *restrict s, const float *restrict vt,
+                                  uint32_t vstride, const float *restrict alpha, uint32_t nrp,
+                                  uint32_t nt, int n)
+{
+    const dcpk_vf a = dcpk_vf_load(alpha);
+    dcpk_vf acc[12];
+    DCPK_UNROLL
+    for (int j = 0; j < n; j++)
+        acc[j] = dcpk_vf_load(ot + (size_t)j * nrp) * a;
+    DCPK_UNROLL2
+    for (uint32_t t = 0; t < nt; t++, vt += vstride) {
+        const dcpk_vf pt = dcpk_vf_load(s + (size_t)t * nrp);
+        DCPK_UNROLL
+        for (int j = 0; j < n; j++)
+            acc[j] += vt[j] * pt;
+    }
+    DCPK_UNROLL
+    for (int j = 0; j < n; j++)
+        DCPK_VF_STORE(ot + (size_t)j * nrp, acc[j]);
+}
+
+/** P x V blocks of a v_dim: 12 dims at a time, then 8, 4 and 1. */
+static uint32_t accumulate_blocks(uint32_t v)
+{
+    const uint32_t r = v % 12;
+    return v / 12 + r / 8 + r % 8 / 4 + r % 4;
+}
+
 /** ot[d][r] = ot[d][r] * alpha[r] + sum_t vt[t][d] * s[t][r]. */
 DCPK_INLINE void tile_accumulate(float *restrict ot, const float *restrict s, const float *restrict vt,
                                  uint32_t vstride, const float *restrict alpha, uint32_t v,
                                  uint32_t nrp, uint32_t nt, struct prefetch_cursor *pc)
 {
-    const uint32_t vb = v & ~7u;
     for (uint32_t rv = 0; rv < nrp; rv += DCPK_VL) {
-        const dcpk_vf a = dcpk_vf_load(alpha + rv);
-        for (uint32_t d0 = 0; d0 < vb; d0 += 8) {
+        const float *a = alpha + rv;
+        uint32_t d = 0;
+        for (; d + 12 <= v; d += 12) {
             prefetch_step(pc);
-            float *o = ot + (size_t)d0 * nrp + rv;
-            dcpk_vf a0 = dcpk_vf_load(o) * a;
-            dcpk_vf a1 = dcpk_vf_load(o + nrp) * a;
-            dcpk_vf a2 = dcpk_vf_load(o + 2 * (size_t)nrp) * a;
-            dcpk_vf a3 = dcpk_vf_load(o + 3 * (size_t)nrp) * a;
-            dcpk_vf a4 = dcpk_vf_load(o + 4 * (size_t)nrp) * a;
-            dcpk_vf a5 = dcpk_vf_load(o + 5 * (size_t)nrp) * a;
-            dcpk_vf a6 = dcpk_vf_load(o + 6 * (size_t)nrp) * a;
-            dcpk_vf a7 = dcpk_vf_load(o + 7 * (size_t)nrp) * a;
-            const float *vr = vt + d0;
-            for (uint32_t t = 0; t < nt; t++, vr += vstride) {
-                const dcpk_vf pt = dcpk_vf_load(s + (size_t)t * nrp + rv);
-                a0 += vr[0] * pt;
-                a1 += vr[1] * pt;
-                a2 += vr[2] * pt;
-                a3 += vr[3] * pt;
-                a4 += vr[4] * pt;
-                a5 += vr[5] * pt;
-                a6 += vr[6] * pt;
-                a7 += vr[7] * pt;
-            }
-            DCPK_VF_STORE(o, a0);
-            DCPK_VF_STORE(o + nrp, a1);
-            DCPK_VF_STORE(o + 2 * (size_t)nrp, a2);
-            DCPK_VF_STORE(o + 3 * (size_t)nrp, a3);
-            DCPK_VF_STORE(o + 4 * (size_t)nrp, a4);
-            DCPK_VF_STORE(o + 5 * (size_t)nrp, a5);
-            DCPK_VF_STORE(o + 6 * (size_t)nrp, a6);
-            DCPK_VF_STORE(o + 7 * (size_t)nrp, a7);
+            accumulate_block(ot + (size_t)d * nrp + rv, s + rv, vt + d, vstride, a, nrp, nt, 12);
         }
-        for (uint32_t d = vb; d < v; d++) {
-            float *o = ot + (size_t)d * nrp + rv;
-            dcpk_vf acc = dcpk_vf_load(o) * a;
-            for (uint32_t t = 0; t < nt; t++)
-                acc += vt[(size_t)t * vstride + d] * dcpk_vf_load(s + (size_t)t * nrp + rv);
-            DCPK_VF_STORE(o, acc);
+        if (d + 8 <= v) {
+            prefetch_step(pc);
+            accumulate_block(ot + (size_t)d * nrp + rv, s + rv, vt + d, vstride, a, nrp, nt, 8);
+            d += 8;
+        }
+        if (d + 4 <= v) {
+            prefetch_step(pc);
+            accumulate_block(ot + (size_t)d * nrp + rv, s + rv, vt + d, vstride, a, nrp, nt, 4);
+            d += 4;
+        }
+        for (; d < v; d++) {
+            prefetch_step(pc);
+            accumulate_block(ot + (size_t)d * nrp + rv, s + rv, vt + d, vstride, a, nrp, nt, 1);
         }
     }
 }
@@ -458,7 +508,45 @@ static void write_rows(const struct dcpk_attn_params *p, const struct attn_shape
     }
 }
 
-/** One group of rows of a work item: all its tiles, then its outputs. */
+/**
+ * The tiles of local keys [lo, end) for the nrp rows of a group whose queries
+ * are in w->qt: converts each tile (while the next one is prefetched) and folds
+ * it into every row's online softmax and output accumulator.
+ */
+DCPK_INLINE void run_tiles(const struct dcpk_attn_params *p, const struct attn_shape *sh,
+                           const struct attn_group *gr, const struct attn_scratch *w, uint32_t nrp,
+                           uint64_t end, uint64_t end_min)
+{
+    const float *vt = sh->v_in_k ? w->kt : w->vt;
+    const uint32_t vstride = sh->v_in_k ? p->qk_dim : p->v_dim;
+    struct tile_rows k_rows[2], v_rows[2]; /* this tile's and the next one's */
+    uint32_t nt = (uint32_t)(end - gr->lo < ATTN_TILE ? end - gr->lo : ATTN_TILE);
+    find_rows(p, sh, gr, gr->lo, nt, p->k_cache, p->qk_dim, p->qk_dim, &k_rows[0]);
+    find_rows(p, sh, gr, gr->lo, sh->v_in_k ? 0 : nt, p->v_cache, p->v_dim, p->v_row_stride, &v_rows[0]);
+    for (uint64_t c0 = gr->lo, it = 0; c0 < end; c0 += ATTN_TILE, it ^= 1) {
+        const struct tile_rows *kr = &k_rows[it], *vr = &v_rows[it];
+        struct tile_rows *kn = &k_rows[it ^ 1], *vn = &v_rows[it ^ 1];
+        const uint64_t c1 = c0 + ATTN_TILE;
+        const uint32_t nt1 = (uint32_t)(c1 < end ? (end - c1 < ATTN_TILE ? end - c1 : ATTN_TILE) : 0);
+        find_rows(p, sh, gr, c1, nt1, p->k_cache, p->qk_dim, p->qk_dim, kn);
+        find_rows(p, sh, gr, c1, sh->v_in_k ? 0 : nt1, p->v_cache, p->v_dim, p->v_row_stride, vn);
+        nt = kr->n;
+        const uint32_t ntp = round_up_u32(nt, SCORE_TOKENS);
+        load_tile(kr, p->qk_dim, ntp, p->dtype, p->kv_scale, w->kt);
+        if (!sh->v_in_k)
+            load_tile(vr, p->v_dim, nt, p->dtype, p->kv_scale, w->vt);
+        /* One prefetch step per score block and per P x V block. */
+        struct prefetch_cursor pc;
+        prefetch_start(&pc, kn, vn, nrp / DCPK_VL * (ntp / SCORE_TOKENS + accumulate_blocks(p->v_dim)));
+        tile_scores(w->s, w->kt, w->qt, p->qk_dim, nrp, ntp, &pc);
+        if (c0 + nt > end_min)
+            mask_tile(w->s, w->row_end, c0, nt, nrp);
+        tile_softmax(w->s, w->m, w->l, w->alpha, nrp, nt);
+        tile_accumulate(w->ot, w->s, vt, vstride, w->alpha, p->v_dim, nrp, nt, &pc);
+    }
+}
+
+/** One group of rows of a work item: its visible ranges, its tiles, then its outputs. */
 DCPK_INLINE void attn_group_run(const struct dcpk_attn_params *p, const struct attn_shape *sh,
                                 const struct attn_group *gr, const struct attn_scratch *w)
 {
@@ -480,34 +568,7 @@ DCPK_INLINE void attn_group_run(const struct dcpk_attn_params *p, const struct a
             w->l[i] = 0.0f;
         }
         memset(w->ot, 0, (size_t)p->v_dim * nrp * sizeof(float));
-        const float *vt = sh->v_in_k ? w->kt : w->vt;
-        const uint32_t vstride = sh->v_in_k ? p->qk_dim : p->v_dim;
-        const float fp8_scale = p->kv_scale;
-        struct tile_rows k_rows[2], v_rows[2]; /* this tile's and the next one's */
-        const uint32_t nt0 = (uint32_t)(end_max - gr->lo < ATTN_TILE ? end_max - gr->lo : ATTN_TILE);
-        find_rows(p, sh, gr, gr->lo, nt0, p->k_cache, p->qk_dim, p->qk_dim, &k_rows[0]);
-        find_rows(p, sh, gr, gr->lo, sh->v_in_k ? 0 : nt0, p->v_cache, p->v_dim, p->v_row_stride, &v_rows[0]);
-        for (uint64_t c0 = gr->lo, it = 0; c0 < end_max; c0 += ATTN_TILE, it ^= 1) {
-            const struct tile_rows *kr = &k_rows[it], *vr = &v_rows[it];
-            struct tile_rows *kn = &k_rows[it ^ 1], *vn = &v_rows[it ^ 1];
-            const uint64_t c1 = c0 + ATTN_TILE;
-            const uint32_t nt1 = (uint32_t)(c1 < end_max ? (end_max - c1 < ATTN_TILE ? end_max - c1 : ATTN_TILE) : 0);
-            find_rows(p, sh, gr, c1, nt1, p->k_cache, p->qk_dim, p->qk_dim, kn);
-            find_rows(p, sh, gr, c1, sh->v_in_k ? 0 : nt1, p->v_cache, p->v_dim, p->v_row_stride, vn);
-            const uint32_t nt = kr->n;
-            const uint32_t ntp = round_up_u32(nt, 8);
-            load_tile(kr, p->qk_dim, ntp, p->dtype, fp8_scale, w->kt);
-            if (!sh->v_in_k)
-                load_tile(vr, p->v_dim, nt, p->dtype, fp8_scale, w->vt);
-            /* Prefetch steps: one per 8 tokens x 8 rows of scores, one per 8 dims x 8 rows of P x V. */
-            struct prefetch_cursor pc;
-            prefetch_start(&pc, kn, vn, nrp / DCPK_VL * (ntp / 8 + p->v_dim / 8));
-            tile_scores(w->s, w->kt, w->qt, p->qk_dim, nrp, ntp, &pc);
-            if (c0 + nt > end_min)
-                mask_tile(w->s, w->row_end, c0, nt, nrp);
-            tile_softmax(w->s, w->m, w->l, w->alpha, nrp, nt);
-            tile_accumulate(w->ot, w->s, vt, vstride, w->alpha, p->v_dim, nrp, nt, &pc);
-        }
+        run_tiles(p, sh, gr, w, nrp, end_max, end_min);
     }
     write_rows(p, sh, gr, w, nrp);
 }
@@ -563,12 +624,6 @@ __attribute__((target("avx2,fma"))) static void attn_items_avx2(const struct dcp
 {
     attn_items(p, begin, end, scratch);
 }
-
-static int cpu_has_avx2_fma(void)
-{
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
 #endif
 
 static void attn_items_baseline(const struct dcpk_attn_params *p, uint64_t begin, uint64_t end,
@@ -577,13 +632,32 @@ static void attn_items_baseline(const struct dcpk_attn_params *p, uint64_t begin
     attn_items(p, begin, end, scratch);
 }
 
-void dcpk_attn_cpu(const void *params, uint64_t begin, uint64_t end, void *scratch)
+int dcpk_cpu_has_isa(enum dcpk_cpu_isa isa)
 {
 #if DCP_ARCH_X86_64
-    if (cpu_has_avx2_fma()) {
+    if (isa == DCPK_CPU_ISA_AVX2) {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+#endif
+    return isa == DCPK_CPU_ISA_BASELINE;
+}
+
+void dcpk_attn_cpu_isa(const void *params, uint64_t begin, uint64_t end, void *scratch,
+                       enum dcpk_cpu_isa isa)
+{
+#if DCP_ARCH_X86_64
+    if (isa == DCPK_CPU_ISA_AVX2 && dcpk_cpu_has_isa(DCPK_CPU_ISA_AVX2)) {
         attn_items_avx2(params, begin, end, scratch);
         return;
     }
 #endif
+    (void)isa;
     attn_items_baseline(params, begin, end, scratch);
+}
+
+void dcpk_attn_cpu(const void *params, uint64_t begin, uint64_t end, void *scratch)
+{
+    /* The best variant there is: dcpk_attn_cpu_isa falls back from there. */
+    dcpk_attn_cpu_isa(params, begin, end, scratch, DCPK_CPU_ISA_AVX2);
 }

@@ -22,16 +22,28 @@
  * are macros; the others take pointers): without AVX a 32-byte vector argument
  * has a different ABI, and GCC says so in a note no pragma silences. Returning
  * one only draws -Wpsabi, which does not apply to always-inlined functions. */
-#if defined(__GNUC__) && !defined(__clang__)
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wpsabi"
+#elif defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
+/* DCPK_UNROLL: unroll fully (loops over register accumulators, so they stay in
+ * registers); DCPK_UNROLL2: unroll twice (hot loops, to halve their counting). */
+#if defined(__clang__)
+#define DCPK_UNROLL _Pragma("unroll")
+#define DCPK_UNROLL2 _Pragma("unroll 2")
+#else
+#define DCPK_UNROLL _Pragma("GCC unroll 16")
+#define DCPK_UNROLL2 _Pragma("GCC unroll 2")
 #endif
 
 /** Lanes of a dcpk_vf. */
 #define DCPK_VL 8
 
-typedef float dcpk_vf __attribute__((vector_size(32), aligned(16)));
-typedef int32_t dcpk_vi __attribute__((vector_size(32), aligned(16)));
-typedef uint32_t dcpk_vu __attribute__((vector_size(32), aligned(16)));
+typedef float dcpk_vf __attribute__((vector_size(32)));
+typedef int32_t dcpk_vi __attribute__((vector_size(32)));
+typedef uint32_t dcpk_vu __attribute__((vector_size(32)));
 
 /** Unaligned load of 8 floats. */
 DCPK_INLINE dcpk_vf dcpk_vf_load(const float *p)
@@ -62,19 +74,19 @@ DCPK_INLINE dcpk_vf dcpk_vf_set1(float x)
 #define DCPK_VF_MAX(a, b) DCPK_VF_SELECT((b) > (a), (b), (a))
 
 /**
- * exp(x) lane-wise, within 2 ulp of expf: Cody-Waite reduction x = n ln2 + f,
- * |f| <= ln2/2, a degree-6 polynomial for exp(f) (Cephes expf coefficients) and
- * 2^n put into the exponent bits. x below -87.3 (where expf is subnormal or 0),
- * -inf included, gives exactly 0; large x gives +inf; NaN stays NaN.
- * Softmax only feeds it x <= 0. Written without a table so it vectorises.
+ * exp(x) lane-wise for x <= 0 (all that softmax needs), within 2 ulp of expf:
+ * Cody-Waite reduction x = n ln2 + f, |f| <= ln2/2, a degree-6 polynomial for
+ * exp(f) (Cephes expf coefficients), 2^n put into the exponent bits. x below
+ * -87.3 (where expf is subnormal or 0), -inf included, gives exactly 0; NaN
+ * stays NaN. Written without a table or branches so it vectorises; positive x
+ * is outside its domain.
  */
-DCPK_INLINE dcpk_vf dcpk_vf_exp(const dcpk_vf *xp)
+DCPK_INLINE dcpk_vf dcpk_vf_exp_nonpos(const dcpk_vf *xp)
 {
-    dcpk_vf x = *xp;
-    const dcpk_vi underflow = x < dcpk_vf_set1(-87.33654f);
-    x = DCPK_VF_SELECT(x > dcpk_vf_set1(89.0f), dcpk_vf_set1(89.0f), x); /* -> inf */
-    x = DCPK_VF_SELECT(underflow, dcpk_vf_set1(-87.0f), x);
-    /* n = round(x / ln2) by the 1.5 * 2^23 trick (exact for |n| < 2^22). */
+    const dcpk_vf x0 = *xp;
+    const dcpk_vi underflow = x0 < dcpk_vf_set1(-87.33654f);
+    const dcpk_vf x = DCPK_VF_SELECT(underflow, dcpk_vf_set1(-87.0f), x0);
+    /* n = round(x / ln2) by the 1.5 * 2^23 trick; n in [-126, 0]. */
     const dcpk_vf magic = dcpk_vf_set1(12582912.0f);
     const dcpk_vf n = (x * dcpk_vf_set1(1.44269504088896341f) + magic) - magic;
     dcpk_vf f = x - n * dcpk_vf_set1(0.693359375f);
@@ -86,13 +98,8 @@ DCPK_INLINE dcpk_vf dcpk_vf_exp(const dcpk_vf *xp)
     poly = poly * f + dcpk_vf_set1(1.6666665459e-1f);
     poly = poly * f + dcpk_vf_set1(5.0000001201e-1f);
     poly = poly * (f * f) + f + dcpk_vf_set1(1.0f);
-    /* 2^n in two halves so n = 128 (x near 88.7) does not overflow the exponent field. */
-    const dcpk_vi ni = __builtin_convertvector(n, dcpk_vi);
-    const dcpk_vi n1 = ni >> 1;
-    const dcpk_vf p1 = (dcpk_vf)((n1 + 127) << 23);
-    const dcpk_vf p2 = (dcpk_vf)((ni - n1 + 127) << 23);
-    const dcpk_vf r = poly * p1 * p2;
-    return DCPK_VF_SELECT(underflow, dcpk_vf_set1(0.0f), r);
+    const dcpk_vf pow2n = (dcpk_vf)((__builtin_convertvector(n, dcpk_vi) + 127) << 23);
+    return DCPK_VF_SELECT(underflow, dcpk_vf_set1(0.0f), poly * pow2n);
 }
 
 /* ---- rows of the cache to fp32 ----------------------------------------- */
@@ -136,32 +143,38 @@ DCPK_INLINE dcpk_vu dcpk_vu_load(const void *p)
     return v;
 }
 
-/** fp16 bits (low 16 bits of each lane, upper bits 0) -> fp32, branch-free. */
+/*
+ * fp16 and fp8 lanes are decoded by moving exponent and mantissa into fp32
+ * position and rebiasing the exponent with one integer add. Subnormals (and
+ * zero) are rebuilt as 2^emin * (1 + m) - 2^emin with one fp32 subtract, so no
+ * fp32 operation ever sees a denormal (which costs a microcode assist on x86),
+ * and infinities/NaNs get the all-ones exponent. Masks and adds only: no blends.
+ */
+
+/** fp16 bits (low 16 bits of each lane, upper bits 0) -> fp32 (same values as dcpk_fp16_to_f32). */
 DCPK_INLINE dcpk_vf dcpk_fp16_lanes(const dcpk_vu *hp)
 {
     const dcpk_vu h = *hp;
-    const dcpk_vu sign = (h & 0x8000u) << 16;
-    const dcpk_vu em = h & 0x7fffu;
-    const dcpk_vu normal = (em << 13) + (112u << 23);
-    const dcpk_vu special = (em << 13) | 0x7f800000u;
-    dcpk_vf v = DCPK_VF_SELECT((dcpk_vi)(em >= 0x7c00u), (dcpk_vf)special, (dcpk_vf)normal);
-    const dcpk_vf sub = __builtin_convertvector((dcpk_vi)em, dcpk_vf) * 5.9604644775390625e-8f;
-    v = DCPK_VF_SELECT((dcpk_vi)(em < 0x400u), sub, v);
-    return (dcpk_vf)((dcpk_vu)v | sign);
+    const dcpk_vu em = (h & 0x7fffu) << 13;
+    const dcpk_vu e = em & 0x0f800000u;
+    const dcpk_vu special = (dcpk_vu)(e == 0x0f800000u); /* inf/NaN: exponent 31 -> 255 */
+    const dcpk_vu sub = (dcpk_vu)(e == 0u);              /* zero/subnormal: 2^-14 * (1 + m) */
+    const dcpk_vu bits = em + (112u << 23) + (special & (112u << 23)) + (sub & (1u << 23));
+    const dcpk_vf v = (dcpk_vf)bits - (dcpk_vf)(sub & (113u << 23)); /* minus 2^-14 */
+    return (dcpk_vf)((dcpk_vu)v | ((h & 0x8000u) << 16));
 }
 
-/** fp8 E4M3FN bits (low 8 bits of each lane, upper bits 0) -> fp32, branch-free. */
+/** fp8 E4M3FN bits (low 8 bits of each lane, upper bits 0) -> fp32 (same values as dcpk_fp8e4m3_to_f32). */
 DCPK_INLINE dcpk_vf dcpk_fp8_lanes(const dcpk_vu *bp)
 {
     const dcpk_vu b = *bp;
-    const dcpk_vu sign = (b & 0x80u) << 24;
-    const dcpk_vu em = b & 0x7fu;
-    dcpk_vf v = (dcpk_vf)((em << 20) + (120u << 23));
-    const dcpk_vf sub = __builtin_convertvector((dcpk_vi)em, dcpk_vf) * 0.001953125f;
-    v = DCPK_VF_SELECT((dcpk_vi)(em < 8u), sub, v);
-    const dcpk_vu nan = (dcpk_vu){0, 0, 0, 0, 0, 0, 0, 0} + 0x7fc00000u;
-    v = DCPK_VF_SELECT((dcpk_vi)(em == 0x7fu), (dcpk_vf)nan, v);
-    return (dcpk_vf)((dcpk_vu)v | sign);
+    const dcpk_vu m7 = b & 0x7fu;
+    const dcpk_vu em = m7 << 20;
+    const dcpk_vu sub = (dcpk_vu)((em & 0x07800000u) == 0u); /* zero/subnormal: 2^-6 * (1 + m) */
+    const dcpk_vu nan = (dcpk_vu)(m7 == 0x7fu);               /* S.1111.111 */
+    const dcpk_vu bits = em + (120u << 23) + (sub & (1u << 23));
+    const dcpk_vf v = (dcpk_vf)bits - (dcpk_vf)(sub & (121u << 23)); /* minus 2^-6 */
+    return (dcpk_vf)((dcpk_vu)v | (nan & 0x7fc00000u) | ((b & 0x80u) << 24));
 }
 
 /**
@@ -176,6 +189,7 @@ DCPK_INLINE void dcpk_decode_row(float *restrict dst, const void *restrict src, 
     uint32_t i;
     switch (dtype) {
     case DCPK_BF16:
+        DCPK_UNROLL2
         for (i = 0; i < nb; i += 16) {
             const dcpk_vu v = dcpk_vu_load((const uint16_t *)src + i);
             DCPK_VF_STORE(dst + i, (dcpk_vf)(v << 16));
@@ -185,6 +199,7 @@ DCPK_INLINE void dcpk_decode_row(float *restrict dst, const void *restrict src, 
             dst[i] = dcpk_bf16_to_f32(((const uint16_t *)src)[i]);
         break;
     case DCPK_FP16:
+        DCPK_UNROLL2
         for (i = 0; i < nb; i += 16) {
             const dcpk_vu v = dcpk_vu_load((const uint16_t *)src + i);
             const dcpk_vu lo = v & 0xffffu, hi = v >> 16;

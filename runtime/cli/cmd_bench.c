@@ -60,64 +60,100 @@ struct bench_row {
 };
 
 /* ---- the FMA yardstick ---------------------------------------------------- */
+/* The peak a plain loop of independent fp32 multiply-adds reaches on the same
+ * instruction set the CPU kernels dispatch to (AVX2+FMA where the CPU has them). */
 
-#define FMA_LANES 64 /* 8 independent 8-wide accumulators */
+#define FMA_CHAINS 10 /* independent accumulators: enough to hide the FMA latency */
 
 #if DCP_ARCH_X86_64 && defined(__GNUC__)
-#define FMA_TARGETS __attribute__((target_clones("avx2,fma", "default")))
-#else
-#define FMA_TARGETS
+#include <immintrin.h>
+
+__attribute__((target("avx2,fma"))) static double fma_loop_avx2(uint64_t iterations)
+{
+    /* Ten named accumulators so they stay in registers: two FMA ports with a
+     * latency of four cycles need at least eight chains in flight. */
+    const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+    __m256 c0 = _mm256_set1_ps(0.0f), c1 = _mm256_set1_ps(0.1f), c2 = _mm256_set1_ps(0.2f),
+           c3 = _mm256_set1_ps(0.3f), c4 = _mm256_set1_ps(0.4f), c5 = _mm256_set1_ps(0.5f),
+           c6 = _mm256_set1_ps(0.6f), c7 = _mm256_set1_ps(0.7f), c8 = _mm256_set1_ps(0.8f),
+           c9 = _mm256_set1_ps(0.9f);
+    for (uint64_t it = 0; it < iterations; it++) {
+        c0 = _mm256_fmadd_ps(c0, a, b);
+        c1 = _mm256_fmadd_ps(c1, a, b);
+        c2 = _mm256_fmadd_ps(c2, a, b);
+        c3 = _mm256_fmadd_ps(c3, a, b);
+        c4 = _mm256_fmadd_ps(c4, a, b);
+        c5 = _mm256_fmadd_ps(c5, a, b);
+        c6 = _mm256_fmadd_ps(c6, a, b);
+        c7 = _mm256_fmadd_ps(c7, a, b);
+        c8 = _mm256_fmadd_ps(c8, a, b);
+        c9 = _mm256_fmadd_ps(c9, a, b);
+    }
+    __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3)),
+                               _mm256_add_ps(_mm256_add_ps(c4, c5), _mm256_add_ps(c6, c7)));
+    sum = _mm256_add_ps(sum, _mm256_add_ps(c8, c9));
+    float out[8];
+    _mm256_storeu_ps(out, sum);
+    return (double)out[0] + out[7];
+}
 #endif
 
-FMA_TARGETS
-static float fma_loop(uint64_t iterations, float a, float b)
+/* Runs the loop; returns the flops done (2 per multiply-add) and a value that
+ * depends on every result, so the compiler cannot drop the work. */
+static double fma_loop(uint64_t iterations, double *sink)
 {
-    float acc[FMA_LANES];
-    for (int i = 0; i < FMA_LANES; i++)
+#if DCP_ARCH_X86_64 && defined(__GNUC__)
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        *sink = fma_loop_avx2(iterations);
+        return 2.0 * 8 * FMA_CHAINS * (double)iterations;
+    }
+#endif
+    float acc[FMA_CHAINS];
+    for (int i = 0; i < FMA_CHAINS; i++)
         acc[i] = (float)i * 1e-3f;
     for (uint64_t it = 0; it < iterations; it++)
-        for (int i = 0; i < FMA_LANES; i++)
-            acc[i] = acc[i] * a + b;
-    float s = 0;
-    for (int i = 0; i < FMA_LANES; i++)
+        for (int i = 0; i < FMA_CHAINS; i++)
+            acc[i] = fmaf(acc[i], 0.999999f, 1e-7f);
+    double s = 0;
+    for (int i = 0; i < FMA_CHAINS; i++)
         s += acc[i];
-    return s;
+    *sink = s;
+    return 2.0 * FMA_CHAINS * (double)iterations;
 }
 
 struct fma_job {
     uint64_t iterations;
-    float result;
+    double flops, sink;
 };
 
 static void *fma_thread(void *p)
 {
     struct fma_job *j = p;
-    j->result = fma_loop(j->iterations, 0.999999f, 1e-7f);
+    j->flops = fma_loop(j->iterations, &j->sink);
     return NULL;
 }
 
-/* GFLOP/s of the FMA loop on threads threads (2 flops per multiply-add). */
+/* GFLOP/s of the FMA loop on `threads` threads at once. */
 static double measure_fma(uint32_t threads)
 {
-    const uint64_t iterations = 20u << 20;
+    const uint64_t iterations = 50u << 20;
     struct fma_job jobs[64];
     pthread_t tid[64];
     threads = DCP_CLI_MIN(threads, 64u);
     const double t0 = cli_now();
     for (uint32_t i = 0; i < threads; i++) {
-        jobs[i].iterations = iterations;
+        jobs[i] = (struct fma_job){.iterations = iterations};
         if (pthread_create(&tid[i], NULL, fma_thread, &jobs[i]))
             threads = i;
     }
-    float sink = 0;
+    double flops = 0, sink = 0;
     for (uint32_t i = 0; i < threads; i++) {
         pthread_join(tid[i], NULL);
-        sink += jobs[i].result;
+        flops += jobs[i].flops;
+        sink += jobs[i].sink;
     }
     const double dt = cli_now() - t0;
-    if (!isfinite(sink))
-        return 0; /* keeps the compiler from discarding the loop */
-    return 2.0 * FMA_LANES * (double)iterations * threads / dt / 1e9;
+    return isfinite(sink) ? flops / dt / 1e9 : 0;
 }
 
 /* ---- one case ------------------------------------------------------------- */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "format.h"
 #include "progress.h"
 #include "run_common.h"
 
@@ -30,8 +31,8 @@ struct run_opts {
 /* What one layout achieved. */
 struct layout_result {
     uint32_t dcp;
-    char backend[160];
-    char notice[256];
+    char backend[640];
+    char notice[640];
     uint32_t offered, admitted;
     uint64_t num_blocks, blocks_used;
     double page_bytes;            /* one logical block's bytes on one rank, all layers */
@@ -217,7 +218,11 @@ static void print_text(const struct dcp_config *cfg, const char *path, const str
     printf("model %s (%s, %u layers, %u query heads, kv %s) on %u x %s, tp %u\n", cfg->model.name,
            dcp_attention_kind_name(cfg->model.attention), cfg->model.num_layers, cfg->model.num_q_heads,
            dcp_dtype_name(cfg->model.kv_dtype), cfg->parallel.tp, cfg->hardware.gpu, cfg->parallel.tp);
-    printf("backend: %s\n", r[0].backend);
+    for (int i = 0; i < n; i++)
+        if (i == 0 || strcmp(r[i].backend, r[0].backend))
+            printf("backend%s: %s\n", n > 1 && strcmp(r[n - 1].backend, r[0].backend)
+                                           ? (r[i].dcp == 1 ? " (TP baseline)" : " (DCP)") : "",
+                   r[i].backend);
     if (r[0].notice[0])
         printf("note: %s\n", r[0].notice);
     printf("requests offered: %u (%s), decode steps %u, q_len %u\n\n", reqs->count, reqs->describe,
@@ -242,10 +247,11 @@ static void print_text(const struct dcp_config *cfg, const char *path, const str
         }                                                        \
         printf("\n");                                            \
     } while (0)
+    char n1[CLI_FMT_LEN], n2[CLI_FMT_LEN];
     ROW("concurrency reached", "%u of %u", r[i].admitted, r[i].offered);
-    ROW("context tokens held", "%llu", (unsigned long long)r[i].context_tokens);
-    ROW("KV blocks used per rank", "%llu of %llu", (unsigned long long)r[i].blocks_used,
-        (unsigned long long)r[i].num_blocks);
+    ROW("context tokens held", "%s", cli_fmt_count(n1, r[i].context_tokens));
+    ROW("KV blocks used per rank", "%s of %s", cli_fmt_count(n1, r[i].blocks_used),
+        cli_fmt_count(n2, r[i].num_blocks));
     ROW("KV memory used per rank", "%.1f of %.1f MB", r[i].blocks_used * r[i].page_bytes / 1e6,
         r[i].num_blocks * r[i].page_bytes / 1e6);
     ROW("prefill (append path)", "%.2f s", r[i].prefill_seconds);

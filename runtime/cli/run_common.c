@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "format.h"
 #include "run_common.h"
 
 /* ---- requests ------------------------------------------------------------- */
@@ -69,9 +70,11 @@ int run_requests_load(struct run_requests *r, const dcp_deployment *dep, uint32_
     for (uint32_t i = 0; i < r->count; i++)
         r->len[i] = w->context_lengths[i % w->num_context_lengths];
     int n = snprintf(r->describe, sizeof(r->describe), "contexts ");
-    for (uint32_t i = 0; i < w->num_context_lengths && n < (int)sizeof(r->describe); i++)
-        n += snprintf(r->describe + n, sizeof(r->describe) - n, "%s%llu", i ? " / " : "",
-                      (unsigned long long)w->context_lengths[i]);
+    for (uint32_t i = 0; i < w->num_context_lengths && n < (int)sizeof(r->describe); i++) {
+        char num[CLI_FMT_LEN];
+        n += snprintf(r->describe + n, sizeof(r->describe) - n, "%s%s", i ? " / " : "",
+                      cli_fmt_count(num, w->context_lengths[i]));
+    }
     if (n < (int)sizeof(r->describe))
         snprintf(r->describe + n, sizeof(r->describe) - n, " tokens, cycled");
     return DCP_OK;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "dcp/plan.h"
+#include "comm/launch_env.h"
 #include "dcp_kernels/placement.h"
 #include "engine/engine_internal.h"
 #include "util/util.h"
@@ -43,6 +44,24 @@ static int check_dcp(const struct dcp_config *cfg, uint32_t dcp)
     return DCP_OK;
 }
 
+/* Started by a launcher (srun, mpirun, torchrun) as one process per GPU: this
+ * process drives the one TP rank the launcher gave it, unless the caller chose. */
+static int adopt_launcher_rank(struct dcp_engine *e)
+{
+    if (e->params.rank_count || e->params.rank_begin || e->cfg->runtime.backend == DCP_BACKEND_HOST)
+        return DCP_OK;
+    struct dcp_launch_env env;
+    int err = dcp_launch_env_detect(&env);
+    if (err || env.world_size <= 1)
+        return err;
+    if (env.world_size != e->tp)
+        return dcp_error(DCP_EINVAL, "%s started %u processes but tp=%u: start one process per TP rank",
+                         env.launcher, env.world_size, e->tp);
+    e->params.rank_begin = env.rank;
+    e->params.rank_count = 1;
+    return DCP_OK;
+}
+
 static int resolve_shape(struct dcp_engine *e)
 {
     const struct dcp_config *cfg = e->cfg;
@@ -71,6 +90,9 @@ static int resolve_shape(struct dcp_engine *e)
     if (e->interleave == 0 || e->block_size % e->interleave)
         return dcp_error(DCP_EINVAL, "block_size=%u is not a multiple of interleave=%u",
                          e->block_size, e->interleave);
+    int lerr = adopt_launcher_rank(e);
+    if (lerr)
+        return lerr;
     if (e->params.rank_begin >= e->tp)
         return dcp_error(DCP_EINVAL, "rank_begin=%u but tp=%u", e->params.rank_begin, e->tp);
     e->num_ranks = e->params.rank_count ? e->params.rank_count : e->tp - e->params.rank_begin;
@@ -180,6 +202,8 @@ static int alloc_rank_buffers(struct dcp_rank *r)
         if (err)
             return err;
     }
+    if (e->ops->alloc_arena)
+        return e->ops->alloc_arena(r, e->kv_bytes, &r->kv_arena);
     return e->ops->alloc(r, e->kv_bytes, &r->kv_arena);
 }
 
@@ -320,6 +344,8 @@ DCP_API int dcp_engine_create(const struct dcp_engine_params *params, dcp_engine
         if (err)
             goto fail;
     }
+    if (e->ops->engine_start && (err = e->ops->engine_start(e)))
+        goto fail;
     *out = e;
     return DCP_OK;
 fail:

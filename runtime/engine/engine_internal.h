@@ -18,6 +18,9 @@
 struct dcp_engine;
 struct dcp_rank;
 
+/** Profile categories (struct dcp_profile's fields, in order). */
+enum dcp_prof_cat { PROF_APPEND, PROF_ATTENTION, PROF_MERGE, PROF_COMM, PROF_OTHER, PROF_COUNT };
+
 /** Operations one backend provides. Rank functions are called from the rank's thread. */
 struct dcp_backend_ops {
     const char *name; ///< "host" or "cuda".
@@ -28,11 +31,15 @@ struct dcp_backend_ops {
     void (*engine_fini)(struct dcp_engine *e);
     /** Per-rank setup: streams, communicators. Called from the creating thread. */
     int (*rank_init)(struct dcp_rank *r);
+    /** Optional: after every rank_init, e.g. to wait for communicators to connect. */
+    int (*engine_start)(struct dcp_engine *e);
     /** Per-rank teardown. Must accept a partial rank_init. */
     void (*rank_fini)(struct dcp_rank *r);
 
     /** Allocates backend memory (setup time only). */
     int (*alloc)(struct dcp_rank *r, size_t bytes, uint64_t *addr);
+    /** Optional: allocates the KV arena (e.g. reserved address space mapped in chunks). */
+    int (*alloc_arena)(struct dcp_rank *r, size_t bytes, uint64_t *addr);
     /** Frees backend memory. Accepts 0. */
     void (*free)(struct dcp_rank *r, uint64_t addr);
     /** Host -> backend copy; the host buffer may be reused when it returns. */
@@ -54,6 +61,14 @@ struct dcp_backend_ops {
     int (*synchronize)(struct dcp_rank *r);
     /** Wakes every rank blocked in a collective after a failure (they return DCP_EABORTED). */
     void (*abort)(struct dcp_engine *e);
+
+    /* Profiling (only called when the engine was created with profile = true). */
+    /** Marks the start of a timed operation; *token identifies it. */
+    int (*timer_begin)(struct dcp_rank *r, uint32_t *token);
+    /** Marks its end and files it under cat (the time may be known only at collect). */
+    int (*timer_end)(struct dcp_rank *r, uint32_t token, enum dcp_prof_cat cat);
+    /** Adds every finished timed operation to r->prof_seconds (waits for them). */
+    int (*timer_collect)(struct dcp_rank *r);
 };
 
 extern const struct dcp_backend_ops dcp_host_backend;
@@ -93,6 +108,8 @@ struct dcp_rank {
     uint64_t kv_arena;      ///< All layers' K and V pages.
     struct dcp_rank_buffers buf;
     void *backend;          ///< Backend-private state.
+    double prof_seconds[PROF_COUNT];   ///< Collected profile (engine params.profile).
+    uint64_t prof_calls[PROF_COUNT];
 };
 
 /** The current step, on the host. */
@@ -149,8 +166,8 @@ struct dcp_engine {
     uint32_t ranks_initialised;
 
     atomic_int failed;              ///< Set when a rank failed inside dcp_engine_run().
-    char detail[256];               ///< Backend detail for dcp_engine_info.
-    char notice[256];               ///< Why auto fell back to host ("" if it did not).
+    char detail[512];               ///< Backend detail for dcp_engine_info.
+    char notice[512];               ///< Why auto fell back to host ("" if it did not).
 };
 
 /** Address of layer l's K pages (V pages follow the K pages of the same layer). */

@@ -22,6 +22,46 @@ static int check_step(const struct dcp_rank *r, uint32_t layer)
     return DCP_OK;
 }
 
+/* ---- timed backend calls (profile = true) -------------------------------------- */
+
+static int timer_begin(struct dcp_rank *r, uint32_t *token)
+{
+    return r->engine->params.profile ? r->engine->ops->timer_begin(r, token) : DCP_OK;
+}
+
+static int timer_end(struct dcp_rank *r, uint32_t token, enum dcp_prof_cat cat, int err)
+{
+    if (!err && r->engine->params.profile) {
+        r->prof_calls[cat]++;
+        err = r->engine->ops->timer_end(r, token, cat);
+    }
+    return err;
+}
+
+static int launch(struct dcp_rank *r, enum dcp_prof_cat cat, enum dcpk_kernel_id kernel, const void *params)
+{
+    uint32_t t = 0;
+    int err = timer_begin(r, &t);
+    if (!err)
+        err = r->engine->ops->launch(r, kernel, params);
+    return timer_end(r, t, cat, err);
+}
+
+enum collective { ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL };
+
+/* n is bytes per member, or floats per member for REDUCE_SCATTER. */
+static int collective(struct dcp_rank *r, enum collective kind, uint64_t send, uint64_t recv, size_t n)
+{
+    const struct dcp_backend_ops *ops = r->engine->ops;
+    uint32_t t = 0;
+    int err = timer_begin(r, &t);
+    if (!err)
+        err = kind == ALL_GATHER       ? ops->all_gather(r, send, recv, n)
+              : kind == REDUCE_SCATTER ? ops->reduce_scatter(r, send, recv, n)
+                                       : ops->all_to_all(r, send, recv, n);
+    return timer_end(r, t, PROF_COMM, err);
+}
+
 DCP_API uint32_t dcp_rank_tp_rank(const dcp_rank *r) { return r ? r->tp_rank : 0; }
 
 DCP_API uint32_t dcp_rank_group_rank(const dcp_rank *r) { return r ? r->group_rank : 0; }
@@ -75,7 +115,7 @@ DCP_API int dcp_rank_append_kv(dcp_rank *r, uint32_t layer, const void *k, const
         .dtype = e->dtype,
         .inv_scale = 1.0f / e->kv_scale,
     };
-    return e->ops->launch(r, DCPK_KERNEL_kv_append, &p);
+    return launch(r, PROF_APPEND, DCPK_KERNEL_kv_append, &p);
 }
 
 /* ---- attention --------------------------------------------------------------- */
@@ -130,7 +170,7 @@ static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint
         .scale = e->scale,
         .kv_scale = e->kv_scale,
     };
-    int err = e->ops->launch(r, DCPK_KERNEL_attn, &p);
+    int err = launch(r, PROF_ATTENTION, DCPK_KERNEL_attn, &p);
     if (err || s->num_splits == 1)
         return err;
     /* Combine the splits: source s row i lives at ws + s * stride + i * v, rows in the
@@ -149,7 +189,7 @@ static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint
         .rows_per_chunk = (uint32_t)(T * H),
         .v_dim = e->v_dim,
     };
-    return e->ops->launch(r, DCPK_KERNEL_merge, &m);
+    return launch(r, PROF_MERGE, DCPK_KERNEL_merge, &m);
 }
 
 /* ag_rs: gather every rank's LSEs, scale the local partials, ReduceScatter (sum). */
@@ -158,7 +198,7 @@ static int merge_ag_rs(struct dcp_rank *r, uint64_t out, uint64_t lse)
     const struct dcp_engine *e = r->engine;
     const uint64_t T = e->step.tokens, H = e->q_heads_per_rank, N = e->dcp, v = e->v_dim;
     const uint64_t rows = N * T * H;
-    int err = e->ops->all_gather(r, r->buf.part_lse, r->buf.recv, rows * sizeof(float));
+    int err = collective(r, ALL_GATHER, r->buf.part_lse, r->buf.recv, rows * sizeof(float));
     if (err)
         return err;
     const struct dcpk_lse_scale_params p = {
@@ -172,9 +212,9 @@ static int merge_ag_rs(struct dcp_rank *r, uint64_t out, uint64_t lse)
         .own_chunk = r->group_rank,
         .v_dim = e->v_dim,
     };
-    if ((err = e->ops->launch(r, DCPK_KERNEL_lse_scale, &p)))
+    if ((err = launch(r, PROF_MERGE, DCPK_KERNEL_lse_scale, &p)))
         return err;
-    return e->ops->reduce_scatter(r, r->buf.part, out, T * H * v);
+    return collective(r, REDUCE_SCATTER, r->buf.part, out, T * H * v);
 }
 
 /* a2a: send each destination its heads' partial outputs and LSEs; merge in fp32. */
@@ -183,7 +223,7 @@ static int merge_a2a(struct dcp_rank *r, uint64_t out, uint64_t lse)
     const struct dcp_engine *e = r->engine;
     const uint64_t T = e->step.tokens, H = e->q_heads_per_rank, v = e->v_dim;
     const uint64_t chunk = T * H * (v + 1);
-    int err = e->ops->all_to_all(r, r->buf.part, r->buf.recv, chunk * sizeof(float));
+    int err = collective(r, ALL_TO_ALL, r->buf.part, r->buf.recv, chunk * sizeof(float));
     if (err)
         return err;
     const struct dcpk_merge_params m = {
@@ -200,7 +240,7 @@ static int merge_a2a(struct dcp_rank *r, uint64_t out, uint64_t lse)
         .rows_per_chunk = (uint32_t)(T * H),
         .v_dim = e->v_dim,
     };
-    return e->ops->launch(r, DCPK_KERNEL_merge, &m);
+    return launch(r, PROF_MERGE, DCPK_KERNEL_merge, &m);
 }
 
 DCP_API int dcp_rank_attention(dcp_rank *r, uint32_t layer, const void *q, void *out, void *lse)
@@ -223,7 +263,7 @@ DCP_API int dcp_rank_attention(dcp_rank *r, uint32_t layer, const void *q, void 
         return launch_attention(r, layer, ADDR(q), 0, &t);
     }
     /* Every rank gets all N * H_l heads' queries, laid out [N][T][H_l][qk]. */
-    err = e->ops->all_gather(r, ADDR(q), r->buf.q_gathered, T * H * qk * sizeof(float));
+    err = collective(r, ALL_GATHER, ADDR(q), r->buf.q_gathered, T * H * qk * sizeof(float));
     if (err)
         return err;
     const bool a2a = e->comm == DCP_COMM_A2A;
@@ -294,7 +334,13 @@ DCP_API int dcp_rank_copy(dcp_rank *r, void *dst, const void *src, size_t bytes)
 {
     if (!r || (bytes && (!dst || !src)))
         return dcp_error(DCP_EINVAL, "rank_copy: arguments");
-    return bytes ? r->engine->ops->copy(r, ADDR(dst), ADDR(src), bytes) : DCP_OK;
+    if (!bytes)
+        return DCP_OK;
+    uint32_t t = 0;
+    int err = timer_begin(r, &t);
+    if (!err)
+        err = r->engine->ops->copy(r, ADDR(dst), ADDR(src), bytes);
+    return timer_end(r, t, PROF_OTHER, err);
 }
 
 DCP_API int dcp_rank_fill_synthetic(dcp_rank *r, void *dst, const struct dcp_synth_desc *d)
@@ -316,7 +362,7 @@ DCP_API int dcp_rank_fill_synthetic(dcp_rank *r, void *dst, const struct dcp_syn
         .amplitude = d->amplitude,
         .inv_scale = 1.0f,
     };
-    return r->engine->ops->launch(r, DCPK_KERNEL_fill, &p);
+    return launch(r, PROF_OTHER, DCPK_KERNEL_fill, &p);
 }
 
 DCP_API float dcp_synth_value(uint64_t seed, uint64_t key, uint32_t head, uint32_t d)
@@ -332,4 +378,38 @@ DCP_API float dcp_dtype_round(enum dcp_dtype dtype, float value, float scale)
     dcpk_store_as(bits, 0, (uint32_t)dtype, stored);
     const float back = dcpk_load_as_f32(bits, 0, (uint32_t)dtype);
     return dtype == DCP_DTYPE_FP8_E4M3 ? back * scale : back;
+}
+
+DCP_API int dcp_rank_get_profile(dcp_rank *r, struct dcp_profile *out)
+{
+    if (!r || !out)
+        return dcp_error(DCP_EINVAL, "get_profile: arguments");
+    if (!r->engine->params.profile)
+        return dcp_error(DCP_ENOTSUP, "the engine was created without profile = true");
+    int err = r->engine->ops->timer_collect(r);
+    if (err)
+        return err;
+    *out = (struct dcp_profile){
+        .append_seconds = r->prof_seconds[PROF_APPEND],
+        .attention_seconds = r->prof_seconds[PROF_ATTENTION],
+        .merge_seconds = r->prof_seconds[PROF_MERGE],
+        .comm_seconds = r->prof_seconds[PROF_COMM],
+        .other_seconds = r->prof_seconds[PROF_OTHER],
+        .append_calls = r->prof_calls[PROF_APPEND],
+        .attention_calls = r->prof_calls[PROF_ATTENTION],
+        .merge_calls = r->prof_calls[PROF_MERGE],
+        .comm_calls = r->prof_calls[PROF_COMM],
+        .other_calls = r->prof_calls[PROF_OTHER],
+    };
+    return DCP_OK;
+}
+
+DCP_API void dcp_rank_reset_profile(dcp_rank *r)
+{
+    if (!r)
+        return;
+    if (r->engine->params.profile)
+        r->engine->ops->timer_collect(r);
+    memset(r->prof_seconds, 0, sizeof(r->prof_seconds));
+    memset(r->prof_calls, 0, sizeof(r->prof_calls));
 }

@@ -8,6 +8,7 @@
 
 #include "dcp_kernels/placement.h"
 #include "oracle.h"
+#include "ptx/cpu/isa.h"
 
 /** malloc that fails the test instead of returning NULL (never 0 bytes). */
 static void *xmalloc(size_t bytes)
@@ -105,6 +106,11 @@ void problem_oracle(const struct attn_problem *pb, uint32_t b, double *out, doub
 
 void run_kernel(enum dcpk_kernel_id id, const void *params, struct test_rng *rng)
 {
+    run_kernel_with(id, dcpk_kernels[id].cpu, params, rng);
+}
+
+void run_kernel_with(enum dcpk_kernel_id id, dcpk_cpu_fn fn, const void *params, struct test_rng *rng)
+{
     const struct dcpk_kernel_desc *k = &dcpk_kernels[id];
     const uint64_t items = dcpk_grid_items(k->grid(params));
     const size_t bytes = k->scratch(params);
@@ -115,7 +121,7 @@ void run_kernel(enum dcpk_kernel_id id, const void *params, struct test_rng *rng
     uint64_t begin = 0;
     while (begin < items) {
         const uint64_t end = test_rng_range(rng, 0, 2) ? items : test_rng_range(rng, begin + 1, items);
-        k->cpu(params, begin, end, raw + skew);
+        fn(params, begin, end, raw + skew);
         begin = end;
     }
     for (size_t i = 0; i < 64; i++)
@@ -162,6 +168,11 @@ static float *chunked_queries(const struct attn_problem *pb, const struct rank_r
                 memcpy(q + (g / hpc) * chunk_stride + ((uint64_t)t * hpc + g % hpc) * pb->qk_dim,
                        pb->q[b] + ((size_t)i * pb->heads + g) * pb->qk_dim, pb->qk_dim * sizeof(float));
     return q;
+}
+
+static void attn_baseline(const void *params, uint64_t begin, uint64_t end, void *scratch)
+{
+    dcpk_attn_cpu_isa(params, begin, end, scratch, DCPK_CPU_ISA_BASELINE);
 }
 
 /** Combines the split partials in ws into dst with dcpk_merge. */
@@ -253,7 +264,7 @@ void rank_attention(const struct attn_problem *pb, const struct rank_run *run,
         .num_splits = run->num_splits, .dtype = pb->dtype, .scale = pb->scale,
         .kv_scale = pb->kv_scale,
     };
-    run_kernel(DCPK_KERNEL_attn, &ap, rng);
+    run_kernel_with(DCPK_KERNEL_attn, run->baseline ? attn_baseline : dcpk_attn_cpu, &ap, rng);
     if (run->num_splits > 1)
         merge_splits(pb, run, rng, ws_o, ws_lse, ws_stride_o, ws_stride_lse, dst);
 

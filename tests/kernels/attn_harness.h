@@ -36,6 +36,7 @@ struct rank_run {
     uint32_t rank, group_size, interleave;
     uint32_t num_splits, head_tile;
     uint32_t chunks;  ///< Head chunks of the layout (heads_per_chunk = heads / chunks).
+    int baseline;     ///< Run attention's baseline variant, not the best the CPU has.
 };
 
 /** Where a rank's output goes: chunked layout with these strides (floats). */
@@ -74,6 +75,9 @@ void rank_attention(const struct attn_problem *pb, const struct rank_run *run,
  * scratch_bytes() of scratch followed by a guard that must stay intact.
  */
 void run_kernel(enum dcpk_kernel_id id, const void *params, struct test_rng *rng);
+
+/** run_kernel with another implementation of the family's work items. */
+void run_kernel_with(enum dcpk_kernel_id id, dcpk_cpu_fn fn, const void *params, struct test_rng *rng);
 
 /**
  * Checks a result against the oracle: heads [head0, head0 + nheads) of every

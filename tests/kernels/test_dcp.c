@@ -138,6 +138,7 @@ static void run_case(uint32_t n, uint32_t il, uint32_t block, struct test_rng *r
         run.rank = r;
         run.num_splits = (uint32_t)test_rng_range(rng, 1, 3);
         run.head_tile = (uint32_t)test_rng_range(rng, 0, pb.heads / pb.kv_heads);
+        run.baseline = test_rng_range(rng, 0, 3) == 0;
         const struct attn_output dst = rank_output(&pt, r, v);
         rank_attention(&pb, &run, rng, &dst);
     }
@@ -184,7 +185,7 @@ static void test_dcp_groups(void **state)
     test_rng_seed(&rng, test_seed() ^ 0xdc9);
     for (size_t g = 0; g < 5; g++)
         for (size_t i = 0; i < 4; i++)
-            for (int rep = 0; rep < 4; rep++) {
+            for (int rep = 0; rep < 10; rep++) {
                 /* A page size the interleave fits: I <= B and B % I == 0. */
                 uint32_t block, il = interleaves[i];
                 do

@@ -44,7 +44,7 @@ struct dcpk_kv_append_params {
     uint32_t v_dim;        ///< Elements per V row (ignored when v_cache == 0).
     uint32_t block_size;   ///< Tokens per page.
     uint32_t dtype;        ///< enum dcpk_dtype of the cache.
-    float inv_scale;       ///< fp8: stored = value * inv_scale (= 1 / kv_scale); ignored otherwise.
+    float inv_scale;       ///< fp8: stored = fp8_satfinite(value * inv_scale) (= 1 / kv_scale), rounded to nearest even (dcp_kernels/convert.h); ignored otherwise.
     uint32_t pad0;
 };
 DCPK_STATIC_ASSERT(sizeof(struct dcpk_kv_append_params) == 72, "kv_append ABI");
@@ -90,10 +90,10 @@ struct dcpk_attn_params {
     uint32_t num_heads;         ///< Gathered query heads (all chunks).
     uint32_t heads_per_chunk;   ///< Heads per chunk (= num_heads when dcp = 1).
     uint32_t num_kv_heads;      ///< KV heads stored on this rank.
-    uint32_t head_tile;         ///< Query heads per work item (<= heads_per_kv).
+    uint32_t head_tile;         ///< Query heads per work item (<= heads_per_kv; 0 or more than heads_per_kv means heads_per_kv). The last tile of a KV head may be partial.
     uint32_t qk_dim;            ///< Query/key row length (MLA 576).
     uint32_t v_dim;             ///< Value/output row length (MLA 512).
-    uint32_t v_row_stride;      ///< Elements between V rows within a page (v_dim; MLA: k_dim).
+    uint32_t v_row_stride;      ///< Elements between V rows within a page (v_dim; MLA: k_dim); V pages are [num_kv_heads][block_size][v_row_stride].
     uint32_t block_size;        ///< Tokens per page.
     uint32_t max_blocks;        ///< Row length of block_table.
     uint32_t rank;              ///< Rank within the DCP group.
@@ -102,7 +102,7 @@ struct dcpk_attn_params {
     uint32_t num_splits;        ///< Split-KV factor (>= 1).
     uint32_t dtype;             ///< enum dcpk_dtype of the cache.
     float scale;                ///< Softmax scale applied to q.k.
-    float kv_scale;             ///< fp8: value = stored * kv_scale; 1 otherwise.
+    float kv_scale;             ///< fp8: value = stored * kv_scale (in fp32); ignored for other dtypes.
 };
 DCPK_STATIC_ASSERT(sizeof(struct dcpk_attn_params) == 192, "attn ABI");
 
@@ -114,6 +114,8 @@ DCPK_STATIC_ASSERT(sizeof(struct dcpk_attn_params) == 192, "attn ABI");
  *   out_r = sum_s w_s * o_s with w_s = exp(lse_s - Lambda), w_s = 0 where lse_s is -inf;
  *   NaN and +inf LSEs count as -inf. All -inf: out_r = 0, out_lse_r = -inf.
  * Source row r: src_o + s * src_stride_o + r * v_dim, src_lse + s * src_stride_lse + r.
+ * out must not overlap the sources (the merge accumulates in out). Helpers with
+ * these rules for both backends: dcp_kernels/merge.h.
  * Output row r = c * rows_per_chunk + i: out + c * out_chunk_stride + i * v_dim and
  * out_lse + c * out_lse_chunk_stride + i (out_lse == 0: not written).
  * Work item = row; grid = (rows).
@@ -138,8 +140,8 @@ DCPK_STATIC_ASSERT(sizeof(struct dcpk_merge_params) == 80, "merge ABI");
 /**
  * The ag_rs correction: with every rank's LSEs gathered as lse_all[n_src][rows]
  * (rows in this rank's chunked order), computes Lambda_r as in dcpk_merge and scales
- * this rank's partial output row r (o + r * v_dim) by exp(lse_all[self][r] - Lambda_r)
- * (0 where that LSE is -inf/NaN). Rows of chunk own_chunk (rows
+ * this rank's partial output row r (o + r * v_dim) in place by exp(lse_all[self][r] - Lambda_r)
+ * (the row is set to 0, not multiplied, where that LSE is -inf/NaN/+inf). Rows of chunk own_chunk (rows
  * [own_chunk * rows_per_chunk, +rows_per_chunk)) also get out_lse[i] = Lambda (if out_lse != 0).
  * A ReduceScatter (sum) of o then yields the merged output. Work item = row.
  */
@@ -161,6 +163,7 @@ DCPK_STATIC_ASSERT(sizeof(struct dcpk_lse_scale_params) == 48, "lse_scale ABI");
  * Sum reduction used by virtual-rank ReduceScatter: dst[i] = sum_s src_s[i] for
  * i < count, summing sources in order s = 0..n_src-1 (deterministic), where src_s
  * is the fp32 array at address ((const uint64_t *)src_ptrs)[s] + src_offset floats.
+ * dst may be one of the src_s (same elements: in place); no other overlap.
  * Work item = 1024-element block of i.
  */
 struct dcpk_reduce_params {
@@ -178,7 +181,8 @@ DCPK_STATIC_ASSERT(sizeof(struct dcpk_reduce_params) == 40, "reduce ABI");
  * Seeded synthetic data, the same on every backend: element (row, head, d) of
  * dst[rows][heads][dim] gets amplitude * dcpk_synth_unit(seed, key, head_offset + head, d)
  * with key = row_keys ? row_keys[row] : key_base + row, converted to dtype
- * (fp8: times inv_scale, saturated). Work item = row.
+ * (fp8: times inv_scale, saturated). Work item = row. The value is rounded twice,
+ * (amplitude * unit) then (fp8) * inv_scale: dcpk_fill_element in dcp_kernels/fill.h.
  */
 struct dcpk_fill_params {
     uint64_t dst;

@@ -25,6 +25,7 @@ struct host_engine {
 struct host_rank {
     struct host_pool pool;
     struct rank_group *group;
+    double timer_start;   ///< Profiling: start of the operation in flight.
 };
 
 static struct host_engine *H(const struct dcp_engine *e) { return e->backend; }
@@ -145,6 +146,10 @@ static size_t max_scratch(const struct dcp_engine *e)
     const uint32_t heads_per_kv = e->gathered_heads / e->kv_heads_per_rank;
     const uint32_t rows = e->max_qtokens * e->gathered_heads;
     const struct dcpk_attn_params attn = {
+        /* Distinct cache addresses unless V lives in the K rows (MLA): the CPU
+         * kernel needs a V tile only when they differ. */
+        .k_cache = 64,
+        .v_cache = e->mla ? 64 : 128,
         .batch = e->max_batch,
         .num_q_tokens = e->max_qtokens,
         .num_heads = e->gathered_heads,
@@ -292,6 +297,27 @@ static int host_synchronize(struct dcp_rank *r)
     return DCP_OK; /* launches complete before they return */
 }
 
+/* Host operations complete before they return, so wall time is their time. */
+static int host_timer_begin(struct dcp_rank *r, uint32_t *token)
+{
+    *token = 0;
+    HR(r)->timer_start = dcp_now_seconds();
+    return DCP_OK;
+}
+
+static int host_timer_end(struct dcp_rank *r, uint32_t token, enum dcp_prof_cat cat)
+{
+    (void)token;
+    r->prof_seconds[cat] += dcp_now_seconds() - HR(r)->timer_start;
+    return DCP_OK;
+}
+
+static int host_timer_collect(struct dcp_rank *r)
+{
+    (void)r;
+    return DCP_OK;
+}
+
 const struct dcp_backend_ops dcp_host_backend = {
     .name = "host",
     .engine_init = host_engine_init,
@@ -309,4 +335,7 @@ const struct dcp_backend_ops dcp_host_backend = {
     .all_to_all = host_all_to_all,
     .synchronize = host_synchronize,
     .abort = host_abort,
+    .timer_begin = host_timer_begin,
+    .timer_end = host_timer_end,
+    .timer_collect = host_timer_collect,
 };

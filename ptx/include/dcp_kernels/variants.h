@@ -1,0 +1,152 @@
+/*
+ * dcp_kernels/variants.h: the GPU entry points compiled into the embedded fatbin,
+ * with what the host needs to launch each one (block size, dynamic shared memory).
+ * Read by nvcc (the kernels are instantiated from these lists, so names and
+ * configurations cannot drift) and by C (the CUDA backend, the tests).
+ *
+ * Naming (ptx/kernels/README.md has the full rule):
+ *   dcpk_<family>                    one entry for the whole family (runtime dtype switch)
+ *   dcpk_attn__<layout>_<dtype>      attention, one entry per layout and cache dtype,
+ *                                    <dtype> spelled as dcp_dtype_name() spells it.
+ */
+#ifndef DCPK_VARIANTS_H
+#define DCPK_VARIANTS_H
+
+#include "dcp_kernels/common.h"
+
+/*
+ * Families with a single entry "dcpk_<name>": X(name, block threads).
+ * Their kernels loop over work items with a grid-stride loop, so any grid works;
+ * launch them with dcpk_<name>_grid() (cpu.h) and no dynamic shared memory.
+ */
+#define DCPK_SIMPLE_KERNELS(X) \
+    X(kv_append, 256)          \
+    X(merge, 128)              \
+    X(lse_scale, 128)          \
+    X(reduce, 256)             \
+    X(fill, 256)
+
+/*
+ * Attention entries, one per layout and cache dtype:
+ *   X(layout, qk_dim, v_dim, shared_kv, threads, rows, tile_tokens, dtype_name, dtype, esize)
+ *   shared_kv:   1 when V is the first v_dim values of the K row (MLA: v_cache ==
+ *                k_cache, v_row_stride == qk_dim); 0 for separate K and V pages.
+ *   threads:     block size the entry must be launched with (it does nothing otherwise).
+ *   rows:        query rows (head_tile heads x the sequence's query tokens) that share
+ *                one read of each KV tile; more rows are served in further passes.
+ *   tile_tokens: KV tokens per shared-memory tile (a tile may span pages).
+ *   dtype_name, dtype, esize: the cache dtype as dcp_dtype_name() spells it, its
+ *                enum dcpk_dtype and its bytes.
+ */
+#define DCPK_ATTN_EACH_DTYPE(X, ...)          \
+    X(__VA_ARGS__, fp32, DCPK_FP32, 4)        \
+    X(__VA_ARGS__, bf16, DCPK_BF16, 2)        \
+    X(__VA_ARGS__, fp16, DCPK_FP16, 2)        \
+    X(__VA_ARGS__, fp8_e4m3, DCPK_FP8_E4M3, 1)
+#define DCPK_ATTN_VARIANTS(X)                                      \
+    DCPK_ATTN_EACH_DTYPE(X, gqa_d64, 64, 64, 0, 128, 16, 64)       \
+    DCPK_ATTN_EACH_DTYPE(X, gqa_d128, 128, 128, 0, 128, 16, 32)    \
+    DCPK_ATTN_EACH_DTYPE(X, gqa_d256, 256, 256, 0, 128, 16, 16)    \
+    DCPK_ATTN_EACH_DTYPE(X, mla, 576, 512, 1, 256, 32, 16)
+
+/* ---- shared-memory plan of an attention entry ---------------------------- */
+/* The kernel carves its dynamic shared memory with these same macros.          */
+
+/** Threads that split the qk reduction of one score micro-tile (4 rows x 4 tokens). */
+#define DCPK_ATTN_KSPLIT(threads, rows, tile) ((threads) / (((rows) / 4) * ((tile) / 4)))
+/** 16-byte chunks in a row of dim elements of esize bytes. */
+#define DCPK_ATTN_CHUNKS(dim, esize) ((dim) * (esize) / 16)
+/**
+ * 16-byte chunks per K row in shared memory: padded so that the row stride is
+ * congruent to KSPLIT modulo 8, which makes the score loop's 16-byte reads of
+ * different tokens fall into different bank groups.
+ */
+#define DCPK_ATTN_KROW_CHUNKS(qk, esize, ks) \
+    (DCPK_ATTN_CHUNKS(qk, esize) + ((ks) + 8 - DCPK_ATTN_CHUNKS(qk, esize) % 8) % 8)
+/** Bytes of the double-buffered K tiles. */
+#define DCPK_ATTN_SMEM_K(qk, esize, threads, rows, tile) \
+    (2u * (tile) * DCPK_ATTN_KROW_CHUNKS(qk, esize, DCPK_ATTN_KSPLIT(threads, rows, tile)) * 16u)
+/** Bytes of the double-buffered V tiles (none when V lives in the K rows). */
+#define DCPK_ATTN_SMEM_V(v, shared_kv, esize, tile) \
+    ((shared_kv) ? 0u : 2u * (tile) * DCPK_ATTN_CHUNKS(v, esize) * 16u)
+/** Bytes of the scaled fp32 queries of one pass. */
+#define DCPK_ATTN_SMEM_Q(qk, rows) ((rows) * (qk) * 4u)
+/**
+ * Floats per row of the score / probability tile: 8 more than the tile, so the
+ * softmax pass (8 lanes per row, 4 rows per warp) hits 32 different banks.
+ */
+#define DCPK_ATTN_S_STRIDE(tile) ((tile) + 8u)
+/** Bytes of the score / probability tile. */
+#define DCPK_ATTN_SMEM_S(rows, tile) ((rows) * DCPK_ATTN_S_STRIDE(tile) * 4u)
+/** Bytes of the per-row state (visible-key count, rescale factor, softmax sum). */
+#define DCPK_ATTN_SMEM_ROWS(rows) ((rows) * 12u)
+/** Dynamic shared memory of an attention entry, in bytes. */
+#define DCPK_ATTN_SMEM_BYTES(qk, v, shared_kv, esize, threads, rows, tile)          \
+    (DCPK_ATTN_SMEM_K(qk, esize, threads, rows, tile) +                               \
+     DCPK_ATTN_SMEM_V(v, shared_kv, esize, tile) + DCPK_ATTN_SMEM_Q(qk, rows) +      \
+     DCPK_ATTN_SMEM_S(rows, tile) + DCPK_ATTN_SMEM_ROWS(rows))
+
+/* ---- host-side view ------------------------------------------------------- */
+
+/** One attention entry point and how to launch it. */
+struct dcpk_attn_variant {
+    const char *entry;     ///< Entry point name, e.g. "dcpk_attn__gqa_d128_bf16".
+    uint32_t qk_dim;       ///< Query/key row length it computes.
+    uint32_t v_dim;        ///< Value/output row length.
+    uint32_t shared_kv;    ///< 1: V is read from the K rows (MLA).
+    uint32_t dtype;        ///< enum dcpk_dtype of the cache.
+    uint32_t threads;      ///< Block size (blockDim.x; y = z = 1).
+    uint32_t rows;         ///< Query rows served per KV read (see DCPK_ATTN_VARIANTS).
+    uint32_t tile_tokens;  ///< KV tokens per shared-memory tile.
+    uint32_t smem_bytes;   ///< Dynamic shared memory per block.
+};
+
+#define DCPK_PLUS_ONE_(...) +1
+/** Number of attention entries. */
+#define DCPK_ATTN_VARIANT_COUNT (0u DCPK_ATTN_VARIANTS(DCPK_PLUS_ONE_))
+
+/** Attention entry i (0 <= i < DCPK_ATTN_VARIANT_COUNT), or NULL. */
+static inline const struct dcpk_attn_variant *dcpk_attn_variant_at(uint32_t i)
+{
+#define DCPK_ATTN_ROW_(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize) \
+    {"dcpk_attn__" #layout "_" #dt, qk, v, shared, dtype, threads, rows, tile,       \
+     DCPK_ATTN_SMEM_BYTES(qk, v, shared, esize, threads, rows, tile)},
+    static const struct dcpk_attn_variant table[] = {DCPK_ATTN_VARIANTS(DCPK_ATTN_ROW_)};
+#undef DCPK_ATTN_ROW_
+    return i < DCPK_ATTN_VARIANT_COUNT ? &table[i] : (const struct dcpk_attn_variant *)0;
+}
+
+/**
+ * The attention entry for a call: shared_kv selects MLA (qk 576, v 512), otherwise
+ * qk_dim == v_dim must be 64, 128 or 256. NULL when no entry computes it (the
+ * caller reports the unsupported shape; the CPU backend has no such limit).
+ */
+static inline const struct dcpk_attn_variant *dcpk_attn_variant_find(uint32_t qk_dim, uint32_t v_dim,
+                                                                     uint32_t shared_kv, uint32_t dtype)
+{
+    for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT; i++) {
+        const struct dcpk_attn_variant *v = dcpk_attn_variant_at(i);
+        if (v->qk_dim == qk_dim && v->v_dim == v_dim && v->shared_kv == (shared_kv != 0) &&
+            v->dtype == dtype)
+            return v;
+    }
+    return (const struct dcpk_attn_variant *)0;
+}
+
+/**
+ * head_tile that lets one KV read serve every query row of a sequence with up to
+ * max_q_tokens query tokens: the largest count of heads whose rows fit one pass,
+ * at least 1 and at most heads_per_kv. Any head_tile >= 1 is correct; larger ones
+ * take extra passes over the KV tiles, smaller ones extra blocks.
+ */
+static inline uint32_t dcpk_attn_pick_head_tile(const struct dcpk_attn_variant *v,
+                                                uint32_t heads_per_kv, uint32_t max_q_tokens)
+{
+    const uint32_t q = max_q_tokens ? max_q_tokens : 1u;
+    uint32_t tile = v->rows / q;
+    if (tile < 1u)
+        tile = 1u;
+    return tile < heads_per_kv ? tile : heads_per_kv;
+}
+
+#endif /* DCPK_VARIANTS_H */

@@ -1,0 +1,499 @@
+/*
+ * attn.cuh: paged decode attention (params.h, struct dcpk_attn_params), one block
+ * per work item (split s, KV head k, head tile j, sequence b) of the grid
+ * (num_splits, num_kv_heads * head_tiles, batch); blockIdx.y = k * head_tiles + j.
+ *
+ * A block serves all query rows of its work item (head_tile heads x the sequence's
+ * query tokens, row = token * heads_in_tile + head) in passes of ROWS rows. In a
+ * pass every KV tile (TK tokens, possibly from several pages) is read from global
+ * memory once, with 16-byte cp.async copies double-buffered in shared memory, and
+ * used by all rows of the pass:
+ *   1. scores  S[ROWS][TK] = Q . K^T: each thread owns a 4x4 micro-tile and a 1/KS
+ *              share of the qk reduction (16-byte K chunks, float4 Q pieces), then
+ *              the KS partial sums meet through warp shuffles;
+ *   2. softmax online, in the log2 domain (log2(e) and the softmax scale are folded
+ *              into Q when it is staged), masked per row in local indices: local key
+ *              c is visible to a query at global position p iff
+ *              c < dcpk_local_length(p + 1) (global positions grow with c);
+ *   3. P . V   each thread accumulates OR rows x one 16-byte V chunk in registers.
+ * A row that sees no key of the split (decided from the lengths) gets LSE -inf and
+ * output 0. LSE leaves in natural log: (m2 + log2 l) * ln 2.
+ */
+#ifndef DCPK_ATTN_CUH
+#define DCPK_ATTN_CUH
+
+#include "dcp_kernels/params.h"
+#include "dcp_kernels/placement.h"
+#include "dcp_kernels/variants.h"
+#include "device.cuh"
+
+extern __shared__ __align__(16) unsigned char dcpk_smem[];
+
+namespace dcpk {
+
+/** Compile-time plan of one attention entry (DCPK_ATTN_VARIANTS row). */
+template <int QK, int DV, int SHARED, uint32_t DT, int NT, int ROWS, int TK>
+struct AttnCfg {
+    static constexpr int kQK = QK, kDV = DV, kShared = SHARED, kNT = NT, kRows = ROWS, kTK = TK;
+    static constexpr uint32_t kDtype = DT;
+    static constexpr int kEsize = elem_bytes<DT>();
+    static constexpr int kCE = 16 / kEsize;   // elements per 16-byte chunk
+    static constexpr int kPieces = kCE / 4;   // float4 pieces per chunk
+    static constexpr int kNchK = DCPK_ATTN_CHUNKS(QK, kEsize);
+    static constexpr int kNchV = DCPK_ATTN_CHUNKS(DV, kEsize);
+
+    // Score phase: thread = (row group of 4, token group, qk share ks).
+    static constexpr int kTG = TK / 4;
+    static constexpr int kKS = DCPK_ATTN_KSPLIT(NT, ROWS, TK);
+    static constexpr int kKSteps = (kNchK + kKS - 1) / kKS;
+    static constexpr int kRowK = DCPK_ATTN_KROW_CHUNKS(QK, kEsize, kKS); // chunks per K row in smem
+    static constexpr int kRowV = SHARED ? kRowK : kNchV;                // chunks per V row in smem
+
+    // Softmax phase: kTPR consecutive lanes per row; S rows are kSS floats apart.
+    static constexpr int kTPR = NT / ROWS;
+    static constexpr int kSS = DCPK_ATTN_S_STRIDE(TK);
+
+    // P.V phase: thread = (row group of kOR rows, V chunk); threads past kRG * kDG idle.
+    static constexpr int kDG = kNchV;
+    static constexpr int kRG = NT / kDG < ROWS ? NT / kDG : ROWS;
+    static constexpr int kOR = ROWS / kRG;
+
+    // Shared memory carve-up (bytes), the same arithmetic the host reads in variants.h.
+    static constexpr uint32_t kOffK = 0;
+    static constexpr uint32_t kOffV = kOffK + DCPK_ATTN_SMEM_K(QK, kEsize, NT, ROWS, TK);
+    static constexpr uint32_t kOffQ = kOffV + DCPK_ATTN_SMEM_V(DV, SHARED, kEsize, TK);
+    static constexpr uint32_t kOffS = kOffQ + DCPK_ATTN_SMEM_Q(QK, ROWS);
+    static constexpr uint32_t kOffRows = kOffS + DCPK_ATTN_SMEM_S(ROWS, TK);
+    static constexpr uint32_t kSmem = kOffRows + DCPK_ATTN_SMEM_ROWS(ROWS);
+
+    static_assert(QK * kEsize % 16 == 0 && DV * kEsize % 16 == 0, "rows must be whole 16-byte chunks");
+    static_assert(ROWS % 4 == 0 && TK % 4 == 0, "4x4 score micro-tiles");
+    static_assert(kKS >= 1 && kKS <= 32 && (kKS & (kKS - 1)) == 0, "qk split is a power of two");
+    static_assert((ROWS / 4) * kTG * kKS == NT, "score micro-tiles cover the block");
+    static_assert(kTG * kKS % 32 == 0, "a score row group fills whole warps");
+    static_assert(kKS <= kNchK, "every qk share has work");
+    static_assert(kTPR >= 1 && kTPR <= 32 && (kTPR & (kTPR - 1)) == 0 && NT == ROWS * kTPR,
+                  "softmax lanes per row");
+    static_assert(TK % kTPR == 0, "softmax covers the tile");
+    static_assert(kSS % 4 == 0, "P rows hold whole float4s");
+    static_assert(kDG <= NT && ROWS % kRG == 0, "P.V tiling");
+    static_assert(SHARED ? DV <= QK : kNchK == kNchV, "V shape");
+    static_assert(kSmem == DCPK_ATTN_SMEM_BYTES(QK, DV, SHARED, kEsize, NT, ROWS, TK), "smem plan");
+};
+
+/** Where a work item's rows come from and go to (per block, in registers). */
+struct AttnItem {
+    uint32_t split, kv_head, head0, nheads, q0, nq;
+    int64_t seq_len;
+    uint64_t lo, hi;       // local-index range of this split's keys [lo, hi)
+    const int32_t *pages;  // this sequence's block table row
+};
+
+/** Byte offsets of row r of the query, output and LSE arrays (chunked layout). */
+struct RowAddr {
+    uint64_t q, o, lse;
+};
+
+template <class C>
+class AttnBlock {
+  public:
+    __device__ AttnBlock(const dcpk_attn_params &p, const AttnItem &it) : p_(p), it_(it) {}
+
+    /** Runs every pass of the work item. */
+    __device__ void run()
+    {
+        const uint32_t nrows = it_.nheads * it_.nq;
+        for (uint32_t first = 0; first < nrows; first += C::kRows) {
+            const uint32_t nvalid = min(nrows - first, (uint32_t)C::kRows);
+            pass(first, nvalid);
+        }
+    }
+
+  private:
+    const dcpk_attn_params &p_;
+    const AttnItem &it_;
+
+    // Per-pass softmax state of this thread's softmax row, and its P.V accumulators.
+    float m_run_ = 0.f, l_run_ = 0.f;
+    float acc_[C::kOR][C::kCE];
+
+    __device__ static uint4 *k_tile(int buf)
+    {
+        return reinterpret_cast<uint4 *>(dcpk_smem + C::kOffK) + buf * C::kTK * C::kRowK;
+    }
+    __device__ static uint4 *v_tile(int buf)
+    {
+        if constexpr (C::kShared)
+            return k_tile(buf);
+        else
+            return reinterpret_cast<uint4 *>(dcpk_smem + C::kOffV) + buf * C::kTK * C::kRowV;
+    }
+    __device__ static float *q_smem() { return reinterpret_cast<float *>(dcpk_smem + C::kOffQ); }
+    __device__ static float *s_smem() { return reinterpret_cast<float *>(dcpk_smem + C::kOffS); }
+    __device__ static uint32_t *vis_smem() { return reinterpret_cast<uint32_t *>(dcpk_smem + C::kOffRows); }
+    __device__ static float *alpha_smem() { return reinterpret_cast<float *>(dcpk_smem + C::kOffRows) + C::kRows; }
+    __device__ static float *l_smem() { return reinterpret_cast<float *>(dcpk_smem + C::kOffRows) + 2 * C::kRows; }
+
+    /** Addresses of row `row` (counted over the whole work item). */
+    __device__ RowAddr row_addr(uint32_t row) const
+    {
+        const uint32_t tok = it_.q0 + row / it_.nheads;
+        const uint32_t g = it_.head0 + row % it_.nheads;
+        const uint64_t c = g / p_.heads_per_chunk;
+        const uint64_t in_chunk = (uint64_t)tok * p_.heads_per_chunk + g % p_.heads_per_chunk;
+        RowAddr a;
+        a.q = p_.q + 4 * (c * p_.q_chunk_stride + in_chunk * C::kQK);
+        if (p_.num_splits == 1) {
+            a.o = p_.out + 4 * (c * p_.out_chunk_stride + in_chunk * C::kDV);
+            a.lse = p_.lse + 4 * (c * p_.lse_chunk_stride + in_chunk);
+        } else {
+            const uint64_t rows_per_chunk = (uint64_t)p_.num_q_tokens * p_.heads_per_chunk;
+            a.o = p_.ws_o + 4 * (it_.split * p_.ws_split_stride_o + (c * rows_per_chunk + in_chunk) * C::kDV);
+            a.lse = p_.ws_lse + 4 * (it_.split * p_.ws_split_stride_lse + c * rows_per_chunk + in_chunk);
+        }
+        return a;
+    }
+
+    /** Keys of the split that row `row` sees: [lo, lo + count). */
+    __device__ uint32_t visible_count(uint32_t row) const
+    {
+        const int64_t pos = it_.seq_len - (int64_t)it_.nq + (int64_t)(row / it_.nheads);
+        if (pos < 0)
+            return 0;
+        const uint64_t end = min(it_.hi, dcpk_local_length((uint64_t)pos + 1, p_.rank, p_.group_size, p_.interleave));
+        return end > it_.lo ? (uint32_t)(end - it_.lo) : 0u;
+    }
+
+    /**
+     * Stages the pass's queries in shared memory, scaled by scale * log2(e) (and the
+     * fp8 K scale), in the layout the score loop reads: element d of a row sits at
+     * float4 (d % CE) / 4 * NchK + d / CE, lane d % 4, so the KS lanes that read
+     * consecutive K chunks also read consecutive Q float4s.
+     */
+    __device__ void stage_rows(uint32_t first, uint32_t nvalid)
+    {
+        const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+        const float qscale = p_.scale * kLog2e * (C::kDtype == DCPK_FP8_E4M3 ? p_.kv_scale : 1.f);
+        for (int r = warp; r < C::kRows; r += C::kNT / 32) {
+            float *qs = q_smem() + r * C::kQK;
+            const bool valid = (uint32_t)r < nvalid;
+            const float *q = valid ? reinterpret_cast<const float *>(row_addr(first + r).q) : nullptr;
+            for (int d = lane; d < C::kQK; d += 32) {
+                const int slot = ((d % C::kCE) / 4 * C::kNchK + d / C::kCE) * 4 + d % 4;
+                qs[slot] = valid ? q[d] * qscale : 0.f;
+            }
+        }
+        if (threadIdx.x < C::kRows)
+            vis_smem()[threadIdx.x] = threadIdx.x < nvalid ? visible_count(first + threadIdx.x) : 0u;
+    }
+
+    /** Cache row (in rows of the layer's pages) of local key index c. */
+    __device__ uint64_t key_row(uint32_t c) const
+    {
+        const uint32_t page = (uint32_t)it_.pages[c / p_.block_size];
+        return ((uint64_t)page * p_.num_kv_heads + it_.kv_head) * p_.block_size + c % p_.block_size;
+    }
+
+    /** Issues the cp.async copies of tile `tile` (keys lo + tile * TK ...) into buffer buf. */
+    __device__ void load_tile(uint32_t tile, uint32_t ntok, int buf) const
+    {
+        constexpr int kChunks = C::kTK * C::kNchK;
+        const uint32_t base = (uint32_t)it_.lo + tile * C::kTK;
+        const uint32_t nload = min(ntok - tile * C::kTK, (uint32_t)C::kTK);
+        uint4 *kt = k_tile(buf);
+        uint4 *vt = v_tile(buf);
+#pragma unroll
+        for (int i = 0; i < (kChunks + C::kNT - 1) / C::kNT; i++) {
+            const int idx = threadIdx.x + i * C::kNT;
+            if (kChunks % C::kNT != 0 && idx >= kChunks)
+                break;
+            const int j = idx / C::kNchK, ch = idx % C::kNchK;
+            const bool valid = (uint32_t)j < nload;
+            const uint64_t row = valid ? key_row(base + j) : 0;
+            const char *ksrc = reinterpret_cast<const char *>(p_.k_cache) + (row * C::kQK * C::kEsize + ch * 16);
+            cp_async16(kt + j * C::kRowK + ch, ksrc, valid);
+            if constexpr (!C::kShared) {
+                const char *vsrc = reinterpret_cast<const char *>(p_.v_cache) +
+                                   (row * p_.v_row_stride * C::kEsize + ch * 16);
+                cp_async16(vt + j * C::kRowV + ch, vsrc, valid);
+            }
+        }
+    }
+
+    /** Phase 1: S = Q . K^T for the tile in buffer buf (unscaled keys: fp8 scale is in Q). */
+    __device__ void scores(int buf, uint32_t nvalid) const
+    {
+        const int ks = threadIdx.x % C::kKS;
+        const int tg = (threadIdx.x / C::kKS) % C::kTG;
+        const int rg = threadIdx.x / (C::kKS * C::kTG);
+        if ((uint32_t)rg * 4 >= nvalid) // whole warps: no row of theirs is live
+            return;
+        const uint4 *kt = k_tile(buf);
+        const float4 *q4 = reinterpret_cast<const float4 *>(q_smem()) + rg * 4 * (C::kQK / 4);
+        float acc[4][4];
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                acc[r][j] = 0.f;
+#pragma unroll 1
+        for (int step = 0; step < C::kKSteps; step++) {
+            const int ch = ks + step * C::kKS;
+            if (C::kNchK % C::kKS != 0 && ch >= C::kNchK)
+                break;
+            uint4 kr[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                kr[j] = kt[(tg + C::kTG * j) * C::kRowK + ch];
+#pragma unroll
+            for (int pc = 0; pc < C::kPieces; pc++) {
+                float4 kf[4];
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    kf[j] = unpack4<C::kDtype>(kr[j], pc);
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const float4 q = q4[r * (C::kQK / 4) + pc * C::kNchK + ch];
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        acc[r][j] = fmaf(q.x, kf[j].x, acc[r][j]);
+                        acc[r][j] = fmaf(q.y, kf[j].y, acc[r][j]);
+                        acc[r][j] = fmaf(q.z, kf[j].z, acc[r][j]);
+                        acc[r][j] = fmaf(q.w, kf[j].w, acc[r][j]);
+                    }
+                }
+            }
+        }
+        float *s = s_smem();
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float v = group_sum<C::kKS>(acc[r][j]);
+                if ((r * 4 + j) % C::kKS == ks)
+                    s[(rg * 4 + r) * C::kSS + tg + C::kTG * j] = v;
+            }
+    }
+
+    /**
+     * Phase 2: online softmax of this thread's row over the tile: turns S into
+     * P = exp2(S - m) (0 for keys the row does not see), updates m and l, and
+     * leaves the rescale factor of the row's accumulators in shared memory.
+     */
+    __device__ void softmax(uint32_t tile)
+    {
+        const int row = threadIdx.x / C::kTPR, sub = threadIdx.x % C::kTPR;
+        const uint32_t seen = vis_smem()[row];
+        const uint32_t done = tile * C::kTK;
+        const int vis = seen > done ? (int)min(seen - done, (uint32_t)C::kTK) : 0;
+        float *s = s_smem() + row * C::kSS;
+        float mx = neg_inf();
+#pragma unroll
+        for (int j = 0; j < C::kTK / C::kTPR; j++) {
+            const int t = sub + C::kTPR * j;
+            if (t < vis)
+                mx = fmaxf(mx, s[t]);
+        }
+        mx = group_max<C::kTPR>(mx);
+        const float m_new = fmaxf(m_run_, mx);
+        const bool none = m_new == neg_inf();
+        const float alpha = none ? 1.f : exp2f(m_run_ - m_new);
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < C::kTK / C::kTPR; j++) {
+            const int t = sub + C::kTPR * j;
+            const float pv = t < vis ? exp2f(s[t] - m_new) : 0.f;
+            s[t] = pv;
+            sum += pv;
+        }
+        sum = group_sum<C::kTPR>(sum);
+        l_run_ = l_run_ * alpha + sum;
+        m_run_ = m_new;
+        if (sub == 0)
+            alpha_smem()[row] = alpha;
+    }
+
+    /** Phase 3: acc = acc * alpha + P . V over the tile's first ntile keys. */
+    __device__ void accumulate(int buf, uint32_t ntile, uint32_t nvalid)
+    {
+        const int dg = threadIdx.x % C::kDG, rg = threadIdx.x / C::kDG;
+        if (rg >= C::kRG || (uint32_t)rg * C::kOR >= nvalid)
+            return;
+        const float *alpha = alpha_smem() + rg * C::kOR;
+#pragma unroll
+        for (int r = 0; r < C::kOR; r++) {
+            const float a = alpha[r];
+#pragma unroll
+            for (int e = 0; e < C::kCE; e++)
+                acc_[r][e] *= a;
+        }
+        const uint4 *vt = v_tile(buf) + dg;
+        const float4 *p4 = reinterpret_cast<const float4 *>(s_smem()) + rg * C::kOR * (C::kSS / 4);
+#pragma unroll 1
+        for (uint32_t t4 = 0; t4 < ntile; t4 += 4) {
+            uint4 vr[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                vr[u] = vt[(t4 + u) * C::kRowV];
+            float4 pr[C::kOR];
+#pragma unroll
+            for (int r = 0; r < C::kOR; r++)
+                pr[r] = p4[r * (C::kSS / 4) + t4 / 4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+#pragma unroll
+                for (int pc = 0; pc < C::kPieces; pc++) {
+                    const float4 v = unpack4<C::kDtype>(vr[u], pc);
+#pragma unroll
+                    for (int r = 0; r < C::kOR; r++) {
+                        const float w = u == 0 ? pr[r].x : u == 1 ? pr[r].y : u == 2 ? pr[r].z : pr[r].w;
+                        acc_[r][pc * 4 + 0] = fmaf(w, v.x, acc_[r][pc * 4 + 0]);
+                        acc_[r][pc * 4 + 1] = fmaf(w, v.y, acc_[r][pc * 4 + 1]);
+                        acc_[r][pc * 4 + 2] = fmaf(w, v.z, acc_[r][pc * 4 + 2]);
+                        acc_[r][pc * 4 + 3] = fmaf(w, v.w, acc_[r][pc * 4 + 3]);
+                    }
+                }
+            }
+        }
+    }
+
+    /** Writes the pass's LSEs and outputs; rows that see no key get -inf and 0. */
+    __device__ void finish(uint32_t first, uint32_t nvalid)
+    {
+        const int row = threadIdx.x / C::kTPR, sub = threadIdx.x % C::kTPR;
+        if (sub == 0 && (uint32_t)row < nvalid) {
+            const bool empty = vis_smem()[row] == 0;
+            l_smem()[row] = empty ? 0.f : l_run_;
+            const float lse = empty ? neg_inf() : (m_run_ + log2f(l_run_)) * kLn2;
+            *reinterpret_cast<float *>(row_addr(first + row).lse) = lse;
+        }
+        __syncthreads();
+        const int dg = threadIdx.x % C::kDG, rg = threadIdx.x / C::kDG;
+        if (rg >= C::kRG)
+            return;
+        const float vscale = C::kDtype == DCPK_FP8_E4M3 ? p_.kv_scale : 1.f;
+#pragma unroll
+        for (int r = 0; r < C::kOR; r++) {
+            const uint32_t prow = rg * C::kOR + r;
+            if (prow >= nvalid)
+                break;
+            const float l = l_smem()[prow];
+            const float f = l > 0.f ? vscale / l : 0.f;
+            float *o = reinterpret_cast<float *>(row_addr(first + prow).o) + dg * C::kCE;
+#pragma unroll
+            for (int e = 0; e < C::kCE; e++)
+                o[e] = l > 0.f ? acc_[r][e] * f : 0.f;
+        }
+    }
+
+    /** One pass: rows [first, first + nvalid) of the work item against the split's keys. */
+    __device__ void pass(uint32_t first, uint32_t nvalid)
+    {
+        m_run_ = neg_inf();
+        l_run_ = 0.f;
+#pragma unroll
+        for (int r = 0; r < C::kOR; r++)
+#pragma unroll
+            for (int e = 0; e < C::kCE; e++)
+                acc_[r][e] = 0.f;
+
+        stage_rows(first, nvalid);
+        __syncthreads();
+        // Rows are token-major, so the pass's last row sees the most keys.
+        const uint32_t ntok = vis_smem()[nvalid - 1];
+        const uint32_t ntiles = (ntok + C::kTK - 1) / C::kTK;
+        if (ntiles > 0)
+            load_tile(0, ntok, 0);
+        cp_async_commit();
+        for (uint32_t tile = 0; tile < ntiles; tile++) {
+            const int buf = tile & 1;
+            if (tile + 1 < ntiles)
+                load_tile(tile + 1, ntok, buf ^ 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+            __syncthreads();
+            scores(buf, nvalid);
+            __syncthreads();
+            softmax(tile);
+            __syncthreads();
+            const uint32_t ntile = min(ntok - tile * C::kTK, (uint32_t)C::kTK);
+            accumulate(buf, (ntile + 3) & ~3u, nvalid);
+            __syncthreads();
+        }
+        finish(first, nvalid);
+        __syncthreads();
+    }
+};
+
+/**
+ * True when the launch and params are ones this entry computes: its block size,
+ * shapes and dtype, no zero divisors, and caches the 16-byte copies can read
+ * (a misaligned cp.async would fault and lose the whole context). MLA entries
+ * read V from the K rows, so they also need v_cache == k_cache.
+ */
+template <class C>
+__device__ bool attn_launch_ok(const dcpk_attn_params &p)
+{
+    const bool v_ok = C::kShared ? p.v_cache == p.k_cache && p.v_row_stride == (uint32_t)C::kQK
+                                 : (uint64_t)p.v_row_stride * C::kEsize % 16 == 0 && p.v_row_stride >= (uint32_t)C::kDV;
+    return blockDim.x == C::kNT && blockDim.y == 1 && blockDim.z == 1 && p.qk_dim == (uint32_t)C::kQK &&
+           p.v_dim == (uint32_t)C::kDV && p.dtype == C::kDtype && v_ok && ((p.k_cache | p.v_cache) & 15) == 0 &&
+           p.num_kv_heads != 0 && p.head_tile != 0 && p.block_size != 0 && p.group_size != 0 && p.interleave != 0 &&
+           p.heads_per_chunk != 0 && p.num_splits != 0;
+}
+
+/** Decodes the block's work item; false when the block has none (or a bad launch). */
+template <class C>
+__device__ bool attn_item(const dcpk_attn_params &p, AttnItem &it)
+{
+    if (!attn_launch_ok<C>(p))
+        return false;
+    const uint32_t heads_per_kv = p.num_heads / p.num_kv_heads;
+    const uint32_t head_tiles = (heads_per_kv + p.head_tile - 1) / p.head_tile;
+    if (blockIdx.x >= p.num_splits || blockIdx.z >= p.batch || blockIdx.y >= p.num_kv_heads * head_tiles)
+        return false;
+    it.split = blockIdx.x;
+    it.kv_head = blockIdx.y / head_tiles;
+    const uint32_t tile = blockIdx.y % head_tiles;
+    it.head0 = it.kv_head * heads_per_kv + tile * p.head_tile;
+    it.nheads = min(p.head_tile, heads_per_kv - tile * p.head_tile);
+
+    const int32_t *q_start = reinterpret_cast<const int32_t *>(p.q_start);
+    const int32_t q0 = q_start[blockIdx.z], q1 = q_start[blockIdx.z + 1];
+    if (q1 <= q0 || q0 < 0)
+        return false;
+    it.q0 = (uint32_t)q0;
+    it.nq = (uint32_t)(q1 - q0);
+    it.seq_len = reinterpret_cast<const int32_t *>(p.seq_lens)[blockIdx.z];
+
+    const uint64_t local_len =
+        it.seq_len > 0 ? dcpk_local_length((uint64_t)it.seq_len, p.rank, p.group_size, p.interleave) : 0;
+    const uint64_t pages = (local_len + p.block_size - 1) / p.block_size;
+    const uint64_t per_split = (pages + p.num_splits - 1) / p.num_splits * p.block_size;
+    it.lo = min(it.split * per_split, local_len);
+    it.hi = min(it.lo + per_split, local_len);
+    it.pages = reinterpret_cast<const int32_t *>(p.block_table) + (uint64_t)blockIdx.z * p.max_blocks;
+    return true;
+}
+
+template <class C>
+__device__ __forceinline__ void attn_kernel(const dcpk_attn_params &p)
+{
+    AttnItem it;
+    if (!attn_item<C>(p, it))
+        return;
+    AttnBlock<C> block(p, it);
+    block.run();
+}
+
+} // namespace dcpk
+
+#define DCPK_ATTN_ENTRY(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize)                  \
+    extern "C" __global__ void __launch_bounds__(threads, (threads) <= 128 ? 4 : 1) dcpk_attn__##layout##_##dt(const dcpk_attn_params p) \
+    {                                                                                                  \
+        dcpk::attn_kernel<dcpk::AttnCfg<qk, v, shared, dtype, threads, rows, tile>>(p);                \
+    }
+DCPK_ATTN_VARIANTS(DCPK_ATTN_ENTRY)
+#undef DCPK_ATTN_ENTRY
+
+#endif /* DCPK_ATTN_CUH */

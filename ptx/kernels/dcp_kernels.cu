@@ -1,0 +1,7 @@
+/*
+ * dcp_kernels.cu: the one translation unit nvcc turns into the embedded fatbin.
+ * Every entry point is extern "C", takes its params.h struct by value as its only
+ * argument and uses no CUDA runtime API. The list of entries is variants.h.
+ */
+#include "attn.cuh"
+#include "rows.cuh"

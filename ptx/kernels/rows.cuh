@@ -1,0 +1,167 @@
+/*
+ * rows.cuh: the row-wise kernels (params.h): kv_append, fill, merge, lse_scale and
+ * reduce. One entry each ("dcpk_<family>"), the dtype chosen at run time. Each
+ * block walks the work items of params.h (rows; 1024-element blocks for reduce)
+ * with a grid-stride loop, so any grid is correct; dcpk_<family>_grid() gives one
+ * block per item. Block sizes: DCPK_SIMPLE_KERNELS in variants.h.
+ */
+#ifndef DCPK_ROWS_CUH
+#define DCPK_ROWS_CUH
+
+#include "dcp_kernels/merge.h"
+#include "dcp_kernels/params.h"
+#include "dcp_kernels/variants.h"
+#include "device.cuh"
+
+namespace dcpk {
+
+#define DCPK_BLOCK_OF(name, threads) constexpr int kBlock_##name = threads;
+DCPK_SIMPLE_KERNELS(DCPK_BLOCK_OF)
+#undef DCPK_BLOCK_OF
+
+/** Copies one fp32 row of n values into a cache row of dtype (fp8: times inv_scale). */
+__device__ __forceinline__ void store_row(uint64_t dst, uint64_t dst_idx, const float *src, uint32_t n,
+                                          uint32_t dtype, float inv_scale)
+{
+    const float mul = dtype == DCPK_FP8_E4M3 ? inv_scale : 1.f;
+    for (uint32_t d = threadIdx.x; d < n; d += blockDim.x) {
+        const float v = dtype == DCPK_FP8_E4M3 ? src[d] * mul : src[d];
+        store_as(dst, dst_idx + d, dtype, v);
+    }
+}
+
+/** Element index of (slot, head, 0) in [pages][heads][block_size][row_len] (64-bit). */
+__device__ __forceinline__ uint64_t cache_row_index(uint64_t slot, uint32_t head, uint32_t heads,
+                                                    uint32_t block_size, uint32_t row_len)
+{
+    return ((slot / block_size * heads + head) * block_size + slot % block_size) * row_len;
+}
+
+} // namespace dcpk
+
+/** Work item = (token, kv head): writes its K row and, unless MLA, its V row. */
+extern "C" __global__ void __launch_bounds__(dcpk::kBlock_kv_append) dcpk_kv_append(const dcpk_kv_append_params p)
+{
+    if (p.block_size == 0)
+        return;
+    const int64_t *slots = reinterpret_cast<const int64_t *>(p.slots);
+    const uint64_t items = (uint64_t)p.num_tokens * p.num_kv_heads;
+    for (uint64_t item = dcpk::block_linear(); item < items; item += dcpk::grid_blocks()) {
+        const uint64_t tok = item / p.num_kv_heads;
+        const uint32_t head = (uint32_t)(item % p.num_kv_heads);
+        const int64_t slot = slots[tok];
+        if (slot < 0)
+            continue;
+        const float *k = reinterpret_cast<const float *>(p.k_src) + item * p.k_dim;
+        dcpk::store_row(p.k_cache, dcpk::cache_row_index(slot, head, p.num_kv_heads, p.block_size, p.k_dim), k,
+                        p.k_dim, p.dtype, p.inv_scale);
+        if (p.v_cache != 0) {
+            const float *v = reinterpret_cast<const float *>(p.v_src) + item * p.v_dim;
+            dcpk::store_row(p.v_cache, dcpk::cache_row_index(slot, head, p.num_kv_heads, p.block_size, p.v_dim),
+                            v, p.v_dim, p.dtype, p.inv_scale);
+        }
+    }
+}
+
+/** Work item = row of dst[rows][heads][dim]: amplitude * dcpk_synth_unit, converted. */
+extern "C" __global__ void __launch_bounds__(dcpk::kBlock_fill) dcpk_fill(const dcpk_fill_params p)
+{
+    const uint64_t row_len = (uint64_t)p.heads * p.dim;
+    const uint64_t *keys = reinterpret_cast<const uint64_t *>(p.row_keys);
+    for (uint64_t row = dcpk::block_linear(); row < p.rows; row += dcpk::grid_blocks()) {
+        const uint64_t key = keys ? keys[row] : p.key_base + row;
+        for (uint64_t i = threadIdx.x; i < row_len; i += blockDim.x) {
+            const uint32_t head = (uint32_t)(i / p.dim), d = (uint32_t)(i % p.dim);
+            float v = p.amplitude * dcpk_synth_unit(p.seed, key, p.head_offset + head, d);
+            if (p.dtype == DCPK_FP8_E4M3)
+                v *= p.inv_scale;
+            dcpk::store_as(p.dst, row * row_len + i, p.dtype, v);
+        }
+    }
+}
+
+/**
+ * Work item = row: out = sum over sources of weight * o_s, sources of weight 0
+ * skipped, in source order. Lambda and the weights are computed once per row
+ * (dcpk_merge_lambda / dcpk_merge_weight), the weights a batch at a time.
+ */
+extern "C" __global__ void __launch_bounds__(dcpk::kBlock_merge) dcpk_merge(const dcpk_merge_params p)
+{
+    constexpr uint32_t kBatch = dcpk::kBlock_merge;
+    static __shared__ float weight[kBatch];
+    static __shared__ float lambda;
+    if (p.rows_per_chunk == 0)
+        return;
+    const float *src_lse = reinterpret_cast<const float *>(p.src_lse);
+    const float *src_o = reinterpret_cast<const float *>(p.src_o);
+    for (uint64_t row = dcpk::block_linear(); row < p.rows; row += dcpk::grid_blocks()) {
+        if (threadIdx.x == 0)
+            lambda = dcpk_merge_lambda(src_lse + row, p.n_src, p.src_stride_lse);
+        __syncthreads();
+        const float total = lambda;
+        const uint64_t chunk = row / p.rows_per_chunk, in_chunk = row % p.rows_per_chunk;
+        float *out = reinterpret_cast<float *>(p.out) + chunk * p.out_chunk_stride + in_chunk * p.v_dim;
+        // Batches of sources: the first starts from 0, later ones add to what is there.
+        for (uint32_t s0 = 0; s0 == 0 || s0 < p.n_src; s0 += kBatch) {
+            const uint32_t n = p.n_src > s0 ? min(p.n_src - s0, kBatch) : 0u;
+            if (threadIdx.x < n)
+                weight[threadIdx.x] = dcpk_merge_weight(src_lse[(s0 + threadIdx.x) * p.src_stride_lse + row], total);
+            __syncthreads();
+            for (uint32_t d = threadIdx.x; d < p.v_dim; d += blockDim.x) {
+                float acc = s0 == 0 ? 0.f : out[d];
+                for (uint32_t s = 0; s < n; s++)
+                    if (weight[s] != 0.f)
+                        acc += weight[s] * src_o[(s0 + s) * p.src_stride_o + row * p.v_dim + d];
+                out[d] = acc;
+            }
+            __syncthreads();
+        }
+        if (p.out_lse != 0 && threadIdx.x == 0)
+            reinterpret_cast<float *>(p.out_lse)[chunk * p.out_lse_chunk_stride + in_chunk] = total;
+    }
+}
+
+/**
+ * Work item = row: scales this rank's partial output row by exp(lse_self - Lambda)
+ * (sets it to 0 where that weight is 0) and records Lambda for its own chunk.
+ */
+extern "C" __global__ void __launch_bounds__(dcpk::kBlock_lse_scale) dcpk_lse_scale(const dcpk_lse_scale_params p)
+{
+    static __shared__ float shared_w;
+    const float *lse_all = reinterpret_cast<const float *>(p.lse_all);
+    for (uint64_t row = dcpk::block_linear(); row < p.rows; row += dcpk::grid_blocks()) {
+        if (threadIdx.x == 0) {
+            const float total = dcpk_merge_lambda(lse_all + row, p.n_src, p.rows);
+            shared_w = dcpk_merge_weight(lse_all[(uint64_t)p.self * p.rows + row], total);
+            const uint64_t own_first = (uint64_t)p.own_chunk * p.rows_per_chunk;
+            if (p.out_lse != 0 && row >= own_first && row < own_first + p.rows_per_chunk)
+                reinterpret_cast<float *>(p.out_lse)[row - own_first] = total;
+        }
+        __syncthreads();
+        const float w = shared_w;
+        float *o = reinterpret_cast<float *>(p.o) + row * p.v_dim;
+        for (uint32_t d = threadIdx.x; d < p.v_dim; d += blockDim.x)
+            o[d] = w != 0.f ? o[d] * w : 0.f;
+        __syncthreads();
+    }
+}
+
+/** Work item = 1024-element block of dst: dst[i] = sum of the sources in order. */
+extern "C" __global__ void __launch_bounds__(dcpk::kBlock_reduce) dcpk_reduce(const dcpk_reduce_params p)
+{
+    constexpr uint64_t kItem = 1024;
+    const uint64_t *srcs = reinterpret_cast<const uint64_t *>(p.src_ptrs);
+    float *dst = reinterpret_cast<float *>(p.dst);
+    const uint64_t items = (p.count + kItem - 1) / kItem;
+    for (uint64_t item = dcpk::block_linear(); item < items; item += dcpk::grid_blocks()) {
+        const uint64_t end = min((item + 1) * kItem, p.count);
+        for (uint64_t i = item * kItem + threadIdx.x; i < end; i += blockDim.x) {
+            float acc = 0.f;
+            for (uint32_t s = 0; s < p.n_src; s++)
+                acc += reinterpret_cast<const float *>(srcs[s])[p.src_offset + i];
+            dst[i] = acc;
+        }
+    }
+}
+
+#endif /* DCPK_ROWS_CUH */

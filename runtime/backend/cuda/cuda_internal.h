@@ -1,0 +1,85 @@
+/*
+ * cuda_internal.h: state of the CUDA backend (engine, devices, ranks).
+ */
+#ifndef DCP_CUDA_INTERNAL_H
+#define DCP_CUDA_INTERNAL_H
+
+#include <stdbool.h>
+
+#include "cuda_api.h"
+#include "engine/engine_internal.h"
+#include "modules.h"
+#include "nccl_api.h"
+
+struct rank_group;
+struct dcpk_attn_variant;
+
+enum cuda_comm_mode {
+    CUDA_COMM_VIRTUAL, ///< All ranks on one GPU; collectives are device copies.
+    CUDA_COMM_NCCL,    ///< One GPU per rank; NCCL communicators per DCP group.
+};
+
+/** A GPU this process uses. */
+struct cuda_device {
+    int ordinal;
+    CUdevice dev;
+    CUcontext ctx;               ///< The device's primary context.
+    bool ctx_retained;
+    struct dcp_cuda_device_info info;
+    struct dcp_module *module;   ///< The embedded kernels, loaded into ctx.
+    CUfunction fn[DCPK_KERNEL_COUNT]; ///< One entry per family (attn: the chosen variant).
+    bool vmm;                    ///< KV arena through cuMemAddressReserve/cuMemCreate/cuMemMap.
+};
+
+/** One device allocation (setup time only). */
+struct cuda_alloc {
+    CUdeviceptr addr;
+    bool vmm;
+    size_t reserved;             ///< VMM: bytes of address space.
+    size_t chunk_bytes;          ///< VMM: bytes per physical chunk.
+    uint32_t chunks;             ///< VMM: chunks mapped.
+    CUmemGenericAllocationHandle *handles;
+};
+
+enum {
+    EV_READY,        ///< Producer work of a collective's send buffer is done.
+    EV_DONE,         ///< This rank's part of a collective is done.
+    EV_SYNC,         ///< Marks the end of queued work for polling.
+    CUDA_RANK_EVENTS
+};
+
+/** Event pairs per rank for profiling; when they run out, finished ones are collected. */
+#define CUDA_TIMER_PAIRS 256
+
+struct cuda_rank {
+    struct cuda_device *dev;
+    CUstream compute;            ///< Kernels, copies, virtual collectives.
+    CUstream comm_stream;        ///< NCCL collectives.
+    CUevent events[CUDA_RANK_EVENTS];
+    struct rank_group *group;    ///< Virtual ranks: the group's host rendezvous.
+    CUdeviceptr d_src_ptrs;      ///< Virtual ReduceScatter: device table of member send addresses.
+    uint64_t *h_src_ptrs;        ///< Pinned host copy of that table.
+    bool src_ptrs_valid;
+    ncclComm_t nccl_comm;        ///< NCCL: this rank's communicator in its DCP group.
+    struct cuda_alloc *allocs;
+    size_t num_allocs, cap_allocs;
+    CUevent timer_start[CUDA_TIMER_PAIRS]; ///< Profiling: timing events (engine params.profile).
+    CUevent timer_end[CUDA_TIMER_PAIRS];
+    uint8_t timer_cat[CUDA_TIMER_PAIRS];   ///< enum dcp_prof_cat of each pair in use.
+    uint32_t timers_used;
+};
+
+struct cuda_engine {
+    struct dcp_cuda *cu;
+    struct dcp_nccl *nccl;       ///< NULL unless comm is NCCL and dcp > 1.
+    enum cuda_comm_mode comm;
+    uint32_t world_rank, world_size; ///< From the launcher (1 process: 0, 1).
+    uint32_t num_groups;         ///< DCP groups (tp / dcp).
+    struct rank_group *groups;   ///< Virtual ranks: one per group.
+    ncclUniqueId *ids;           ///< NCCL: one per group.
+    const struct dcpk_attn_variant *attn; ///< The attention entry for this model and dtype.
+    uint32_t num_devices;
+    struct cuda_device *devices;
+};
+
+#endif /* DCP_CUDA_INTERNAL_H */

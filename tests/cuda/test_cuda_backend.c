@@ -1,0 +1,412 @@
+/*
+ * The CUDA backend's whole host path on the test doubles: driver loading, the
+ * real embedded module, pools (VMM and plain), streams, launches, virtual-rank
+ * and NCCL collectives, and fault injection. The doubles run every launch
+ * through the kernels' CPU implementations, so the CUDA engine must produce what
+ * the host engine produces for the same inputs.
+ */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_test_util.h"
+#include "dcp/dcp.h"
+
+struct shape {
+    enum dcp_attention_kind kind;
+    uint32_t tp, dcp, q_heads, kv_heads, head_dim;
+    enum dcp_comm_scheme comm;
+    enum dcp_dtype dtype;
+};
+
+static dcp_deployment *deployment(const struct shape *s, enum dcp_backend_kind backend, double nccl_timeout)
+{
+    struct dcp_config c;
+    dcp_config_defaults(&c);
+    c.model.name = "cuda-test";
+    c.model.attention = s->kind;
+    c.model.num_layers = 2;
+    c.model.num_q_heads = s->q_heads;
+    c.model.num_kv_heads = s->kind == DCP_ATTN_MLA ? 1 : s->kv_heads;
+    c.model.head_dim = s->head_dim;
+    c.model.kv_dtype = s->dtype;
+    c.hardware.gpu = "test";
+    c.hardware.memory_bytes = 1e9;
+    c.hardware.hbm_bandwidth = 1e12;
+    c.hardware.link_bandwidth = 1e11;
+    c.hardware.gpus_per_node = 8;
+    c.parallel.tp = s->tp;
+    c.parallel.dcp = s->dcp;
+    c.parallel.comm = s->comm;
+    c.memory.block_size = 16;
+    c.memory.reserve_bytes = 0;
+    c.workload.context_lengths[0] = 256;
+    c.workload.num_context_lengths = 1;
+    c.runtime.backend = backend;
+    c.runtime.host.threads = 1;
+    if (nccl_timeout > 0)
+        c.runtime.cuda.nccl_timeout_s = nccl_timeout;
+    dcp_diag *d = NULL;
+    dcp_deployment *dep = NULL;
+    assert_int_equal(dcp_diag_create(&d), DCP_OK);
+    int err = dcp_deployment_from_config(&c, d, &dep);
+    dcp_diag_print(d, stderr);
+    dcp_diag_destroy(&d);
+    assert_int_equal(err, DCP_OK);
+    return dep;
+}
+
+static int create(const dcp_deployment *dep, dcp_engine **e)
+{
+    struct dcp_engine_params p;
+    dcp_engine_default_params(&p);
+    p.deployment = dep;
+    p.kv_budget_bytes = 4e6;
+    p.max_batch = 3;
+    p.max_seqs = 3;
+    p.max_query_tokens = 6;
+    p.max_step_tokens = 64;
+    p.max_context = 256;
+    return dcp_engine_create(&p, e);
+}
+
+/* One run: 3 sequences prefilled through append, then a decode step of 2 tokens
+ * each; every rank's output and LSE are returned in host arrays. */
+struct run_io {
+    dcp_engine *e;
+    float *out[8], *lse[8];
+    void *q[8], *k[8], *v[8], *o[8], *l[8];
+    bool decode;
+    uint32_t tokens;
+};
+
+static int rank_fn(dcp_rank *r, void *arg)
+{
+    struct run_io *io = arg;
+    struct dcp_engine_info in;
+    dcp_engine_get_info(io->e, &in);
+    const uint32_t i = dcp_rank_tp_rank(r);
+    uint32_t q0, kv0;
+    dcp_rank_head_offsets(r, &q0, &kv0);
+    const bool mla = in.v_dim != in.qk_dim;
+    for (uint32_t layer = 0; layer < in.num_layers; layer++) {
+        struct dcp_synth_desc d = {.seed = 100 + layer, .row_keys = dcp_rank_step_token_keys(r),
+                                   .rows = io->tokens, .heads = in.kv_heads_per_rank, .dim = in.qk_dim,
+                                   .head_offset = kv0, .amplitude = 1.0f};
+        int err = dcp_rank_fill_synthetic(r, io->k[i], &d);
+        if (!err && !mla) {
+            d.seed += 1000;
+            d.dim = in.v_dim;
+            err = dcp_rank_fill_synthetic(r, io->v[i], &d);
+        }
+        if (!err)
+            err = dcp_rank_append_kv(r, layer, io->k[i], mla ? NULL : io->v[i]);
+        if (err)
+            return err;
+        if (!io->decode)
+            continue;
+        d = (struct dcp_synth_desc){.seed = 7 + layer, .row_keys = dcp_rank_step_token_keys(r),
+                                    .rows = io->tokens, .heads = in.q_heads_per_rank, .dim = in.qk_dim,
+                                    .head_offset = q0, .amplitude = 1.0f};
+        if ((err = dcp_rank_fill_synthetic(r, io->q[i], &d)) ||
+            (err = dcp_rank_attention(r, layer, io->q[i], io->o[i], io->l[i])))
+            return err;
+    }
+    if (!io->decode)
+        return dcp_rank_synchronize(r);
+    const size_t rows = (size_t)io->tokens * in.q_heads_per_rank;
+    int err = dcp_rank_download(r, io->out[i], io->o[i], rows * in.v_dim * sizeof(float));
+    return err ? err : dcp_rank_download(r, io->lse[i], io->l[i], rows * sizeof(float));
+}
+
+static int run_engine(dcp_engine *e, struct run_io *io)
+{
+    struct dcp_engine_info in;
+    dcp_engine_get_info(e, &in);
+    io->e = e;
+    const size_t f = sizeof(float);
+    for (uint32_t i = 0; i < in.tp; i++) {
+        dcp_rank *r = dcp_engine_rank(e, i);
+        int err;
+        if ((err = dcp_rank_alloc(r, 64 * in.kv_heads_per_rank * in.qk_dim * f, &io->k[i])) ||
+            (err = dcp_rank_alloc(r, 64 * in.kv_heads_per_rank * in.v_dim * f, &io->v[i])) ||
+            (err = dcp_rank_alloc(r, 6 * in.q_heads_per_rank * in.qk_dim * f, &io->q[i])) ||
+            (err = dcp_rank_alloc(r, 6 * in.q_heads_per_rank * in.v_dim * f, &io->o[i])) ||
+            (err = dcp_rank_alloc(r, 6 * in.q_heads_per_rank * f, &io->l[i])))
+            return err;
+        io->out[i] = calloc(6 * in.q_heads_per_rank * in.v_dim, f);
+        io->lse[i] = calloc(6 * in.q_heads_per_rank, f);
+    }
+    static const uint32_t lens[3] = {37, 5, 120};
+    uint32_t ids[3], q[3];
+    int err = DCP_OK;
+    for (int s = 0; s < 3 && !err; s++) {
+        err = dcp_seq_create(e, &ids[s]);
+        for (uint32_t done = 0; done < lens[s] && !err; done += q[s]) {
+            q[s] = lens[s] - done < 50 ? lens[s] - done : 50;
+            err = dcp_seq_extend(e, ids[s], q[s]);
+            const struct dcp_batch b = {.num_seqs = 1, .seq_ids = &ids[s], .q_lens = &q[s]};
+            io->tokens = q[s];
+            io->decode = false;
+            if (!err)
+                err = dcp_engine_begin_step(e, &b);
+            if (!err)
+                err = dcp_engine_run(e, rank_fn, io);
+        }
+    }
+    for (int s = 0; s < 3 && !err; s++) {
+        q[s] = 2;
+        err = dcp_seq_extend(e, ids[s], 2);
+    }
+    const struct dcp_batch b = {.num_seqs = 3, .seq_ids = ids, .q_lens = q};
+    io->tokens = 6;
+    io->decode = true;
+    if (!err)
+        err = dcp_engine_begin_step(e, &b);
+    if (!err)
+        err = dcp_engine_run(e, rank_fn, io);
+    return err;
+}
+
+static void free_io(struct run_io *io, uint32_t tp)
+{
+    for (uint32_t i = 0; i < tp; i++) {
+        dcp_rank *r = dcp_engine_rank(io->e, i);
+        dcp_rank_free(r, io->k[i]);
+        dcp_rank_free(r, io->v[i]);
+        dcp_rank_free(r, io->q[i]);
+        dcp_rank_free(r, io->o[i]);
+        dcp_rank_free(r, io->l[i]);
+        free(io->out[i]);
+        free(io->lse[i]);
+    }
+}
+
+/* The CUDA engine (virtual ranks or NCCL) gives the host engine's results. */
+static void check_same_as_host(const struct shape *s, const char *devices)
+{
+    fake_env_reset();
+    fake_env_set("FAKE_CUDA_DEVICES", devices);
+    dcp_deployment *hd = deployment(s, DCP_BACKEND_HOST, 0), *cd = deployment(s, DCP_BACKEND_CUDA, 0);
+    dcp_engine *he = NULL, *ceng = NULL;
+    assert_int_equal(create(hd, &he), DCP_OK);
+    int err = create(cd, &ceng);
+    if (err)
+        fprintf(stderr, "cuda engine: %s: %s\n", dcp_strerror(err), dcp_last_error());
+    assert_int_equal(err, DCP_OK);
+    struct dcp_engine_info in;
+    dcp_engine_get_info(ceng, &in);
+    assert_string_equal(in.backend, "cuda");
+    if (s->dcp > 1)
+        assert_contains(in.backend_detail, atoi(devices) >= (int)s->tp ? "NCCL" : "virtual ranks");
+    struct run_io h = {0}, c = {0};
+    err = run_engine(he, &h);
+    if (err)
+        fprintf(stderr, "host run: %s: %s\n", dcp_strerror(err), dcp_last_error());
+    assert_int_equal(err, DCP_OK);
+    err = run_engine(ceng, &c);
+    if (err)
+        fprintf(stderr, "cuda run: %s: %s\n", dcp_strerror(err), dcp_last_error());
+    assert_int_equal(err, DCP_OK);
+    double worst = 0;
+    for (uint32_t i = 0; i < in.tp; i++) {
+        const size_t rows = 6 * (size_t)in.q_heads_per_rank;
+        for (size_t j = 0; j < rows * in.v_dim; j++) {
+            assert_true(isfinite(c.out[i][j]));
+            worst = fmax(worst, fabs((double)c.out[i][j] - h.out[i][j]));
+        }
+        for (size_t j = 0; j < rows; j++)
+            worst = fmax(worst, fabs((double)c.lse[i][j] - h.lse[i][j]));
+    }
+    assert_true(worst <= 1e-5);
+    free_io(&h, in.tp);
+    free_io(&c, in.tp);
+    dcp_engine_destroy(&he);
+    dcp_engine_destroy(&ceng);
+    dcp_deployment_destroy(&hd);
+    dcp_deployment_destroy(&cd);
+}
+
+static void test_matches_host(void **state)
+{
+    (void)state;
+    if (dcp_embedded_module_count == 0)
+        skip();
+    const struct shape shapes[] = {
+        {DCP_ATTN_MLA, 4, 4, 8, 1, 0, DCP_COMM_A2A, DCP_DTYPE_BF16},
+        {DCP_ATTN_MLA, 4, 2, 8, 1, 0, DCP_COMM_AG_RS, DCP_DTYPE_FP8_E4M3},
+        {DCP_ATTN_GQA, 4, 2, 8, 2, 64, DCP_COMM_AG_RS, DCP_DTYPE_FP16},
+        {DCP_ATTN_GQA, 2, 2, 4, 1, 128, DCP_COMM_A2A, DCP_DTYPE_FP32},
+        {DCP_ATTN_MHA, 2, 1, 4, 4, 128, DCP_COMM_A2A, DCP_DTYPE_BF16},
+    };
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+        check_same_as_host(&shapes[i], "1");  /* virtual ranks */
+        check_same_as_host(&shapes[i], "8");  /* a GPU per rank, NCCL */
+    }
+}
+
+/* Every device allocation of engine creation can fail: each gives DCP_EDEVMEM and
+ * leaves no device memory, stream, event or module behind. */
+static void test_every_allocation_can_fail(void **state)
+{
+    (void)state;
+    if (dcp_embedded_module_count == 0)
+        skip();
+    const struct shape s = {DCP_ATTN_MLA, 2, 2, 4, 1, 0, DCP_COMM_A2A, DCP_DTYPE_BF16};
+    dcp_deployment *dep = deployment(&s, DCP_BACKEND_CUDA, 0);
+    fake_env_reset();
+    dcp_engine *e = NULL;
+    assert_int_equal(create(dep, &e), DCP_OK);
+    void *h = dlopen(fake_cuda_path(), RTLD_NOW | RTLD_NOLOAD);
+    assert_non_null(h);
+    fake_cuda_get_stats_fn stats = (fake_cuda_get_stats_fn)dlsym(h, "fake_cuda_get_stats");
+    assert_non_null(stats);
+    struct fake_cuda_stats st;
+    stats(&st);
+    const unsigned long allocs = st.device_allocs;
+    assert_true(allocs >= 10);
+    dlclose(h);
+    dcp_engine_destroy(&e);
+    for (unsigned long k = 1; k <= allocs; k++) {
+        char v[32];
+        snprintf(v, sizeof(v), "%lu", k);
+        fake_env_set("FAKE_CUDA_FAIL_ALLOC", v);
+        assert_int_equal(create(dep, &e), DCP_EDEVMEM);
+        assert_null(e);
+        assert_contains(dcp_last_error(), "memory");
+    }
+    dcp_deployment_destroy(&dep);
+}
+
+/* The KV arena takes the VMM path when the device supports it, cuMemAlloc otherwise. */
+static void test_vmm_and_plain_arena(void **state)
+{
+    (void)state;
+    if (dcp_embedded_module_count == 0)
+        skip();
+    const struct shape s = {DCP_ATTN_GQA, 2, 2, 4, 1, 64, DCP_COMM_A2A, DCP_DTYPE_BF16};
+    dcp_deployment *dep = deployment(&s, DCP_BACKEND_CUDA, 0);
+    for (int novmm = 0; novmm < 2; novmm++) {
+        fake_env_reset();
+        if (novmm)
+            fake_env_set("FAKE_CUDA_NO_VMM", "1");
+        dcp_engine *e = NULL;
+        assert_int_equal(create(dep, &e), DCP_OK);
+        void *h = dlopen(fake_cuda_path(), RTLD_NOW | RTLD_NOLOAD);
+        fake_cuda_call_count_fn calls = (fake_cuda_call_count_fn)dlsym(h, "fake_cuda_call_count");
+        assert_non_null(calls);
+        if (novmm)
+            assert_int_equal(calls("cuMemAddressReserve"), 0);
+        else
+            assert_int_equal(calls("cuMemAddressReserve"), 2); /* one arena per rank */
+        struct run_io io = {0};
+        assert_int_equal(run_engine(e, &io), DCP_OK);
+        free_io(&io, 2);
+        dlclose(h);
+        dcp_engine_destroy(&e);
+    }
+    dcp_deployment_destroy(&dep);
+}
+
+/* A driver without the cuLibrary API loads the module with cuModuleLoadDataEx. */
+static void test_module_api_fallback(void **state)
+{
+    (void)state;
+    if (dcp_embedded_module_count == 0)
+        skip();
+    const struct shape s = {DCP_ATTN_MLA, 2, 2, 4, 1, 0, DCP_COMM_A2A, DCP_DTYPE_BF16};
+    dcp_deployment *dep = deployment(&s, DCP_BACKEND_CUDA, 0);
+    fake_env_reset();
+    fake_env_set("FAKE_CUDA_NO_LIBRARY_API", "1");
+    dcp_engine *e = NULL;
+    assert_int_equal(create(dep, &e), DCP_OK);
+    struct dcp_engine_info in;
+    dcp_engine_get_info(e, &in);
+    assert_contains(in.backend_detail, "cuModuleLoadDataEx");
+    struct run_io io = {0};
+    assert_int_equal(run_engine(e, &io), DCP_OK);
+    free_io(&io, 2);
+    dcp_engine_destroy(&e);
+    dcp_deployment_destroy(&dep);
+}
+
+/* NCCL faults: an asynchronous error and a hung collective both end in an abort
+ * of the communicator and a clear error, never a hang. */
+static void test_nccl_faults(void **state)
+{
+    (void)state;
+    if (dcp_embedded_module_count == 0)
+        skip();
+    const struct shape s = {DCP_ATTN_MLA, 2, 2, 4, 1, 0, DCP_COMM_A2A, DCP_DTYPE_BF16};
+    dcp_deployment *dep = deployment(&s, DCP_BACKEND_CUDA, 1.0);
+    static const struct {
+        const char *var;
+        int status;
+        const char *message;
+    } faults[] = {
+        {"FAKE_NCCL_ASYNC_ERROR", DCP_ENCCL, "ncclSystemError"},
+        {"FAKE_NCCL_HANG", DCP_ETIMEOUT, "did not complete within"},
+    };
+    for (size_t f = 0; f < 2; f++) {
+        fake_env_reset();
+        fake_env_set("FAKE_CUDA_DEVICES", "2");
+        fake_env_set(faults[f].var, "2");
+        dcp_engine *e = NULL;
+        assert_int_equal(create(dep, &e), DCP_OK);
+        struct run_io io = {0};
+        const int err = run_engine(e, &io);
+        assert_int_equal(err, faults[f].status);
+        assert_contains(dcp_last_error(), faults[f].message);
+        assert_contains(dcp_last_error(), "aborted");
+        free_io(&io, 2);
+        dcp_engine_destroy(&e);
+    }
+    dcp_deployment_destroy(&dep);
+}
+
+/* backend cuda without a usable driver is an error; auto falls back to the host
+ * with a one-line notice; a shape no GPU kernel covers is reported as such. */
+static void test_unavailable(void **state)
+{
+    (void)state;
+    fake_env_reset();
+    const struct shape s = {DCP_ATTN_MLA, 2, 2, 4, 1, 0, DCP_COMM_A2A, DCP_DTYPE_BF16};
+    const char *saved = getenv("DCP_CUDA_LIBRARY");
+    char keep[4096];
+    snprintf(keep, sizeof(keep), "%s", saved ? saved : "");
+    setenv("DCP_CUDA_LIBRARY", "/nonexistent/libcuda.so.1", 1);
+    dcp_deployment *cd = deployment(&s, DCP_BACKEND_CUDA, 0), *ad = deployment(&s, DCP_BACKEND_AUTO, 0);
+    dcp_engine *e = NULL;
+    assert_int_equal(create(cd, &e), DCP_ENODRIVER);
+    assert_int_equal(create(ad, &e), DCP_OK);
+    struct dcp_engine_info in;
+    dcp_engine_get_info(e, &in);
+    assert_string_equal(in.backend, "host");
+    assert_contains(in.backend_notice, "using the host backend");
+    dcp_engine_destroy(&e);
+    setenv("DCP_CUDA_LIBRARY", keep, 1);
+    dcp_deployment_destroy(&cd);
+    dcp_deployment_destroy(&ad);
+
+    if (dcp_embedded_module_count == 0)
+        return;
+    const struct shape odd = {DCP_ATTN_GQA, 2, 1, 4, 2, 48, DCP_COMM_A2A, DCP_DTYPE_BF16};
+    cd = deployment(&odd, DCP_BACKEND_CUDA, 0);
+    assert_int_equal(create(cd, &e), DCP_ENOTSUP);
+    assert_contains(dcp_last_error(), "no GPU attention kernel");
+    dcp_deployment_destroy(&cd);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matches_host),
+        cmocka_unit_test(test_every_allocation_can_fail),
+        cmocka_unit_test(test_vmm_and_plain_arena),
+        cmocka_unit_test(test_module_api_fallback),
+        cmocka_unit_test(test_nccl_faults),
+        cmocka_unit_test(test_unavailable),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,495 @@
+/*
+ * gpu_check: every kernel of the CUDA backend against the float64 oracle on a real
+ * GPU (or, with --quick in CI, on the test doubles), then the time split of a DCP
+ * decode step.
+ *
+ *   gpu_check [--quick] [--backend cuda|host] [--seed N]   correctness sweep
+ *   gpu_check --breakdown [--backend ...]                   profile of a DCP step
+ *
+ * The sweep covers MLA (576/512) and GQA (head_dim 64/128/256), every KV dtype,
+ * 1/2/4/8 virtual ranks (tp = dcp = N on one GPU), both merge schemes, interleave
+ * 1 and 16, q_len 1/2/4, and sequences shorter than N*I (empty shards). Inputs
+ * are generated on the device (dcp_rank_fill_synthetic) and regenerated on the
+ * host for the oracle, rounded through the cache dtype. Every launch kind runs:
+ * kv_append, attention (with split-KV), merge, lse_scale, reduce (virtual
+ * ReduceScatter), fill. Exit: 0 pass, 1 fail, 77 no usable GPU.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dcp/dcp.h"
+#include "oracle.h"
+
+#define MAX_RANKS 8
+#define MAX_SEQS 3
+
+struct sweep_case {
+    enum dcp_attention_kind kind;
+    uint32_t head_dim; /* GQA */
+    enum dcp_dtype dtype;
+    uint32_t n;        /* ranks = tp = dcp */
+    enum dcp_comm_scheme comm;
+    uint32_t interleave;
+    uint32_t q_len;
+};
+
+struct opts {
+    bool quick, breakdown;
+    enum dcp_backend_kind backend;
+    uint64_t seed;
+};
+
+static uint64_t rng_state;
+
+static uint32_t rng_below(uint32_t n)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state % n);
+}
+
+static dcp_deployment *make_deployment(const struct sweep_case *c, const struct opts *o, uint32_t q_heads,
+                                       uint32_t kv_heads)
+{
+    struct dcp_config cfg;
+    dcp_config_defaults(&cfg);
+    cfg.model.name = "gpu-check";
+    cfg.model.attention = c->kind;
+    cfg.model.num_layers = 2;
+    cfg.model.num_q_heads = q_heads;
+    cfg.model.num_kv_heads = kv_heads;
+    cfg.model.head_dim = c->head_dim;
+    cfg.model.kv_dtype = c->dtype;
+    cfg.model.kv_scale = c->dtype == DCP_DTYPE_FP8_E4M3 ? 0.01 : 1.0;
+    cfg.hardware.gpu = "check";
+    cfg.hardware.memory_bytes = 1e9;
+    cfg.hardware.hbm_bandwidth = 1e12;
+    cfg.hardware.link_bandwidth = 1e11;
+    cfg.hardware.gpus_per_node = 8;
+    cfg.parallel.tp = c->n;
+    cfg.parallel.dcp = c->n;
+    cfg.parallel.interleave = c->interleave;
+    cfg.parallel.comm = c->comm;
+    cfg.memory.block_size = 16;
+    cfg.memory.reserve_bytes = 0;
+    cfg.workload.context_lengths[0] = 4096;
+    cfg.workload.num_context_lengths = 1;
+    cfg.workload.q_len = c->q_len;
+    cfg.runtime.backend = o->backend;
+    cfg.runtime.cuda.comm = DCP_CUDA_COMM_VIRTUAL;
+    dcp_diag *d = NULL;
+    dcp_deployment *dep = NULL;
+    if (dcp_diag_create(&d) == DCP_OK && dcp_deployment_from_config(&cfg, d, &dep) != DCP_OK)
+        dcp_diag_print(d, stderr);
+    dcp_diag_destroy(&d);
+    return dep;
+}
+
+/* ---- one case ---------------------------------------------------------------- */
+
+struct case_run {
+    dcp_engine *e;
+    const struct dcp_model_config *model;
+    struct dcp_engine_info in;
+    bool mla;
+    uint32_t tokens;
+    bool attend;
+    void *q[MAX_RANKS], *k[MAX_RANKS], *v[MAX_RANKS], *o[MAX_RANKS], *l[MAX_RANKS];
+    float *out[MAX_RANKS], *lse[MAX_RANKS];
+};
+
+static uint64_t seed_of(uint32_t layer, int tensor) { return 1000003ull * (layer + 1) + (uint64_t)tensor; }
+
+static int rank_fn(dcp_rank *r, void *arg)
+{
+    struct case_run *c = arg;
+    const uint32_t i = dcp_rank_tp_rank(r);
+    uint32_t q0, kv0;
+    dcp_rank_head_offsets(r, &q0, &kv0);
+    const struct dcp_engine_info *in = &c->in;
+    for (uint32_t layer = 0; layer < in->num_layers; layer++) {
+        struct dcp_synth_desc d = {.seed = seed_of(layer, 1), .row_keys = dcp_rank_step_token_keys(r),
+                                   .rows = c->tokens, .heads = in->kv_heads_per_rank, .dim = in->qk_dim,
+                                   .head_offset = kv0, .amplitude = 1.0f};
+        int err = dcp_rank_fill_synthetic(r, c->k[i], &d);
+        if (!err && !c->mla) {
+            d.seed = seed_of(layer, 2);
+            d.dim = in->v_dim;
+            err = dcp_rank_fill_synthetic(r, c->v[i], &d);
+        }
+        if (!err)
+            err = dcp_rank_append_kv(r, layer, c->k[i], c->mla ? NULL : c->v[i]);
+        if (err)
+            return err;
+        if (!c->attend)
+            continue;
+        d = (struct dcp_synth_desc){.seed = seed_of(layer, 0), .row_keys = dcp_rank_step_token_keys(r),
+                                    .rows = c->tokens, .heads = in->q_heads_per_rank, .dim = in->qk_dim,
+                                    .head_offset = q0, .amplitude = 1.0f};
+        if ((err = dcp_rank_fill_synthetic(r, c->q[i], &d)) ||
+            (err = dcp_rank_attention(r, layer, c->q[i], c->o[i], c->l[i])))
+            return err;
+    }
+    if (!c->attend)
+        return dcp_rank_synchronize(r);
+    /* Outputs of the last layer. */
+    const size_t rows = (size_t)c->tokens * in->q_heads_per_rank;
+    int err = dcp_rank_download(r, c->out[i], c->o[i], rows * in->v_dim * sizeof(float));
+    return err ? err : dcp_rank_download(r, c->lse[i], c->l[i], rows * sizeof(float));
+}
+
+/* Dense float64 reference of sequence seq (len tokens, last q_len are the queries)
+ * for the last layer; returns the worst relative L2 error over all heads. */
+static double compare_sequence(const struct case_run *c, const struct sweep_case *sc, uint32_t seq,
+                               uint32_t len, uint32_t tok0, uint32_t q_heads, uint32_t kv_heads, double *lse_err)
+{
+    const struct dcp_engine_info *in = &c->in;
+    const uint32_t layer = in->num_layers - 1, qk = in->qk_dim, vd = in->v_dim;
+    double *k = malloc(sizeof(double) * len * kv_heads * qk);
+    double *v = malloc(sizeof(double) * len * kv_heads * vd);
+    double *q = malloc(sizeof(double) * sc->q_len * q_heads * qk);
+    double *ref = malloc(sizeof(double) * sc->q_len * q_heads * vd);
+    double *ref_lse = malloc(sizeof(double) * sc->q_len * q_heads);
+    double *got = malloc(sizeof(double) * vd);
+    if (!k || !v || !q || !ref || !ref_lse || !got) {
+        free(k), free(v), free(q), free(ref), free(ref_lse), free(got);
+        return INFINITY;
+    }
+    const float scale = (float)c->model->softmax_scale, kv_scale = (float)c->model->kv_scale;
+    for (uint32_t p = 0; p < len; p++) {
+        const uint64_t key = ((uint64_t)seq << 40) | p;
+        for (uint32_t h = 0; h < kv_heads; h++) {
+            for (uint32_t d = 0; d < qk; d++)
+                k[((size_t)p * kv_heads + h) * qk + d] =
+                    dcp_dtype_round(sc->dtype, dcp_synth_value(seed_of(layer, 1), key, h, d), kv_scale);
+            for (uint32_t d = 0; d < vd; d++)
+                v[((size_t)p * kv_heads + h) * vd + d] =
+                    sc->kind == DCP_ATTN_MLA ? k[((size_t)p * kv_heads + h) * qk + d]
+                                             : dcp_dtype_round(sc->dtype,
+                                                               dcp_synth_value(seed_of(layer, 2), key, h, d), kv_scale);
+        }
+    }
+    for (uint32_t t = 0; t < sc->q_len; t++)
+        for (uint32_t h = 0; h < q_heads; h++)
+            for (uint32_t d = 0; d < qk; d++)
+                q[((size_t)t * q_heads + h) * qk + d] =
+                    dcp_synth_value(seed_of(layer, 0), ((uint64_t)seq << 40) | (len - sc->q_len + t), h, d);
+    const struct oracle_attn_shape shape = {
+        .len = len, .q_len = sc->q_len, .heads = q_heads, .kv_heads = kv_heads,
+        .qk_dim = qk, .v_dim = vd, .scale = scale,
+    };
+    oracle_attention(&shape, q, k, v, ref, ref_lse);
+    double worst = 0;
+    *lse_err = 0;
+    for (uint32_t t = 0; t < sc->q_len; t++)
+        for (uint32_t h = 0; h < q_heads; h++) {
+            const uint32_t rank = h / in->q_heads_per_rank, hl = h % in->q_heads_per_rank;
+            const size_t row = (size_t)(tok0 + t) * in->q_heads_per_rank + hl;
+            for (uint32_t d = 0; d < vd; d++)
+                got[d] = c->out[rank][row * vd + d];
+            const double e = oracle_rel_l2(ref + ((size_t)t * q_heads + h) * vd, got, vd);
+            worst = isfinite(e) && e > worst ? e : isfinite(e) ? worst : INFINITY;
+            const double le = fabs(c->lse[rank][row] - ref_lse[(size_t)t * q_heads + h]);
+            *lse_err = isfinite(le) && le > *lse_err ? le : isfinite(le) ? *lse_err : INFINITY;
+        }
+    free(k), free(v), free(q), free(ref), free(ref_lse), free(got);
+    return worst;
+}
+
+struct case_result {
+    double rel_err, lse_err;
+    int status;
+};
+
+static struct case_result run_case(const struct sweep_case *sc, const struct opts *o, bool quick)
+{
+    struct case_result res = {0};
+    /* Two query heads per rank; one KV head, so every rank of the group holds it
+     * (GQA with dcp = tp needs tp / kv_heads divisible by dcp). */
+    const uint32_t q_heads = 2 * sc->n, kv_heads = 1;
+    dcp_deployment *dep = make_deployment(sc, o, q_heads, kv_heads);
+    if (!dep) {
+        res.status = DCP_ECONFIG;
+        return res;
+    }
+    uint32_t lens[MAX_SEQS];
+    const uint32_t cap = quick ? 200 : 2500;
+    lens[0] = 1 + rng_below(sc->n * sc->interleave); /* shorter than one round: empty shards */
+    lens[0] = lens[0] < sc->q_len ? sc->q_len : lens[0];
+    lens[1] = sc->q_len + rng_below(cap);
+    lens[2] = sc->q_len + rng_below(cap);
+    struct dcp_engine_params p;
+    dcp_engine_default_params(&p);
+    p.deployment = dep;
+    p.kv_budget_bytes = 64e6;
+    p.max_batch = MAX_SEQS;
+    p.max_seqs = MAX_SEQS;
+    p.max_query_tokens = MAX_SEQS * sc->q_len;
+    p.max_step_tokens = 512;
+    p.max_context = cap + sc->q_len + 64;
+    struct case_run c = {0};
+    c.mla = sc->kind == DCP_ATTN_MLA;
+    c.model = &dcp_deployment_config(dep)->model;
+    int err = dcp_engine_create(&p, &c.e);
+    if (!err) {
+        dcp_engine_get_info(c.e, &c.in);
+        const size_t f = sizeof(float);
+        for (uint32_t i = 0; i < c.in.tp && !err; i++) {
+            dcp_rank *r = dcp_engine_rank(c.e, i);
+            if ((err = dcp_rank_alloc(r, 512 * c.in.kv_heads_per_rank * c.in.qk_dim * f, &c.k[i])) ||
+                (err = dcp_rank_alloc(r, 512 * c.in.kv_heads_per_rank * c.in.v_dim * f, &c.v[i])) ||
+                (err = dcp_rank_alloc(r, p.max_query_tokens * c.in.q_heads_per_rank * c.in.qk_dim * f, &c.q[i])) ||
+                (err = dcp_rank_alloc(r, p.max_query_tokens * c.in.q_heads_per_rank * c.in.v_dim * f, &c.o[i])) ||
+                (err = dcp_rank_alloc(r, p.max_query_tokens * c.in.q_heads_per_rank * f, &c.l[i])))
+                break;
+            c.out[i] = malloc(p.max_query_tokens * c.in.q_heads_per_rank * c.in.v_dim * f);
+            c.lse[i] = malloc(p.max_query_tokens * c.in.q_heads_per_rank * f);
+        }
+    }
+    uint32_t ids[MAX_SEQS], ql[MAX_SEQS];
+    for (uint32_t s = 0; s < MAX_SEQS && !err; s++) {
+        err = dcp_seq_create(c.e, &ids[s]);
+        /* Prefill all but the queries in uneven chunks through the append path. */
+        for (uint32_t done = 0; done < lens[s] - sc->q_len && !err; done += ql[s]) {
+            ql[s] = 1 + rng_below(400);
+            if (ql[s] > lens[s] - sc->q_len - done)
+                ql[s] = lens[s] - sc->q_len - done;
+            err = dcp_seq_extend(c.e, ids[s], ql[s]);
+            const struct dcp_batch b = {.num_seqs = 1, .seq_ids = &ids[s], .q_lens = &ql[s]};
+            c.tokens = ql[s];
+            c.attend = false;
+            if (!err)
+                err = dcp_engine_begin_step(c.e, &b);
+            if (!err)
+                err = dcp_engine_run(c.e, rank_fn, &c);
+        }
+    }
+    for (uint32_t s = 0; s < MAX_SEQS && !err; s++) {
+        ql[s] = sc->q_len;
+        err = dcp_seq_extend(c.e, ids[s], sc->q_len);
+    }
+    const struct dcp_batch b = {.num_seqs = MAX_SEQS, .seq_ids = ids, .q_lens = ql};
+    c.tokens = MAX_SEQS * sc->q_len;
+    c.attend = true;
+    if (!err)
+        err = dcp_engine_begin_step(c.e, &b);
+    if (!err)
+        err = dcp_engine_run(c.e, rank_fn, &c);
+    res.status = err;
+    if (err)
+        fprintf(stderr, "gpu_check: %s\n", dcp_last_error());
+    for (uint32_t s = 0; s < MAX_SEQS && !err; s++) {
+        double le = 0;
+        const double e = compare_sequence(&c, sc, ids[s], lens[s], s * sc->q_len, q_heads, kv_heads, &le);
+        res.rel_err = e > res.rel_err || !isfinite(e) ? e : res.rel_err;
+        res.lse_err = le > res.lse_err || !isfinite(le) ? le : res.lse_err;
+    }
+    for (uint32_t i = 0; i < MAX_RANKS && c.e; i++) {
+        dcp_rank *r = dcp_engine_rank(c.e, i);
+        if (!r)
+            break;
+        dcp_rank_free(r, c.q[i]);
+        dcp_rank_free(r, c.k[i]);
+        dcp_rank_free(r, c.v[i]);
+        dcp_rank_free(r, c.o[i]);
+        dcp_rank_free(r, c.l[i]);
+        free(c.out[i]);
+        free(c.lse[i]);
+    }
+    dcp_engine_destroy(&c.e);
+    dcp_deployment_destroy(&dep);
+    return res;
+}
+
+static bool unavailable(int status)
+{
+    return status == DCP_ENODRIVER || status == DCP_ESTUBDRIVER || status == DCP_ENODEVICE ||
+           status == DCP_EDRIVERVERSION || status == DCP_ENOTSUP;
+}
+
+static int sweep(const struct opts *o)
+{
+    static const struct {
+        enum dcp_attention_kind kind;
+        uint32_t head_dim;
+        const char *name;
+    } layouts[] = {
+        {DCP_ATTN_MLA, 0, "mla"}, {DCP_ATTN_GQA, 64, "gqa64"}, {DCP_ATTN_GQA, 128, "gqa128"}, {DCP_ATTN_GQA, 256, "gqa256"},
+    };
+    static const enum dcp_dtype dtypes[] = {DCP_DTYPE_BF16, DCP_DTYPE_FP16, DCP_DTYPE_FP8_E4M3, DCP_DTYPE_FP32};
+    static const uint32_t ranks[] = {1, 2, 4, 8};
+    printf("%-7s %-9s %5s %-6s %3s %5s %12s %10s  %s\n", "layout", "kv dtype", "ranks", "comm", "I", "q_len",
+           "max rel err", "max dLSE", "result");
+    int failures = 0, cases = 0;
+    for (size_t li = 0; li < 4; li++)
+        for (size_t di = 0; di < 4; di++)
+            for (size_t ri = 0; ri < 4; ri++) {
+                if (o->quick && (ri == 3 || (di > 0 && li > 0)))
+                    continue;
+                const struct sweep_case sc = {
+                    .kind = layouts[li].kind,
+                    .head_dim = layouts[li].head_dim,
+                    .dtype = dtypes[di],
+                    .n = ranks[ri],
+                    .comm = (li + di + ri) % 2 ? DCP_COMM_AG_RS : DCP_COMM_A2A,
+                    .interleave = (di + ri) % 2 ? 16 : 1,
+                    .q_len = 1u << ((li + ri) % 3),
+                };
+                const struct case_result r = run_case(&sc, o, o->quick);
+                if (r.status && unavailable(r.status) && cases == 0) {
+                    printf("no usable CUDA device: %s (%s)\n", dcp_strerror(r.status), dcp_last_error());
+                    return 77;
+                }
+                const double tol = sc.dtype == DCP_DTYPE_FP32 ? 1e-4 : 1e-2;
+                const bool ok = r.status == DCP_OK && r.rel_err <= tol && isfinite(r.lse_err) && r.lse_err < 1e-2;
+                failures += !ok;
+                cases++;
+                printf("%-7s %-9s %5u %-6s %3u %5u %12.2e %10.2e  %s\n", layouts[li].name, dcp_dtype_name(sc.dtype),
+                       sc.n, dcp_comm_scheme_name(sc.comm), sc.interleave, sc.q_len, r.rel_err, r.lse_err,
+                       ok ? "ok" : r.status ? dcp_strerror(r.status) : "FAIL");
+                fflush(stdout);
+            }
+    printf("correctness: %d of %d cases passed\n", cases - failures, cases);
+    return failures ? 1 : 0;
+}
+
+/* ---- the time split of one DCP decode step ------------------------------------- */
+
+struct breakdown_run {
+    struct case_run c;
+    int reps;
+};
+
+static int breakdown_rank(dcp_rank *r, void *arg)
+{
+    struct breakdown_run *b = arg;
+    const uint32_t i = dcp_rank_tp_rank(r);
+    dcp_rank_reset_profile(r);
+    for (int rep = 0; rep < b->reps; rep++)
+        for (uint32_t layer = 0; layer < b->c.in.num_layers; layer++) {
+            int err = dcp_rank_attention(r, layer, b->c.q[i], b->c.o[i], NULL);
+            if (err)
+                return err;
+        }
+    return dcp_rank_synchronize(r);
+}
+
+static int breakdown(const struct opts *o)
+{
+    /* DeepSeek-V3-like layer at tp 8 / dcp 8 on virtual ranks: 16 heads per rank,
+     * 128 gathered; a batch of 32 requests of 32k tokens. */
+    const uint32_t n = 8, batch = o->quick ? 2 : 32, len = o->quick ? 256 : 32768;
+    struct sweep_case sc = {.kind = DCP_ATTN_MLA, .dtype = DCP_DTYPE_BF16, .n = n, .comm = DCP_COMM_A2A,
+                            .interleave = 1, .q_len = 1};
+    printf("\nDCP step breakdown: MLA 576/512 bf16, %u virtual ranks, 16 heads per rank, batch %u x %u tokens\n",
+           n, batch, len);
+    printf("%-6s %10s %10s %10s %10s %10s %8s\n", "comm", "step ms", "attn ms", "merge ms", "comm ms", "merge %",
+           "comm %");
+    for (int scheme = 0; scheme < 2; scheme++) {
+        sc.comm = scheme ? DCP_COMM_AG_RS : DCP_COMM_A2A;
+        dcp_deployment *dep = make_deployment(&sc, o, 16 * n, 1);
+        struct dcp_engine_params p;
+        dcp_engine_default_params(&p);
+        p.deployment = dep;
+        p.num_layers = 1;
+        p.kv_budget_bytes = (double)batch * (len / n + 64) * 1152 + 64e6;
+        p.max_batch = batch;
+        p.max_seqs = batch;
+        p.max_query_tokens = batch;
+        p.max_step_tokens = 8192;
+        p.max_context = len + 1;
+        p.profile = true;
+        struct breakdown_run b = {.reps = 5};
+        int err = dcp_engine_create(&p, &b.c.e);
+        if (err) {
+            printf("breakdown: %s: %s\n", dcp_strerror(err), dcp_last_error());
+            dcp_deployment_destroy(&dep);
+            return unavailable(err) ? 77 : 1;
+        }
+        dcp_engine_get_info(b.c.e, &b.c.in);
+        b.c.mla = true;
+        for (uint32_t i = 0; i < n && !err; i++) {
+            dcp_rank *r = dcp_engine_rank(b.c.e, i);
+            if ((err = dcp_rank_alloc(r, 8192 * b.c.in.qk_dim * sizeof(float), &b.c.k[i])) ||
+                (err = dcp_rank_alloc(r, batch * 16 * b.c.in.qk_dim * sizeof(float), &b.c.q[i])) ||
+                (err = dcp_rank_alloc(r, batch * 16 * b.c.in.v_dim * sizeof(float), &b.c.o[i])))
+                break;
+        }
+        uint32_t ids[64], ql[64];
+        for (uint32_t s = 0; s < batch && !err; s++) {
+            err = dcp_seq_create(b.c.e, &ids[s]);
+            for (uint32_t done = 0; done < len && !err; done += ql[s]) {
+                ql[s] = len - done < 8192 ? len - done : 8192;
+                err = dcp_seq_extend(b.c.e, ids[s], ql[s]);
+                const struct dcp_batch one = {.num_seqs = 1, .seq_ids = &ids[s], .q_lens = &ql[s]};
+                b.c.tokens = ql[s];
+                b.c.attend = false;
+                if (!err)
+                    err = dcp_engine_begin_step(b.c.e, &one);
+                if (!err)
+                    err = dcp_engine_run(b.c.e, rank_fn, &b.c);
+            }
+        }
+        for (uint32_t s = 0; s < batch; s++)
+            ql[s] = 1;
+        const struct dcp_batch all = {.num_seqs = batch, .seq_ids = ids, .q_lens = ql};
+        if (!err)
+            err = dcp_engine_begin_step(b.c.e, &all);
+        for (uint32_t i = 0; i < n && !err; i++) {
+            const struct dcp_synth_desc d = {.seed = 5, .rows = batch, .heads = 16, .dim = b.c.in.qk_dim,
+                                             .head_offset = 16 * i, .amplitude = 1.0f};
+            err = dcp_rank_fill_synthetic(dcp_engine_rank(b.c.e, i), b.c.q[i], &d);
+        }
+        if (!err)
+            err = dcp_engine_run(b.c.e, breakdown_rank, &b);
+        struct dcp_profile pr = {0};
+        if (!err)
+            err = dcp_rank_get_profile(dcp_engine_rank(b.c.e, 0), &pr);
+        if (err) {
+            printf("breakdown: %s: %s\n", dcp_strerror(err), dcp_last_error());
+        } else {
+            const double step = (pr.attention_seconds + pr.merge_seconds + pr.comm_seconds) / b.reps;
+            printf("%-6s %10.3f %10.3f %10.3f %10.3f %9.1f%% %7.1f%%\n", dcp_comm_scheme_name(sc.comm), step * 1e3,
+                   pr.attention_seconds / b.reps * 1e3, pr.merge_seconds / b.reps * 1e3,
+                   pr.comm_seconds / b.reps * 1e3, 100 * pr.merge_seconds / b.reps / step,
+                   100 * pr.comm_seconds / b.reps / step);
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            dcp_rank *r = dcp_engine_rank(b.c.e, i);
+            dcp_rank_free(r, b.c.k[i]);
+            dcp_rank_free(r, b.c.q[i]);
+            dcp_rank_free(r, b.c.o[i]);
+        }
+        dcp_engine_destroy(&b.c.e);
+        dcp_deployment_destroy(&dep);
+        if (err)
+            return 1;
+    }
+    printf("(rank 0's device time per step from events around each operation; merge = split-KV combine +\n"
+           " DCP merge kernels; comm = Q gather and merge collectives as device copies between virtual ranks)\n");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o = {.backend = DCP_BACKEND_CUDA, .seed = 20261129};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick"))
+            o.quick = true;
+        else if (!strcmp(argv[i], "--breakdown"))
+            o.breakdown = true;
+        else if (!strcmp(argv[i], "--backend") && i + 1 < argc)
+            o.backend = !strcmp(argv[++i], "host") ? DCP_BACKEND_HOST : DCP_BACKEND_CUDA;
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+            o.seed = strtoull(argv[++i], NULL, 0);
+        else {
+            fprintf(stderr, "usage: gpu_check [--quick] [--breakdown] [--backend cuda|host] [--seed N]\n");
+            return 2;
+        }
+    }
+    rng_state = o.seed | 1;
+    return o.breakdown ? breakdown(&o) : sweep(&o);
+}

@@ -1,0 +1,61 @@
+/*
+ * kernel_list.h: what the embedded kernels must contain, for the kernels_build
+ * tests: every entry point of dcp_kernels/variants.h with its block size, and the
+ * SM targets of the build (DCP_KERNEL_ARCHS, the kernel_archs option).
+ */
+#ifndef DCP_TEST_KERNEL_LIST_H
+#define DCP_TEST_KERNEL_LIST_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dcp_kernels/variants.h"
+
+/** One entry point the host will look up. */
+struct kernel_entry {
+    const char *name;
+    uint32_t threads;     ///< Block size it is launched with.
+    uint32_t smem_bytes;  ///< Dynamic shared memory it is launched with.
+};
+
+enum { KERNEL_LIST_MAX = 64, KERNEL_ARCHS_MAX = 16 };
+
+/** Fills list with every entry point; returns the count. */
+static inline size_t kernel_list(struct kernel_entry *list)
+{
+#define SIMPLE_ENTRY(name, threads) {"dcpk_" #name, threads, 0},
+    static const struct kernel_entry simple[] = {DCPK_SIMPLE_KERNELS(SIMPLE_ENTRY)};
+#undef SIMPLE_ENTRY
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof(simple) / sizeof(simple[0]); i++)
+        list[n++] = simple[i];
+    for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT; i++) {
+        const struct dcpk_attn_variant *v = dcpk_attn_variant_at(i);
+        list[n++] = (struct kernel_entry){v->entry, v->threads, v->smem_bytes};
+    }
+    return n;
+}
+
+/** The SM numbers of DCP_KERNEL_ARCHS ("80,90,100"), ascending; returns the count. */
+static inline size_t kernel_archs(unsigned *archs)
+{
+    const char *s = getenv("DCP_KERNEL_ARCHS");
+    size_t n = 0;
+    while (s && *s && n < KERNEL_ARCHS_MAX) {
+        char *end;
+        const unsigned long a = strtoul(s, &end, 10);
+        if (end == s)
+            break;
+        size_t at = n++;
+        while (at > 0 && archs[at - 1] > a) {
+            archs[at] = archs[at - 1];
+            at--;
+        }
+        archs[at] = (unsigned)a;
+        s = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+#endif /* DCP_TEST_KERNEL_LIST_H */

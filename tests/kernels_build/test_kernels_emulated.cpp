@@ -1,0 +1,594 @@
+/*
+ * The CUDA kernels of ptx/kernels, compiled for the host and run through
+ * cuda_emu.h (blocks in order, threads as fibers with exact barriers and warp
+ * shuffles), against float64 references written from params.h alone. No GPU: this
+ * checks the index math, tiling, masking, split and merge logic and the dtype
+ * handling of the very source that nvcc compiles; speed and the hardware
+ * conversion instructions are left to the GPU check.
+ */
+#include "cuda_emu.h"
+
+alignas(16) unsigned char dcpk_smem[256 * 1024];
+
+#include "dcp_kernels.cu"
+extern "C" {
+#include "test_util.h"
+}
+
+#include <algorithm>
+#include <string>
+
+namespace {
+
+/* ---- host-side element codec (CUDA's host conversions) -------------------- */
+
+uint32_t esize(uint32_t dtype)
+{
+    return dcpk_dtype_size(dtype);
+}
+
+/** Value of a stored element (fp8 unscaled). */
+double decode(const unsigned char *base, uint64_t idx, uint32_t dtype)
+{
+    switch (dtype) {
+    case DCPK_BF16: {
+        __nv_bfloat16 h;
+        std::memcpy(&h, base + 2 * idx, 2);
+        return __bfloat162float(h);
+    }
+    case DCPK_FP16: {
+        __half h;
+        std::memcpy(&h, base + 2 * idx, 2);
+        return __half2float(h);
+    }
+    case DCPK_FP8_E4M3: {
+        __nv_fp8_e4m3 f;
+        std::memcpy(&f, base + idx, 1);
+        return (float)f;
+    }
+    default: {
+        float f;
+        std::memcpy(&f, base + 4 * idx, 4);
+        return f;
+    }
+    }
+}
+
+/** Writes a NaN (a value no visible key may have) as element idx. */
+void poison(unsigned char *base, uint64_t idx, uint32_t dtype)
+{
+    static const unsigned char nan_fp32[4] = {0, 0, 0xc0, 0x7f}, nan_16[2] = {0x00, 0x7e}, nan_bf16[2] = {0xc0, 0x7f};
+    switch (dtype) {
+    case DCPK_BF16:
+        std::memcpy(base + 2 * idx, nan_bf16, 2);
+        break;
+    case DCPK_FP16:
+        std::memcpy(base + 2 * idx, nan_16, 2);
+        break;
+    case DCPK_FP8_E4M3:
+        base[idx] = 0x7f;
+        break;
+    default:
+        std::memcpy(base + 4 * idx, nan_fp32, 4);
+        break;
+    }
+}
+
+uint64_t addr(const void *p)
+{
+    return (uint64_t)(uintptr_t)p;
+}
+
+bool close_to(double got, double want, double tol)
+{
+    if (std::isinf(want))
+        return std::isinf(got) && (got < 0) == (want < 0);
+    return std::fabs(got - want) <= tol * (1.0 + std::fabs(want));
+}
+
+/* ---- attention ------------------------------------------------------------- */
+
+struct AttnCase {
+    const char *layout; // "gqa_d64" ... "mla"
+    uint32_t dtype;
+    std::vector<int> seq_lens, q_tokens;
+    uint32_t num_kv_heads, heads_per_kv, chunks;
+    uint32_t rank, group_size, interleave, block_size, head_tile, num_splits;
+};
+
+struct AttnSetup {
+    const dcpk_attn_variant *v;
+    dcpk_attn_params p{};
+    std::vector<int32_t> block_table, seq_lens, q_start;
+    std::vector<unsigned char> k_cache, v_cache;
+    std::vector<float> q, out, lse, ws_o, ws_lse;
+    std::vector<uint64_t> local_len;
+};
+
+/** Builds caches (poisoned wherever no key lives), queries and outputs of a case. */
+void setup_attn(const AttnCase &c, AttnSetup &s, test_rng *rng)
+{
+    const bool mla = std::string(c.layout) == "mla";
+    const uint32_t qk = mla ? 576 : (uint32_t)std::stoul(c.layout + 5), vd = mla ? 512 : qk;
+    s.v = dcpk_attn_variant_find(qk, vd, mla, c.dtype);
+    assert_non_null(s.v);
+    const uint32_t batch = (uint32_t)c.seq_lens.size(), num_heads = c.num_kv_heads * c.heads_per_kv;
+    const uint32_t hpc = num_heads / c.chunks, es = esize(c.dtype);
+    s.seq_lens.assign(c.seq_lens.begin(), c.seq_lens.end());
+    s.q_start.assign(1, 0);
+    for (int n : c.q_tokens)
+        s.q_start.push_back(s.q_start.back() + n);
+    const uint32_t T = (uint32_t)s.q_start.back();
+
+    // Pages: each sequence gets the pages its local length needs, shuffled.
+    uint32_t max_blocks = 1, total_pages = 0;
+    for (uint32_t b = 0; b < batch; b++) {
+        s.local_len.push_back(dcpk_local_length((uint64_t)c.seq_lens[b], c.rank, c.group_size, c.interleave));
+        const uint32_t pages = (uint32_t)((s.local_len[b] + c.block_size - 1) / c.block_size);
+        max_blocks = std::max(max_blocks, pages + 1);
+        total_pages += pages;
+    }
+    total_pages += 2; // spare pages nobody owns
+    std::vector<int32_t> perm(total_pages);
+    for (uint32_t i = 0; i < total_pages; i++)
+        perm[i] = (int32_t)i;
+    for (uint32_t i = total_pages; i > 1; i--)
+        std::swap(perm[i - 1], perm[test_rng_range(rng, 0, i - 1)]);
+    s.block_table.assign((size_t)batch * max_blocks, 0x7fffffff); // unused entries must never be read
+    uint32_t next = 0;
+    for (uint32_t b = 0; b < batch; b++)
+        for (uint64_t i = 0; i * c.block_size < s.local_len[b]; i++)
+            s.block_table[b * max_blocks + i] = perm[next++];
+
+    // Caches: every element NaN, then random values where keys live.
+    const uint64_t page_elems_k = (uint64_t)c.num_kv_heads * c.block_size * qk;
+    const uint64_t page_elems_v = (uint64_t)c.num_kv_heads * c.block_size * vd;
+    s.k_cache.assign(total_pages * page_elems_k * es, 0);
+    s.v_cache.assign(mla ? 0 : total_pages * page_elems_v * es, 0);
+    for (uint64_t i = 0; i < total_pages * page_elems_k; i++)
+        poison(s.k_cache.data(), i, c.dtype);
+    for (uint64_t i = 0; !mla && i < total_pages * page_elems_v; i++)
+        poison(s.v_cache.data(), i, c.dtype);
+    for (uint32_t b = 0; b < batch; b++)
+        for (uint64_t l = 0; l < s.local_len[b]; l++) {
+            const uint64_t page = (uint64_t)s.block_table[b * max_blocks + l / c.block_size];
+            for (uint32_t h = 0; h < c.num_kv_heads; h++) {
+                const uint64_t row = (page * c.num_kv_heads + h) * c.block_size + l % c.block_size;
+                for (uint32_t d = 0; d < qk; d++)
+                    dcpk::store_as(addr(s.k_cache.data()), row * qk + d, c.dtype, (float)(2 * test_rng_unit(rng)));
+                for (uint32_t d = 0; !mla && d < vd; d++)
+                    dcpk::store_as(addr(s.v_cache.data()), row * vd + d, c.dtype, (float)(2 * test_rng_unit(rng)));
+            }
+        }
+
+    // Queries, outputs and workspace with padded chunk strides.
+    const uint64_t rows_per_chunk = (uint64_t)T * hpc;
+    dcpk_attn_params &p = s.p;
+    p.q_chunk_stride = rows_per_chunk * qk + 16;
+    p.out_chunk_stride = rows_per_chunk * vd + 8;
+    p.lse_chunk_stride = rows_per_chunk + 3;
+    p.ws_split_stride_o = c.chunks * rows_per_chunk * vd + 4;
+    p.ws_split_stride_lse = c.chunks * rows_per_chunk + 2;
+    s.q.resize(c.chunks * p.q_chunk_stride);
+    for (float &x : s.q)
+        x = (float)test_rng_unit(rng);
+    s.out.assign(c.chunks * p.out_chunk_stride, 12345.f);
+    s.lse.assign(c.chunks * p.lse_chunk_stride, 12345.f);
+    if (c.num_splits > 1) {
+        s.ws_o.assign(c.num_splits * p.ws_split_stride_o, 12345.f);
+        s.ws_lse.assign(c.num_splits * p.ws_split_stride_lse, 12345.f);
+    }
+
+    p.q = addr(s.q.data());
+    p.k_cache = addr(s.k_cache.data());
+    p.v_cache = mla ? p.k_cache : addr(s.v_cache.data());
+    p.block_table = addr(s.block_table.data());
+    p.seq_lens = addr(s.seq_lens.data());
+    p.q_start = addr(s.q_start.data());
+    p.out = addr(s.out.data());
+    p.lse = addr(s.lse.data());
+    p.ws_o = addr(s.ws_o.data());
+    p.ws_lse = addr(s.ws_lse.data());
+    p.batch = batch;
+    p.num_q_tokens = T;
+    p.num_heads = num_heads;
+    p.heads_per_chunk = hpc;
+    p.num_kv_heads = c.num_kv_heads;
+    p.head_tile = c.head_tile;
+    p.qk_dim = qk;
+    p.v_dim = vd;
+    p.v_row_stride = mla ? qk : vd;
+    p.block_size = c.block_size;
+    p.max_blocks = max_blocks;
+    p.rank = c.rank;
+    p.group_size = c.group_size;
+    p.interleave = c.interleave;
+    p.num_splits = c.num_splits;
+    p.dtype = c.dtype;
+    p.scale = (float)(1.0 / std::sqrt((double)qk));
+    p.kv_scale = c.dtype == DCPK_FP8_E4M3 ? 0.5f : 1.f;
+}
+
+using AttnKernel = void (*)(dcpk_attn_params);
+
+AttnKernel attn_entry(const char *name)
+{
+#define ENTRY(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize) \
+    if (std::strcmp(name, "dcpk_attn__" #layout "_" #dt) == 0)              \
+        return dcpk_attn__##layout##_##dt;
+    DCPK_ATTN_VARIANTS(ENTRY)
+#undef ENTRY
+    return nullptr;
+}
+
+/** Runs the case's attention (and the split merge) through the emulator. */
+void run_attn(const AttnCase &c, AttnSetup &s)
+{
+    const dcpk_attn_params &p = s.p;
+    const uint32_t head_tiles = (c.heads_per_kv + c.head_tile - 1) / c.head_tile;
+    emu::launch(attn_entry(s.v->entry), p, dim3(c.num_splits, c.num_kv_heads * head_tiles, p.batch),
+                dim3(s.v->threads));
+    if (c.num_splits == 1)
+        return;
+    dcpk_merge_params m{};
+    m.src_o = p.ws_o;
+    m.src_lse = p.ws_lse;
+    m.out = p.out;
+    m.out_lse = p.lse;
+    m.src_stride_o = p.ws_split_stride_o;
+    m.src_stride_lse = p.ws_split_stride_lse;
+    m.out_chunk_stride = p.out_chunk_stride;
+    m.out_lse_chunk_stride = p.lse_chunk_stride;
+    m.n_src = c.num_splits;
+    m.rows_per_chunk = p.num_q_tokens * p.heads_per_chunk;
+    m.rows = c.chunks * m.rows_per_chunk;
+    m.v_dim = p.v_dim;
+    emu::launch(dcpk_merge, m, dim3(m.rows), dim3(dcpk::kBlock_merge));
+}
+
+/** float64 attention of one query row (b, t, g) from params.h's definitions. */
+void reference_row(const AttnSetup &s, uint32_t b, uint32_t t, uint32_t g, std::vector<double> &o, double &lse)
+{
+    const dcpk_attn_params &p = s.p;
+    const uint32_t hpk = p.num_heads / p.num_kv_heads, kvh = g / hpk;
+    const uint32_t c = g / p.heads_per_chunk, h = g % p.heads_per_chunk;
+    const float *q = s.q.data() + c * p.q_chunk_stride + ((uint64_t)t * p.heads_per_chunk + h) * p.qk_dim;
+    const int64_t nq = s.q_start[b + 1] - s.q_start[b];
+    const int64_t pos = s.seq_lens[b] - nq + (t - s.q_start[b]);
+    const double kscale = p.dtype == DCPK_FP8_E4M3 ? p.kv_scale : 1.0;
+    std::vector<double> scores;
+    std::vector<uint64_t> rows;
+    for (uint64_t l = 0; l < s.local_len[b]; l++) {
+        if ((int64_t)dcpk_global_position(l, p.rank, p.group_size, p.interleave) > pos)
+            continue;
+        const uint64_t page = (uint64_t)s.block_table[b * p.max_blocks + l / p.block_size];
+        const uint64_t row = (page * p.num_kv_heads + kvh) * p.block_size + l % p.block_size;
+        double dot = 0;
+        for (uint32_t d = 0; d < p.qk_dim; d++)
+            dot += (double)q[d] * decode(s.k_cache.data(), row * p.qk_dim + d, p.dtype) * kscale;
+        scores.push_back(dot * p.scale);
+        rows.push_back(row);
+    }
+    o.assign(p.v_dim, 0.0);
+    if (scores.empty()) {
+        lse = -INFINITY;
+        return;
+    }
+    const double m = *std::max_element(scores.begin(), scores.end());
+    double sum = 0;
+    for (double x : scores)
+        sum += std::exp(x - m);
+    lse = m + std::log(sum);
+    const unsigned char *vbase = p.v_cache == p.k_cache ? s.k_cache.data() : s.v_cache.data();
+    for (size_t i = 0; i < scores.size(); i++) {
+        const double w = std::exp(scores[i] - lse);
+        for (uint32_t d = 0; d < p.v_dim; d++)
+            o[d] += w * decode(vbase, rows[i] * p.v_row_stride + d, p.dtype) * kscale;
+    }
+}
+
+/** Compares every output row and LSE with the reference; counts rows with no key. */
+void check_attn(const AttnCase &c, const AttnSetup &s)
+{
+    const dcpk_attn_params &p = s.p;
+    std::vector<double> ref;
+    double ref_lse;
+    uint32_t empty = 0;
+    for (uint32_t b = 0; b < p.batch; b++)
+        for (uint32_t t = (uint32_t)s.q_start[b]; t < (uint32_t)s.q_start[b + 1]; t++)
+            for (uint32_t g = 0; g < p.num_heads; g++) {
+                reference_row(s, b, t, g, ref, ref_lse);
+                empty += std::isinf(ref_lse);
+                const uint32_t ch = g / p.heads_per_chunk, h = g % p.heads_per_chunk;
+                const uint64_t in_chunk = (uint64_t)t * p.heads_per_chunk + h;
+                const float got_lse = s.lse[ch * p.lse_chunk_stride + in_chunk];
+                if (!close_to(got_lse, ref_lse, 2e-5))
+                    fail_msg("%s/%u: LSE of (seq %u, token %u, head %u) = %.7g, want %.7g", s.v->entry,
+                             c.num_splits, b, t, g, got_lse, ref_lse);
+                const float *o = s.out.data() + ch * p.out_chunk_stride + in_chunk * p.v_dim;
+                for (uint32_t d = 0; d < p.v_dim; d++)
+                    if (!close_to(o[d], ref[d], 2e-5))
+                        fail_msg("%s/%u: out[%u] of (seq %u, token %u, head %u) = %.7g, want %.7g", s.v->entry,
+                                 c.num_splits, d, b, t, g, o[d], ref[d]);
+            }
+    print_message("%-30s splits %u: %u rows (%u without keys) match\n", s.v->entry, c.num_splits,
+                  p.num_q_tokens * p.num_heads, empty);
+}
+
+void attn_case(const AttnCase &c)
+{
+    test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ std::hash<std::string>()(c.layout) ^ c.dtype);
+    AttnSetup s;
+    setup_attn(c, s, &rng);
+    run_attn(c, s);
+    check_attn(c, s);
+}
+
+/*
+ * Every entry once on a small shape: 2 KV heads (MLA 1) x 4 heads, two DCP chunks,
+ * rank 1 of 2 with interleave 2, pages of 8 (tiles span pages), a 1-token and a
+ * 3-token sequence (causal mask over global positions), head tiles of 3 (the last
+ * partial).
+ */
+void test_every_entry_small(void **state)
+{
+    (void)state;
+    for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT; i++) {
+        const dcpk_attn_variant *v = dcpk_attn_variant_at(i);
+        const char *layout = v->shared_kv ? "mla" : v->qk_dim == 64 ? "gqa_d64" : v->qk_dim == 128 ? "gqa_d128" : "gqa_d256";
+        attn_case({layout, v->dtype, {2, 45}, {1, 3}, v->shared_kv ? 1u : 2u, 4, 2, 1, 2, 2, 8, 3, 1});
+    }
+}
+
+/* Splits, empty shards and rows that see no key, many passes, pages of one token. */
+void test_gqa_shapes(void **state)
+{
+    (void)state;
+    // Rank 1 of 2 with interleave 2: sequence 1 has no key here; splits merged by dcpk_merge.
+    attn_case({"gqa_d64", DCPK_BF16, {1, 37, 100}, {1, 3, 2}, 2, 5, 2, 1, 2, 2, 8, 3, 1});
+    attn_case({"gqa_d64", DCPK_BF16, {1, 37, 100}, {1, 3, 2}, 2, 5, 2, 1, 2, 2, 8, 3, 3});
+    // 8 heads x 3 tokens = 24 rows: two passes of a 16-row entry; fp8 scales.
+    attn_case({"gqa_d128", DCPK_FP8_E4M3, {50, 130}, {3, 1}, 1, 8, 1, 0, 1, 1, 16, 8, 2});
+    // Rank 2 of 4: the first query token of sequence 0 sees no key on this rank.
+    attn_case({"gqa_d256", DCPK_FP16, {3, 70}, {2, 1}, 2, 2, 4, 2, 4, 1, 32, 2, 1});
+    // MHA, pages of one token, more splits than some sequences have pages.
+    attn_case({"gqa_d128", DCPK_FP32, {40, 3}, {1, 1}, 4, 1, 1, 0, 1, 1, 1, 1, 4});
+}
+
+void test_mla_shapes(void **state)
+{
+    (void)state;
+    // 40 heads in tiles of 32 (+8), 2 tokens: 64 rows = two passes; two DCP chunks; splits.
+    attn_case({"mla", DCPK_BF16, {20, 90}, {2, 1}, 1, 40, 2, 1, 2, 4, 16, 32, 2});
+    attn_case({"mla", DCPK_FP8_E4M3, {33}, {1}, 1, 16, 1, 0, 1, 1, 64, 16, 1});
+}
+
+/* ---- merge and lse_scale edge cases --------------------------------------- */
+
+/* Rows whose LSEs are all -inf, mixed with NaN/+inf, or ordinary. */
+const float kLseRows[][3] = {
+    {-INFINITY, -INFINITY, -INFINITY},
+    {NAN, 1.5f, -INFINITY},
+    {INFINITY, -2.f, 0.25f},
+    {3.f, 2.f, -1.f},
+};
+
+double ref_lambda(const float *lse, int n)
+{
+    double m = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (std::isfinite(lse[i]))
+            m = std::max(m, (double)lse[i]);
+    if (std::isinf(m))
+        return -INFINITY;
+    double s = 0;
+    for (int i = 0; i < n; i++)
+        if (std::isfinite(lse[i]))
+            s += std::exp(lse[i] - m);
+    return m + std::log(s);
+}
+
+void test_merge_edge_cases(void **state)
+{
+    (void)state;
+    const uint32_t rows = 4, n = 3, vd = 300;
+    std::vector<float> o(n * rows * vd), lse(n * rows), out(2 * 1000, 7.f), out_lse(2 * 10, 7.f);
+    for (uint32_t s = 0; s < n; s++)
+        for (uint32_t r = 0; r < rows; r++) {
+            lse[s * rows + r] = kLseRows[r][s];
+            for (uint32_t d = 0; d < vd; d++)
+                // A source whose LSE is -inf/NaN carries NaN: it must not leak.
+                o[(s * rows + r) * vd + d] = std::isfinite(kLseRows[r][s]) ? (float)(s + 1) * (d + 1) : NAN;
+        }
+    dcpk_merge_params m{};
+    m.src_o = addr(o.data());
+    m.src_lse = addr(lse.data());
+    m.out = addr(out.data());
+    m.out_lse = addr(out_lse.data());
+    m.src_stride_o = rows * vd;
+    m.src_stride_lse = rows;
+    m.out_chunk_stride = 1000;
+    m.out_lse_chunk_stride = 10;
+    m.n_src = n;
+    m.rows = rows;
+    m.rows_per_chunk = 2;
+    m.v_dim = vd;
+    emu::launch(dcpk_merge, m, dim3(2), dim3(dcpk::kBlock_merge)); // fewer blocks than rows: grid-stride
+    for (uint32_t r = 0; r < rows; r++) {
+        const double lam = ref_lambda(kLseRows[r], n);
+        assert_true(close_to(out_lse[(r / 2) * 10 + r % 2], lam, 1e-6));
+        for (uint32_t d = 0; d < vd; d++) {
+            double want = 0;
+            for (uint32_t s = 0; s < n; s++)
+                if (std::isfinite(kLseRows[r][s]))
+                    want += std::exp(kLseRows[r][s] - lam) * (s + 1) * (d + 1);
+            const float got = out[(r / 2) * 1000 + (r % 2) * vd + d];
+            if (!close_to(got, want, 1e-6))
+                fail_msg("merge row %u [%u] = %g, want %g", r, d, got, want);
+        }
+    }
+}
+
+void test_lse_scale(void **state)
+{
+    (void)state;
+    const uint32_t rows = 4, n = 3, vd = 130, self = 1;
+    std::vector<float> lse(n * rows), o(rows * vd, 2.f), out_lse(2, 7.f);
+    for (uint32_t s = 0; s < n; s++)
+        for (uint32_t r = 0; r < rows; r++)
+            lse[s * rows + r] = kLseRows[r][s];
+    o[1 * vd + 5] = NAN; // row 1's own LSE is 1.5: the NaN stays (it is real data)
+    o[0 * vd + 3] = NAN; // row 0's weight is 0: the row becomes 0, NaN included
+    dcpk_lse_scale_params p{};
+    p.lse_all = addr(lse.data());
+    p.o = addr(o.data());
+    p.out_lse = addr(out_lse.data());
+    p.n_src = n;
+    p.self = self;
+    p.rows = rows;
+    p.rows_per_chunk = 2;
+    p.own_chunk = 1;
+    p.v_dim = vd;
+    emu::launch(dcpk_lse_scale, p, dim3(rows), dim3(dcpk::kBlock_lse_scale));
+    for (uint32_t r = 0; r < rows; r++) {
+        const double lam = ref_lambda(kLseRows[r], n);
+        const double w = std::isfinite(kLseRows[r][self]) && !std::isinf(lam) ? std::exp(kLseRows[r][self] - lam) : 0;
+        for (uint32_t d = 0; d < vd; d++) {
+            if (r == 1 && d == 5) {
+                assert_true(std::isnan(o[r * vd + d]));
+                continue;
+            }
+            if (!close_to(o[r * vd + d], 2 * w, 1e-6))
+                fail_msg("lse_scale row %u [%u] = %g, want %g", r, d, o[r * vd + d], 2 * w);
+        }
+        if (r >= 2)
+            assert_true(close_to(out_lse[r - 2], lam, 1e-6));
+    }
+}
+
+/* ---- kv_append, fill, reduce ------------------------------------------------ */
+
+void test_kv_append(void **state)
+{
+    (void)state;
+    const uint32_t dtypes[] = {DCPK_FP32, DCPK_BF16, DCPK_FP16, DCPK_FP8_E4M3};
+    for (uint32_t dtype : dtypes) {
+        const uint32_t tokens = 5, heads = 2, kd = 40, vd = 24, bs = 4, pages = 6, es = esize(dtype);
+        std::vector<float> k(tokens * heads * kd), v(tokens * heads * vd);
+        for (size_t i = 0; i < k.size(); i++)
+            k[i] = (float)(i % 17) * 0.37f - 3.f + (i == 7 ? 1e4f : 0.f); // one beyond fp8 range
+        for (size_t i = 0; i < v.size(); i++)
+            v[i] = (float)(i % 13) * -0.21f + 1.f;
+        const int64_t slots[tokens] = {5, -1, 23, 0, 14};
+        std::vector<unsigned char> kc(pages * heads * bs * kd * es, 0xAB), vc(pages * heads * bs * vd * es, 0xAB);
+        dcpk_kv_append_params p{};
+        p.k_cache = addr(kc.data());
+        p.v_cache = addr(vc.data());
+        p.k_src = addr(k.data());
+        p.v_src = addr(v.data());
+        p.slots = addr(slots);
+        p.num_tokens = tokens;
+        p.num_kv_heads = heads;
+        p.k_dim = kd;
+        p.v_dim = vd;
+        p.block_size = bs;
+        p.dtype = dtype;
+        p.inv_scale = dtype == DCPK_FP8_E4M3 ? 4.f : 1.f;
+        emu::launch(dcpk_kv_append, p, dim3(3), dim3(dcpk::kBlock_kv_append));
+        const double tol = dtype == DCPK_FP32 ? 0 : dtype == DCPK_FP8_E4M3 ? 1.0 / 16 : 1.0 / 256;
+        std::vector<bool> k_written(kc.size()), v_written(vc.size());
+        for (uint32_t t = 0; t < tokens; t++)
+            for (uint32_t h = 0; h < heads && slots[t] >= 0; h++) {
+                const uint64_t s = (uint64_t)slots[t], row = (s / bs * heads + h) * bs + s % bs;
+                for (uint32_t d = 0; d < kd; d++) {
+                    double want = k[(t * heads + h) * kd + d] * p.inv_scale;
+                    if (dtype == DCPK_FP8_E4M3)
+                        want = std::min(std::max(want, -448.0), 448.0);
+                    assert_true(close_to(decode(kc.data(), row * kd + d, dtype), want, tol));
+                }
+                for (uint32_t d = 0; d < vd; d++)
+                    assert_true(close_to(decode(vc.data(), row * vd + d, dtype),
+                                         v[(t * heads + h) * vd + d] * p.inv_scale, tol));
+                std::fill_n(k_written.begin() + row * kd * es, kd * es, true);
+                std::fill_n(v_written.begin() + row * vd * es, vd * es, true);
+            }
+        // Slot -1 and every slot not appended to are untouched.
+        for (size_t i = 0; i < kc.size(); i++)
+            assert_true(k_written[i] || kc[i] == 0xAB);
+        for (size_t i = 0; i < vc.size(); i++)
+            assert_true(v_written[i] || vc[i] == 0xAB);
+    }
+}
+
+void test_fill(void **state)
+{
+    (void)state;
+    const uint32_t rows = 3, heads = 2, dim = 70;
+    const uint64_t keys[rows] = {9, 1ull << 40, 3};
+    for (int use_keys = 0; use_keys < 2; use_keys++) {
+        std::vector<float> dst(rows * heads * dim, 0.f);
+        dcpk_fill_params p{};
+        p.dst = addr(dst.data());
+        p.row_keys = use_keys ? addr(keys) : 0;
+        p.key_base = 100;
+        p.seed = 42;
+        p.rows = rows;
+        p.heads = heads;
+        p.dim = dim;
+        p.head_offset = 5;
+        p.dtype = DCPK_FP32;
+        p.amplitude = 0.75f;
+        emu::launch(dcpk_fill, p, dim3(rows), dim3(dcpk::kBlock_fill));
+        for (uint32_t r = 0; r < rows; r++)
+            for (uint32_t h = 0; h < heads; h++)
+                for (uint32_t d = 0; d < dim; d++) {
+                    const uint64_t key = use_keys ? keys[r] : 100 + r;
+                    assert_true(dst[(r * heads + h) * dim + d] == 0.75f * dcpk_synth_unit(42, key, 5 + h, d));
+                }
+    }
+}
+
+void test_reduce(void **state)
+{
+    (void)state;
+    const uint64_t count = 2500, offset = 3;
+    std::vector<float> a(count + offset), b(count + offset), c(count + offset), dst(count, 0.f);
+    for (uint64_t i = 0; i < count + offset; i++) {
+        a[i] = 1e8f * (float)(i % 3);
+        b[i] = 1.f + (float)i;
+        c[i] = -1e8f * (float)(i % 3);
+    }
+    const uint64_t ptrs[3] = {addr(a.data()), addr(b.data()), addr(c.data())};
+    dcpk_reduce_params p{};
+    p.dst = addr(dst.data());
+    p.src_ptrs = addr(ptrs);
+    p.src_offset = offset;
+    p.count = count;
+    p.n_src = 3;
+    emu::launch(dcpk_reduce, p, dim3(3), dim3(dcpk::kBlock_reduce));
+    for (uint64_t i = 0; i < count; i++) {
+        float want = 0.f; // in source order, as the CPU kernel sums
+        want += a[offset + i];
+        want += b[offset + i];
+        want += c[offset + i];
+        assert_true(dst[i] == want);
+    }
+}
+
+} // namespace
+
+int main()
+{
+    const CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_entry_small),
+        cmocka_unit_test(test_gqa_shapes),
+        cmocka_unit_test(test_mla_shapes),
+        cmocka_unit_test(test_merge_edge_cases),
+        cmocka_unit_test(test_lse_scale),
+        cmocka_unit_test(test_kv_append),
+        cmocka_unit_test(test_fill),
+        cmocka_unit_test(test_reduce),
+    };
+    return cmocka_run_group_tests(tests, nullptr, nullptr);
+}

@@ -1,0 +1,97 @@
+/*
+ * dcp_kernels/variants.h, the host's view of the attention entries: the names
+ * follow the documented scheme, the lookup finds exactly the supported shapes,
+ * head_tile picking stays within its bounds and the shared-memory plan adds up.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "dcp_kernels/variants.h"
+#include "test_util.h"
+
+/* enum dcpk_dtype -> suffix, as dcp_dtype_name() spells the dtypes. */
+static const char *const dtype_names[] = {"fp32", "bf16", "fp16", "fp8_e4m3"};
+
+static void test_names_follow_the_scheme(void **state)
+{
+    (void)state;
+    assert_int_equal(DCPK_ATTN_VARIANT_COUNT, 16);
+    for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT; i++) {
+        const struct dcpk_attn_variant *v = dcpk_attn_variant_at(i);
+        char want[64];
+        if (v->shared_kv)
+            snprintf(want, sizeof(want), "dcpk_attn__mla_%s", dtype_names[v->dtype]);
+        else
+            snprintf(want, sizeof(want), "dcpk_attn__gqa_d%u_%s", v->qk_dim, dtype_names[v->dtype]);
+        assert_string_equal(v->entry, want);
+    }
+    assert_null(dcpk_attn_variant_at(DCPK_ATTN_VARIANT_COUNT));
+}
+
+static void test_find_supported_shapes_only(void **state)
+{
+    (void)state;
+    static const uint32_t dims[] = {64, 128, 256};
+    for (uint32_t dt = DCPK_FP32; dt <= DCPK_FP8_E4M3; dt++) {
+        for (size_t i = 0; i < sizeof(dims) / sizeof(dims[0]); i++) {
+            const struct dcpk_attn_variant *v = dcpk_attn_variant_find(dims[i], dims[i], 0, dt);
+            assert_non_null(v);
+            assert_int_equal(v->qk_dim, dims[i]);
+            assert_int_equal(v->dtype, dt);
+            assert_false(v->shared_kv);
+        }
+        const struct dcpk_attn_variant *mla = dcpk_attn_variant_find(576, 512, 1, dt);
+        assert_non_null(mla);
+        assert_true(mla->shared_kv);
+        assert_null(dcpk_attn_variant_find(576, 512, 0, dt)); /* MLA shape with separate V */
+        assert_null(dcpk_attn_variant_find(128, 128, 1, dt));
+        assert_null(dcpk_attn_variant_find(96, 96, 0, dt));
+        assert_null(dcpk_attn_variant_find(128, 64, 0, dt));
+    }
+    assert_null(dcpk_attn_variant_find(128, 128, 0, 4));
+}
+
+static void test_pick_head_tile(void **state)
+{
+    (void)state;
+    const struct dcpk_attn_variant *gqa = dcpk_attn_variant_find(128, 128, 0, DCPK_BF16);
+    const struct dcpk_attn_variant *mla = dcpk_attn_variant_find(576, 512, 1, DCPK_BF16);
+    assert_int_equal(dcpk_attn_pick_head_tile(gqa, 8, 1), 8);    /* all heads of a KV head */
+    assert_int_equal(dcpk_attn_pick_head_tile(gqa, 8, 2), 8);    /* 16 rows fit one pass */
+    assert_int_equal(dcpk_attn_pick_head_tile(gqa, 8, 3), 5);    /* 15 rows */
+    assert_int_equal(dcpk_attn_pick_head_tile(gqa, 8, 40), 1);   /* never 0 */
+    assert_int_equal(dcpk_attn_pick_head_tile(gqa, 1, 0), 1);    /* MHA */
+    assert_int_equal(dcpk_attn_pick_head_tile(mla, 128, 1), 32); /* tiles of the 128 heads */
+    assert_int_equal(dcpk_attn_pick_head_tile(mla, 16, 1), 16);
+}
+
+static void test_shared_memory_plan(void **state)
+{
+    (void)state;
+    for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT; i++) {
+        const struct dcpk_attn_variant *v = dcpk_attn_variant_at(i);
+        const uint32_t es = dcpk_dtype_size(v->dtype);
+        const uint32_t ks = DCPK_ATTN_KSPLIT(v->threads, v->rows, v->tile_tokens);
+        /* K rows padded to a stride congruent to the qk split mod 8, never by a whole bank cycle. */
+        const uint32_t krow = DCPK_ATTN_KROW_CHUNKS(v->qk_dim, es, ks);
+        assert_int_equal(krow % 8, ks % 8);
+        assert_true(krow >= v->qk_dim * es / 16 && krow < v->qk_dim * es / 16 + 8);
+        const uint32_t want = 2 * v->tile_tokens * krow * 16 +
+                              (v->shared_kv ? 0 : 2 * v->tile_tokens * v->v_dim * es) + v->rows * v->qk_dim * 4 +
+                              v->rows * (v->tile_tokens + 8) * 4 + v->rows * 12;
+        assert_int_equal(v->smem_bytes, want);
+        /* Opt-in limit of the smallest target (A100, 163 KiB). */
+        assert_true(v->smem_bytes <= 166912);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_names_follow_the_scheme),
+        cmocka_unit_test(test_find_supported_shapes_only),
+        cmocka_unit_test(test_pick_head_tile),
+        cmocka_unit_test(test_shared_memory_plan),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
