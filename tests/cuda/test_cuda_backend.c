@@ -378,7 +378,8 @@ static void test_unavailable(void **state)
     setenv("DCP_CUDA_LIBRARY", "/nonexistent/libcuda.so.1", 1);
     dcp_deployment *cd = deployment(&s, DCP_BACKEND_CUDA, 0), *ad = deployment(&s, DCP_BACKEND_AUTO, 0);
     dcp_engine *e = NULL;
-    assert_int_equal(create(cd, &e), DCP_ENODRIVER);
+    /* A build without kernels refuses the CUDA backend before it looks for a driver. */
+    assert_int_equal(create(cd, &e), dcp_embedded_module_count == 0 ? DCP_ENOTSUP : DCP_ENODRIVER);
     assert_int_equal(create(ad, &e), DCP_OK);
     struct dcp_engine_info in;
     dcp_engine_get_info(e, &in);
