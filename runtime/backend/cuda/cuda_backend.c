@@ -483,18 +483,16 @@ static void cuda_free(struct dcp_rank *r, uint64_t addr)
         }
 }
 
+static int cuda_synchronize(struct dcp_rank *r);
+
 /* Uploads wait for the rank's queued work first: per-step metadata is rewritten
- * in place, and the previous step's kernels may still be reading it. */
+ * in place, and the previous step's kernels may still be reading it. Only the
+ * first upload after queued work waits (begin_step uploads several buffers). */
 static int cuda_upload(struct dcp_rank *r, uint64_t dst, const void *src, size_t bytes)
 {
-    const struct dcp_cuda_api *api = &CE(r->engine)->cu->api;
-    int err = use_rank(r);
-    if (!err)
-        err = CU_CALL(api, cuStreamSynchronize, CR(r)->compute);
-    return err ? err : CU_CALL(api, cuMemcpyHtoD, dst, src, bytes);
+    int err = CR(r)->queued ? cuda_synchronize(r) : use_rank(r);
+    return err ? err : CU_CALL(&CE(r->engine)->cu->api, cuMemcpyHtoD, dst, src, bytes);
 }
-
-static int cuda_synchronize(struct dcp_rank *r);
 
 static int cuda_download(struct dcp_rank *r, void *dst, uint64_t src, size_t bytes)
 {
@@ -505,6 +503,7 @@ static int cuda_download(struct dcp_rank *r, void *dst, uint64_t src, size_t byt
 static int cuda_copy(struct dcp_rank *r, uint64_t dst, uint64_t src, size_t bytes)
 {
     int err = use_rank(r);
+    CR(r)->queued = true;
     return err ? err : CU_CALL(&CE(r->engine)->cu->api, cuMemcpyDtoDAsync, dst, src, bytes, CR(r)->compute);
 }
 
@@ -526,6 +525,7 @@ static int cuda_launch(struct dcp_rank *r, enum dcpk_kernel_id kernel, const voi
         smem = ce->attn->smem_bytes;
     }
     void *args[1] = {(void *)params};
+    cr->queued = true;
     err = CU_CALL(&ce->cu->api, cuLaunchKernel, cr->dev->fn[kernel], g.x, g.y, g.z, threads, 1, 1, smem, cr->compute,
                                            args, NULL);
     if (err)
@@ -550,6 +550,7 @@ static int virtual_begin(struct dcp_rank *r, uint64_t send)
     struct cuda_rank *cr = CR(r);
     const struct dcp_cuda_api *api = &CE(r->engine)->cu->api;
     int err = use_rank(r);
+    cr->queued = true;
     if (!err)
         err = CU_CALL(api, cuEventRecord, cr->events[EV_READY], cr->compute);
     if (!err)
@@ -635,6 +636,7 @@ static int nccl_begin(struct dcp_rank *r)
     if (!cr->nccl_comm)
         return dcp_error(DCP_EABORTED, "the NCCL communicator was aborted");
     int err = use_rank(r);
+    cr->queued = true;
     if (!err)
         err = CU_CALL(api, cuEventRecord, cr->events[EV_READY], cr->compute);
     return err ? err : CU_CALL(api, cuStreamWaitEvent, cr->comm_stream, cr->events[EV_READY], 0);
@@ -726,11 +728,13 @@ static int cuda_synchronize(struct dcp_rank *r)
     if (!cr->nccl_comm && ce->nccl)
         return dcp_error(DCP_EABORTED, "the NCCL communicator was aborted");
     if (!cr->nccl_comm)
-        return CU_CALL(&ce->cu->api, cuStreamSynchronize, cr->compute);
-    if ((err = CU_CALL(&ce->cu->api, cuEventRecord, cr->events[EV_SYNC], cr->compute)))
-        return err;
-    return dcp_nccl_wait(ce->nccl, &cr->nccl_comm, ce->cu, cr->events[EV_SYNC], r->engine->cfg->runtime.cuda.nccl_timeout_s,
-                         "rank synchronize");
+        err = CU_CALL(&ce->cu->api, cuStreamSynchronize, cr->compute);
+    else if (!(err = CU_CALL(&ce->cu->api, cuEventRecord, cr->events[EV_SYNC], cr->compute)))
+        err = dcp_nccl_wait(ce->nccl, &cr->nccl_comm, ce->cu, cr->events[EV_SYNC],
+                            r->engine->cfg->runtime.cuda.nccl_timeout_s, "rank synchronize");
+    if (!err)
+        cr->queued = false;
+    return err;
 }
 
 /* ---- profiling --------------------------------------------------------------------------- */

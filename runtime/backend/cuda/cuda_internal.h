@@ -56,6 +56,7 @@ struct cuda_rank {
     CUstream compute;            ///< Kernels, copies, virtual collectives.
     CUstream comm_stream;        ///< NCCL collectives.
     CUevent events[CUDA_RANK_EVENTS];
+    bool queued;                 ///< Work was queued on the streams since the last synchronize.
     struct rank_group *group;    ///< Virtual ranks: the group's host rendezvous.
     CUdeviceptr d_src_ptrs;      ///< Virtual ReduceScatter: device table of member send addresses.
     uint64_t *h_src_ptrs;        ///< Pinned host copy of that table.
