@@ -316,7 +316,8 @@ struct dcp_step_model {
     uint32_t experts_per_token;   ///< Routed experts each token uses.
     double active_params;         ///< Parameters one token uses (FLOPs = 2 x this).
     double kv_bytes_per_token;    ///< KV bytes per context token per GPU, all layers (replication and DCP included).
-    double attn_flops_per_ctx;    ///< Attention FLOPs per query token per context token (all layers, per GPU).
+    double attn_flops_per_ctx;    ///< Decode attention FLOPs per query token per context token (all layers, per GPU).
+    double prefill_attn_flops_per_ctx; ///< The same for prefill (MLA: expanded form, per head qk_nope + rope + qk_nope).
     double dcp_comm_bytes;        ///< DCP bytes sent per query token per layer per GPU (0 for dcp = 1).
     uint32_t dcp_collectives;     ///< DCP collectives per layer (0 for dcp = 1).
     double hidden_bytes;          ///< Activation bytes per token for the TP all-reduces (0: hidden_size unknown).

@@ -303,7 +303,8 @@ int dcp_kv_seq_extend(struct dcp_kv_manager *m, uint32_t seq, uint32_t n)
     const uint64_t need = dcp_kv_blocks_for(m, new_len) - s->count;
     if (need > dcp_kv_available_blocks(m))
         return dcp_error(DCP_ENOSPC, "seq_extend: sequence %u to %" PRIu64 " tokens: need %" PRIu64
-                         " blocks, %" PRIu64 " available", seq, new_len, need, dcp_kv_available_blocks(m));
+                         " blocks, %" PRIu64 " free (idle cached blocks included)", seq, new_len, need,
+                         dcp_kv_available_blocks(m));
     /* need <= available blocks, none of which s holds, so count + need <= num_blocks
      * and fits the table limit. */
     int st = reserve_table(m, s, s->count + (uint32_t)need);
@@ -484,7 +485,7 @@ int dcp_kv_seq_attach_prefix(struct dcp_kv_manager *m, uint32_t seq, const uint6
     return DCP_OK;
 }
 
-int dcp_kv_seq_publish(struct dcp_kv_manager *m, uint32_t seq, const uint64_t *keys, uint32_t n,
+int dcp_kv_seq_publish(struct dcp_kv_manager *m, uint32_t seq, const uint64_t *keys, uint32_t first, uint32_t n,
                        uint32_t *published)
 {
     if (published)
@@ -496,7 +497,7 @@ int dcp_kv_seq_publish(struct dcp_kv_manager *m, uint32_t seq, const uint64_t *k
         return dcp_error(DCP_EINVAL, "seq_publish: the prefix cache is not enabled");
     const uint64_t full = DCP_MIN((uint64_t)n, s->len / m->tokens_per_block);
     uint32_t done = 0;
-    for (uint64_t i = 0; i < full; i++) {
+    for (uint64_t i = first; i < full; i++) {
         const int32_t b = s->table[i];
         if (m->cache[b].published || find_key(m, keys[i]) >= 0)
             continue;

@@ -147,12 +147,12 @@ int dcp_kv_seq_attach_prefix(struct dcp_kv_manager *m, uint32_t seq, const uint6
                              uint32_t *hits);
 
 /**
- * Publishes the first min(n, length / tokens_per_block) blocks of seq (full blocks
- * only) under keys[i]. A block already published, or a key already naming another
- * block, is left as it is. Stores how many blocks became newly published in
+ * Publishes blocks [first, min(n, length / tokens_per_block)) of seq (full blocks
+ * only), block i under keys[i]. A block already published, or a key already naming
+ * another block, is left as it is. Stores how many blocks became newly published in
  * *published (may be NULL). DCP_EINVAL for an unknown sequence or a disabled cache.
  */
-int dcp_kv_seq_publish(struct dcp_kv_manager *m, uint32_t seq, const uint64_t *keys, uint32_t n,
+int dcp_kv_seq_publish(struct dcp_kv_manager *m, uint32_t seq, const uint64_t *keys, uint32_t first, uint32_t n,
                        uint32_t *published);
 
 /** Whether block is published in the prefix cache (then it is never written). */

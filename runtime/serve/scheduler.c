@@ -20,6 +20,10 @@ struct req {
     uint32_t hash_block_tokens;
     uint64_t target;      /* tokens to compute in this admission: prompt + generated */
     uint64_t prefilled;   /* of them computed (cached prefix included) */
+    uint64_t *keys;       /* prefix keys of the prompt's blocks, computed once (NULL before) */
+    uint32_t num_keys;
+    uint32_t published;   /* leading blocks already offered to the cache this admission */
+    bool keys_done;
     bool admitted_once;
 };
 
@@ -51,8 +55,6 @@ struct dcp_sched {
     uint32_t num_entries;
     bool in_step;
 
-    uint64_t *keys;           /* scratch: block keys of one request */
-    size_t keys_cap;
 
     struct dcp_sched_stats st;
 };
@@ -168,7 +170,8 @@ void dcp_sched_destroy(dcp_sched **ps)
     free(s->queue);
     free(s->running);
     free(s->entries);
-    free(s->keys);
+    for (uint32_t i = 0; i < s->num_reqs; i++)
+        free(s->reqs[i].keys);
     free(s);
     *ps = NULL;
 }
@@ -277,22 +280,27 @@ static uint64_t mix(uint64_t a, uint64_t b)
 
 /* Keys of the blocks of r's prompt that its hashes cover completely: block i's key
  * names every hash up to the one holding the block's last token, and the block's
- * end, so equal keys mean equal prefixes. Returns the count (keys in s->keys). */
-static uint32_t prompt_keys(dcp_sched *s, const struct req *r)
+ * end, so equal keys mean equal prefixes. Computed once per request (freed when it
+ * finishes); returns the count (keys in r->keys). */
+static uint32_t prompt_keys(dcp_sched *s, struct req *r)
 {
+    if (r->keys_done)
+        return r->num_keys;
+    r->keys_done = true;
     const uint64_t hb = r->hash_block_tokens;
     const uint64_t full_hashes = DCP_MIN((uint64_t)r->num_hashes, r->info.prompt_tokens / hb);
-    const uint64_t n = full_hashes * hb / s->tpb;
-    if (!n || dcp_grow_array((void **)&s->keys, &s->keys_cap, n, sizeof(*s->keys)))
+    const uint64_t n = DCP_MIN(full_hashes * hb / s->tpb, (uint64_t)UINT32_MAX);
+    if (!n || !(r->keys = malloc(n * sizeof(*r->keys))))
         return 0; /* no memory for keys: no caching for this request, not an error */
     uint64_t chain = 0x6a09e667f3bcc909ull, j = 0;
     for (uint64_t i = 0; i < n; i++) {
         const uint64_t end = (i + 1) * s->tpb;
         while (j * hb < end)
             chain = mix(chain, r->hashes[j++]);
-        s->keys[i] = mix(chain, end);
+        r->keys[i] = mix(chain, end);
     }
-    return (uint32_t)n;
+    r->num_keys = (uint32_t)n;
+    return r->num_keys;
 }
 
 /* ---- step planning ------------------------------------------------------------------- */
@@ -414,7 +422,7 @@ static int plan_admissions(dcp_sched *s, uint64_t *budget, uint32_t *admitted)
         nkeys = (uint32_t)DCP_MIN((uint64_t)nkeys, (target - 1) / s->tpb);
         uint32_t hits = 0, idle_hits = 0;
         if (nkeys)
-            dcp_kv_prefix_lookup(s->kv, s->keys, nkeys, &hits, &idle_hits);
+            dcp_kv_prefix_lookup(s->kv, q->keys, nkeys, &hits, &idle_hits);
         const uint64_t need = dcp_kv_blocks_for(s->kv, target) - hits;
         const uint64_t avail = dcp_kv_available_blocks(s->kv) - idle_hits;
         const uint64_t reserve = s->num_running ? s->watermark_blocks : 0;
@@ -423,7 +431,7 @@ static int plan_admissions(dcp_sched *s, uint64_t *budget, uint32_t *admitted)
         uint32_t seq;
         int st = dcp_kv_seq_create(s->kv, &seq);
         if (!st && hits)
-            st = dcp_kv_seq_attach_prefix(s->kv, seq, s->keys, hits, &hits);
+            st = dcp_kv_seq_attach_prefix(s->kv, seq, q->keys, hits, &hits);
         if (st)
             return st;
         queue_pop_head(s);
@@ -431,6 +439,7 @@ static int plan_admissions(dcp_sched *s, uint64_t *budget, uint32_t *admitted)
         q->info.state = DCP_REQ_PREFILL;
         q->target = target;
         q->prefilled = (uint64_t)hits * s->tpb;
+        q->published = hits;
         q->info.cached_tokens += q->prefilled;
         if (!q->admitted_once) {
             q->admitted_once = true;
@@ -516,6 +525,9 @@ static void finish_request(dcp_sched *s, struct req *q, double end)
     q->info.state = DCP_REQ_FINISHED;
     q->info.finish = end;
     s->st.finished++;
+    free(q->keys);
+    q->keys = NULL;
+    q->num_keys = 0;
 }
 
 static int complete_entry(dcp_sched *s, const struct dcp_sched_entry *en, double end)
@@ -524,13 +536,13 @@ static int complete_entry(dcp_sched *s, const struct dcp_sched_entry *en, double
     if (!en->decode) {
         q->prefilled += en->q_len;
         q->info.computed_tokens += en->q_len;
-        if (s->p.prefix_caching) {
-            const uint32_t n = prompt_keys(s, q);
-            if (n) {
-                int st = dcp_kv_seq_publish(s->kv, en->seq_id, s->keys, n, NULL);
-                if (st)
-                    return st;
-            }
+        const uint32_t n = s->p.prefix_caching ? prompt_keys(s, q) : 0;
+        const uint64_t full = DCP_MIN((uint64_t)n, q->prefilled / s->tpb);
+        if (full > q->published) {
+            int st = dcp_kv_seq_publish(s->kv, en->seq_id, q->keys, q->published, n, NULL);
+            if (st)
+                return st;
+            q->published = (uint32_t)full;
         }
         if (q->prefilled < q->target)
             return DCP_OK;

@@ -65,6 +65,14 @@ int dcp_step_model_init(const dcp_deployment *dep, uint32_t dcp, const struct dc
     uint32_t qk, v;
     dcp_model_attention_dims(mc, &qk, &v);
     m->attn_flops_per_ctx = 2.0 * mc->num_q_heads * (double)(qk + v) * mc->num_layers / m->tp;
+    /* Prefill of MLA runs in the expanded form (per head: qk_nope + rope for scores,
+     * qk_nope_head_dim as the value size, as in DeepSeek-V3 and Kimi K2), which is
+     * cheaper for many query tokens than the absorbed form decode uses. */
+    m->prefill_attn_flops_per_ctx = m->attn_flops_per_ctx;
+    if (mc->attention == DCP_ATTN_MLA)
+        m->prefill_attn_flops_per_ctx = 2.0 * mc->num_q_heads *
+                                        (double)(mc->qk_nope_head_dim + mc->rope_dim + mc->qk_nope_head_dim) *
+                                        mc->num_layers / m->tp;
     if (dcp > 1) {
         m->dcp_comm_bytes = plan.comm.total_send;
         m->dcp_collectives = plan.comm.collectives;
@@ -92,7 +100,8 @@ void dcp_step_model_time(const struct dcp_step_model *m, const struct dcp_sched_
     t->kv = ctx * m->kv_bytes_per_token / (m->hbm_bandwidth * m->params.kv_efficiency);
     /* FLOPs: 2 per active parameter per token (split over tp), plus attention. */
     const double decode_attn = s->num_decode ? (double)s->decode_context * (double)s->decode_tokens / s->num_decode : 0;
-    const double flops = 2.0 * m->active_params * T / m->tp + m->attn_flops_per_ctx * (decode_attn + s->prefill_attention);
+    const double flops = 2.0 * m->active_params * T / m->tp + m->attn_flops_per_ctx * decode_attn +
+                         m->prefill_attn_flops_per_ctx * s->prefill_attention;
     t->compute = flops / (m->params.gpu_flops * m->params.flops_efficiency);
     /* Per layer: two TP all-reduces of the activations (ring: 2 (tp-1)/tp of the bytes),
      * and DCP's collectives (Q gather, output merge). */

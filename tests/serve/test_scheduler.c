@@ -188,7 +188,7 @@ static void test_shared_blocks_are_never_written(void **state)
     assert_int_equal(dcp_kv_seq_extend(m, a, 8), DCP_OK);
     const uint64_t keys[2] = {11, 12};
     uint32_t published = 0;
-    assert_int_equal(dcp_kv_seq_publish(m, a, keys, 2, &published), DCP_OK);
+    assert_int_equal(dcp_kv_seq_publish(m, a, keys, 0, 2, &published), DCP_OK);
     assert_int_equal(published, 2);
     /* Cutting into a published block (refcount 1) would let the next append overwrite it. */
     assert_int_equal(dcp_kv_seq_truncate(m, a, 6), DCP_EINVAL);
