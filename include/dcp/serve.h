@@ -190,7 +190,8 @@ struct dcp_sched_request_info {
     uint32_t output_tokens;         ///< As submitted.
     uint32_t generated;             ///< Output tokens generated so far.
     uint64_t cached_tokens;         ///< Prompt tokens served from the prefix cache (over all admissions).
-    uint64_t computed_tokens;       ///< Prompt (and recomputed) tokens prefilled (over all admissions).
+    uint64_t computed_tokens;       ///< Prompt (and recomputed) tokens prefilled (over all admissions; a
+                                    ///< recompute rebuilds the prompt and all outputs but the last).
     uint32_t preemptions;           ///< Times it was evicted and requeued.
     uint32_t decode_steps;          ///< Decode steps it took part in.
     uint32_t seq_id;                ///< Current sequence id while admitted, else UINT32_MAX.

@@ -112,13 +112,13 @@ static void bars(FILE *f, int x0, int y0, const char *metric, const char *label,
         const int x = x0 + i * (bw + 20);
         fprintf(f, "<rect id=\"bar-%s-%s\" data-layout=\"%s\" data-value=\"%.6g\" x=\"%d\" y=\"%.1f\" width=\"%d\" "
                 "height=\"%.1f\" fill=\"%s\"/>\n", metric, layout_id(&r[i]), layout_id(&r[i]), v[i], x,
-                y0 + 10 + bh - h, bw, h, colors[i % 2]);
+                y0 + 24 + bh - h, bw, h, colors[i % 2]);
         char val[64];
         snprintf(val, sizeof(val), fmt, v[i]);
         fprintf(f, "<text x=\"%d\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">%s</text>\n", x + bw / 2,
-                y0 + 6 + bh - h, val);
+                y0 + 20 + bh - h, val);
         fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">%s</text>\n", x + bw / 2,
-                y0 + 26 + bh, r[i].dcp == 1 ? "TP" : "DCP");
+                y0 + 40 + bh, r[i].dcp == 1 ? "TP" : "DCP");
     }
     fprintf(f, "</g>\n");
 }
@@ -128,7 +128,7 @@ int replay_plot_svg(const char *path, const char *title, const struct replay_res
     FILE *f = fopen(path, "w");
     if (!f)
         return DCP_EIO;
-    const int H = 40 + 2 * PANEL_H + 230;
+    const int H = 40 + 2 * PANEL_H + 240;
     double t_max = 0;
     for (int i = 0; i < n; i++)
         if (r[i].num_samples)

@@ -18,7 +18,7 @@ struct req {
     const uint64_t *hashes;
     uint32_t num_hashes;
     uint32_t hash_block_tokens;
-    uint64_t target;      /* tokens to compute in this admission: prompt + generated */
+    uint64_t target;      /* tokens to compute in this admission: prompt (+ generated - 1 after a preemption) */
     uint64_t prefilled;   /* of them computed (cached prefix included) */
     uint64_t *keys;       /* prefix keys of the prompt's blocks, computed once (NULL before) */
     uint32_t num_keys;
@@ -166,12 +166,12 @@ void dcp_sched_destroy(dcp_sched **ps)
         dcp_kv_seq_release(s->kv, s->reqs[s->running[i]].info.seq_id);
     if (s->own_kv)
         dcp_kv_manager_destroy(&s->kv);
+    for (uint32_t i = 0; i < s->num_reqs; i++)
+        free(s->reqs[i].keys);
     free(s->reqs);
     free(s->queue);
     free(s->running);
     free(s->entries);
-    for (uint32_t i = 0; i < s->num_reqs; i++)
-        free(s->reqs[i].keys);
     free(s);
     *ps = NULL;
 }
@@ -416,7 +416,10 @@ static int plan_admissions(dcp_sched *s, uint64_t *budget, uint32_t *admitted)
     while (s->q_len && *budget && s->num_running < s->p.max_running && dcp_kv_live_seqs(s->kv) < s->max_seqs) {
         const uint32_t r = s->queue[s->q_head];
         struct req *q = &s->reqs[r];
-        const uint64_t target = q->info.prompt_tokens + q->info.generated;
+        /* A first admission computes the prompt; a recompute after preemption rebuilds
+         * exactly the KV it had (prompt and all outputs but the last), and its next
+         * decode step feeds the last output as if nothing had happened. */
+        const uint64_t target = q->info.prompt_tokens + q->info.generated - (q->info.generated > 0);
         uint32_t nkeys = s->p.prefix_caching ? prompt_keys(s, q) : 0;
         /* At least one token is computed: its logits give the next output token. */
         nkeys = (uint32_t)DCP_MIN((uint64_t)nkeys, (target - 1) / s->tpb);
@@ -546,12 +549,13 @@ static int complete_entry(dcp_sched *s, const struct dcp_sched_entry *en, double
         }
         if (q->prefilled < q->target)
             return DCP_OK;
-        /* The prompt (and any recomputed output) is in: its last logits give a token. */
         q->info.state = DCP_REQ_DECODE;
-        q->info.generated++;
-        s->st.generated_tokens++;
-        if (q->info.first_token < 0)
+        if (q->info.generated == 0) {
+            /* The prompt is in: its last logits give the first output token. */
+            q->info.generated = 1;
+            s->st.generated_tokens++;
             q->info.first_token = end;
+        }
     } else {
         const uint32_t drafts = en->q_len - 1;
         const uint32_t a = accepted_drafts(s, en->request, q->info.generated, drafts);
