@@ -1,4 +1,4 @@
-/* placement.c: public wrappers of the token placement formulas (brief section 2).
+/* placement.c: public wrappers of the token placement formulas (docs/design.md §2).
  * The formulas themselves live in ptx/include/dcp_kernels/placement.h so that the
  * kernels, their CPU implementations and the scheduler share one definition. */
 #include "dcp/placement.h"

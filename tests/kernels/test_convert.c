@@ -236,7 +236,7 @@ static void test_encode(void **state)
     }
 }
 
-/* fp8 limits named in the brief: 448 is the largest, 464 ties to 448, beyond saturates. */
+/* fp8 limits (docs/design.md §10): 448 is the largest, 464 ties to 448, beyond saturates. */
 static void test_fp8_limits(void **state)
 {
     (void)state;

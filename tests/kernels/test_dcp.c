@@ -2,7 +2,7 @@
  * DCP emulated on one machine: a sequence set sharded over N ranks with
  * interleave I (kv_append with slots from the placement formulas, each rank its
  * own pages), attention on every rank over all gathered heads in the chunked
- * layout, then the two merge paths of the brief:
+ * layout, then the two merge schemes (docs/design.md §3):
  *   a2a:   rank d merges chunk d of every rank's partials with dcpk_merge;
  *   ag_rs: every rank scales its partials with dcpk_lse_scale (all LSEs gathered),
  *          then chunk d is summed over ranks with dcpk_reduce (the ReduceScatter);

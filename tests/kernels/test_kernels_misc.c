@@ -1,5 +1,5 @@
 /*
- * The small kernels: merge (edge cases of the brief and random cases against
+ * The small kernels: merge (edge cases of docs/design.md §4 and random cases against
  * the oracle), lse_scale, reduce (ordered sums), fill (determinism and range),
  * kv_append (skipped slots, dtypes, 64-bit addressing), and the family table.
  */

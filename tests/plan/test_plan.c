@@ -1,5 +1,5 @@
 /*
- * The planner against figures worked out by hand (brief sections 6 and 7).
+ * The planner against figures worked out by hand (docs/design.md §1 and §6).
  * Deployments are built from struct dcp_config, so these tests do not depend on
  * the YAML loader; test_plan_configs checks the shipped YAML files.
  */
@@ -205,7 +205,7 @@ static void test_deepseek_v3_h200(void **state)
     assert_int_equal(plan.instances, 1);
 }
 
-/* The brief's headline case: a 1M-token request on Kimi K2.x, 8 x B200, nvfp4 weights. */
+/* The published headline case (docs/design.md §1): a 1M-token request on Kimi K2.x, 8 x B200, nvfp4 weights. */
 static void test_kimi_k2_b200_one_million(void **state)
 {
     (void)state;
@@ -398,13 +398,13 @@ static void test_crossover(void **state)
 }
 
 /*
- * Brief section 7: one MLA layer of a 128k-token request takes about 35 us to read
+ * docs/design.md §6: one MLA layer of a 128k-token request takes about 35 us to read
  * at the measured 4.3 TB/s: 131,072 * 1,152 B / 4.3e12 B/s = 35.11 us. DCP 8 saves
  * 7/8 of it (30.7 us) at batch 1, less than the two collectives' 40 us, so the
  * batch-1 crossover lies above 128k; at batch 8 it saves 245.8 us against
  * 40 us + 8 * 0.54 us and the crossover falls well below 128k.
  */
-static void test_crossover_matches_brief(void **state)
+static void test_crossover_matches_design(void **state)
 {
     (void)state;
     struct dcp_config cfg;
@@ -507,7 +507,7 @@ int main(void)
         cmocka_unit_test(test_negative_budget),
         cmocka_unit_test(test_comm_schemes),
         cmocka_unit_test(test_crossover),
-        cmocka_unit_test(test_crossover_matches_brief),
+        cmocka_unit_test(test_crossover_matches_design),
         cmocka_unit_test(test_interleave_shard),
         cmocka_unit_test(test_dcp_one),
         cmocka_unit_test(test_instances),

@@ -1,4 +1,4 @@
-/* Placement formulas of the brief (section 2) against brute-force counting. */
+/* Placement formulas (docs/design.md §2) against brute-force counting. */
 #include <stdlib.h>
 
 #include "dcp/placement.h"

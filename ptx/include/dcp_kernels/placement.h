@@ -1,5 +1,5 @@
 /*
- * dcp_kernels/placement.h: token placement in a DCP group (brief section 2),
+ * dcp_kernels/placement.h: token placement in a DCP group (docs/design.md §2),
  * one definition for the scheduler, the CPU kernels and the CUDA kernels.
  * n = group size, il = interleave size, all 64-bit.
  */
