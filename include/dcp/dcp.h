@@ -16,8 +16,10 @@
 #include "dcp/diag.h"
 #include "dcp/deployment.h"
 #include "dcp/placement.h"
+#include "dcp/geometry.h"
 #include "dcp/plan.h"
 #include "dcp/engine.h"
+#include "dcp/synthetic.h"
 #include "dcp/serve.h"
 
 #endif /* DCP_DCP_H */

@@ -248,37 +248,10 @@ DCP_API int dcp_rank_copy(dcp_rank *rank, void *dst, const void *src, size_t byt
  */
 DCP_API void dcp_rank_kv_arena(const dcp_rank *rank, void **ptr, size_t *bytes);
 
-/** Synthetic data description for dcp_rank_fill_synthetic(). */
-struct dcp_synth_desc {
-    uint64_t seed;            ///< Stream seed.
-    const void *row_keys;     ///< Backend uint64 [rows] keys, or NULL to use key_base + row.
-    uint64_t key_base;        ///< Key of row 0 when row_keys is NULL.
-    uint32_t rows;            ///< Rows.
-    uint32_t heads;           ///< Heads per row.
-    uint32_t dim;             ///< Values per head.
-    uint32_t head_offset;     ///< Global index of the first head (so TP shards agree).
-    float amplitude;          ///< Values are uniform in [-amplitude, amplitude).
-};
-
-/**
- * Fills fp32 dst[rows][heads][dim] with seeded values on the backend (no host
- * traffic): element (r, h, d) = amplitude * u(seed, key_r, head_offset + h, d), the
- * same generator as dcp_synth_value().
- */
-DCP_API int dcp_rank_fill_synthetic(dcp_rank *rank, void *dst, const struct dcp_synth_desc *desc);
-
-/** The generator of dcp_rank_fill_synthetic() on the host: uniform in [-1, 1). */
-DCP_API float dcp_synth_value(uint64_t seed, uint64_t key, uint32_t head, uint32_t d);
-
-/**
- * The value a KV cache of this dtype holds for value (fp8: stored as value / scale,
- * read back times scale). Lets a caller compute references from the exact cached values.
- */
-DCP_API float dcp_dtype_round(enum dcp_dtype dtype, float value, float scale);
-
 /**
  * Backend uint64 [T] keys of the current step's query tokens:
- * ((uint64_t)seq_id << 40) | global position. Valid until the next begin_step.
+ * ((uint64_t)seq_id << 40) | global position (dcp_token_key, geometry.h). Valid until
+ * the next begin_step.
  */
 DCP_API const void *dcp_rank_step_token_keys(const dcp_rank *rank);
 

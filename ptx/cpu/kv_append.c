@@ -24,7 +24,7 @@ size_t dcpk_kv_append_scratch_bytes(const void *params)
 static void append_rows(const struct dcpk_kv_append_params *p, uint64_t cache, uint64_t src,
                         uint32_t dim, uint64_t tok, uint64_t slot)
 {
-    const float scale = p->dtype == DCPK_FP8_E4M3 ? p->inv_scale : 1.0f;
+    const float scale = dcpk_dtype_scaled(p->dtype) ? p->inv_scale : 1.0f;
     const float *row = (const float *)(uintptr_t)src + tok * p->num_kv_heads * dim;
     void *base = (void *)(uintptr_t)cache;
     for (uint32_t h = 0; h < p->num_kv_heads; h++) {

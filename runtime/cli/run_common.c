@@ -206,9 +206,6 @@ static uint64_t stream_seed(uint64_t seed, uint32_t layer, enum tensor_kind kind
     return seed * 0x9e3779b97f4a7c15ull + ((uint64_t)layer << 2 | (uint64_t)kind) + 1;
 }
 
-/* Keys of a step's tokens: ((uint64_t)seq_id << 40) | position (engine.h). */
-static uint64_t token_key(uint32_t seq, uint64_t pos) { return ((uint64_t)seq << 40) | pos; }
-
 int run_fill_kv(struct run_setup *s, dcp_rank *rank, struct rank_io *io, uint32_t layer, uint32_t T)
 {
     const struct dcp_engine_info *in = &s->info;
@@ -285,7 +282,7 @@ static void reference_rows(const struct run_setup *s, uint32_t seq, uint64_t len
     const double scale = (double)(float)m->softmax_scale;
     const uint64_t sk = stream_seed(s->seed, layer, TENSOR_K), sv = stream_seed(s->seed, layer, TENSOR_V);
     for (uint64_t p = 0; p < len; p++) {
-        const uint64_t key = token_key(seq, p);
+        const uint64_t key = dcp_token_key(seq, p);
         for (uint32_t d = 0; d < qk; d++)
             k[d] = dcp_dtype_round(m->kv_dtype, dcp_synth_value(sk, key, kv_head, d), (float)m->kv_scale);
         const float *vv = k; /* MLA: the value is the latent part of the cached row */
@@ -398,7 +395,7 @@ int run_check_outputs(struct run_setup *s, struct check_result *res)
                 r->l = 0;
                 const uint32_t hq = s->io[r->rank].q_head0 + r->head;
                 for (uint32_t d = 0; d < qk; d++)
-                    r->q[d] = dcp_synth_value(stream_seed(s->seed, layer, TENSOR_Q), token_key(seq, r->pos), hq, d);
+                    r->q[d] = dcp_synth_value(stream_seed(s->seed, layer, TENSOR_Q), dcp_token_key(seq, r->pos), hq, d);
             }
             /* Group rows by the KV head they read so each key stream is generated once. */
             for (uint32_t i = 0; i < n;) {

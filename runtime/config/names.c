@@ -3,10 +3,26 @@
 #include "config/config_internal.h"
 
 const char *const config_attention_names[3] = {"mla", "gqa", "mha"};
-const char *const config_dtype_names[4] = {"fp32", "bf16", "fp16", "fp8_e4m3"};
+/* The dtype rows of DCPK_DTYPES (dcp_kernels/common.h): the public enum has the same values. */
+#define DTYPE_NAME_(NAME, name, bytes, scaled, wire) #name,
+const char *const config_dtype_names[DCPK_DTYPE_COUNT] = {DCPK_DTYPES(DTYPE_NAME_)};
+#undef DTYPE_NAME_
+#define DTYPE_SAME_VALUE_(NAME, name, bytes, scaled, wire)  \
+    _Static_assert((int)DCP_DTYPE_##NAME == (int)DCPK_##NAME, \
+                   "enum dcp_dtype differs from DCPK_DTYPES at " #name);
+DCPK_DTYPES(DTYPE_SAME_VALUE_)
+#undef DTYPE_SAME_VALUE_
 const char *const config_weight_dtype_names[7] = {"fp32",  "bf16",  "fp16", "fp8",
                                                   "nvfp4", "mxfp4", "int4"};
-const char *const config_comm_names[2] = {"ag_rs", "a2a"};
+/* The merge schemes of DCP_MERGE_SCHEMES (util/merge_schemes.h), likewise. */
+#define COMM_NAME_(NAME, name, collectives, packed) #name,
+const char *const config_comm_names[DCP_MERGE_SCHEME_COUNT] = {DCP_MERGE_SCHEMES(COMM_NAME_)};
+#undef COMM_NAME_
+#define COMM_SAME_VALUE_(NAME, name, collectives, packed)                \
+    _Static_assert((int)DCP_COMM_##NAME == (int)DCP_MERGE_ROW_##NAME, \
+                   "enum dcp_comm_scheme differs from DCP_MERGE_SCHEMES at " #name);
+DCP_MERGE_SCHEMES(COMM_SAME_VALUE_)
+#undef COMM_SAME_VALUE_
 const char *const config_backend_names[3] = {"auto", "cuda", "host"};
 const char *const config_cuda_comm_names[3] = {"auto", "nccl", "virtual"};
 
@@ -44,13 +60,7 @@ DCP_API const char *dcp_backend_kind_name(enum dcp_backend_kind kind)
 
 DCP_API uint32_t dcp_dtype_size(enum dcp_dtype dtype)
 {
-    switch (dtype) {
-    case DCP_DTYPE_FP32: return 4;
-    case DCP_DTYPE_BF16: return 2;
-    case DCP_DTYPE_FP16: return 2;
-    case DCP_DTYPE_FP8_E4M3: return 1;
-    }
-    return 0;
+    return dcpk_dtype_size((uint32_t)dtype);
 }
 
 DCP_API double dcp_weight_dtype_bytes(enum dcp_weight_dtype dtype)

@@ -1,5 +1,5 @@
 /*
- * rules.c: the validity rules across keys (brief section 4 plus memory and
+ * rules.c: the validity rules across keys (docs/design.md §5 plus memory and
  * hardware sanity), shared by the YAML loader and dcp_deployment_from_config().
  *
  * Each rule names the keys it reads; it runs only when none of them is bad, so a
@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "config/config_internal.h"
+#include "dcp/geometry.h"
 
 struct rule_ctx {
     struct config_report *report;
@@ -250,8 +251,9 @@ static void add_tp_that_fits(struct rule_ctx *c, struct config_text *t, double r
 static void rule_weights_fit(struct rule_ctx *c)
 {
     const struct dcp_config *cfg = c->cfg;
-    const double usable = cfg->hardware.memory_bytes * cfg->memory.gpu_fraction;
-    const double reserve = cfg->memory.reserve_bytes;
+    struct dcp_kv_budget b;
+    dcp_kv_budget(cfg, &b);
+    const double usable = b.usable_bytes, reserve = b.reserve_bytes;
     const uint32_t tp = cfg->parallel.tp;
     struct config_text t = {0};
     if (reserve >= usable) {
@@ -260,13 +262,13 @@ static void rule_weights_fit(struct rule_ctx *c)
         rule_report(c, DCP_DIAG_ERROR, "memory.reserve_gb", "%s", t.buf);
         return;
     }
-    if (weight_share(cfg, tp) < usable - reserve)
+    if (b.weight_bytes < usable - reserve)
         return;
     config_text_add(&t, "weights do not fit: ");
     add_count(&t, cfg->model.num_params);
     config_text_add(&t, " parameters x %g bytes (%s) / tp=%u = %.1f GB per GPU, which with reserve %.1f GB leaves no room in ",
                     dcp_weight_dtype_bytes(cfg->model.weight_dtype),
-                    dcp_weight_dtype_name(cfg->model.weight_dtype), tp, weight_share(cfg, tp) / 1e9,
+                    dcp_weight_dtype_name(cfg->model.weight_dtype), tp, b.weight_bytes / 1e9,
                     reserve / 1e9);
     add_usable(&t, cfg);
     add_tp_that_fits(c, &t, usable - reserve);
@@ -295,7 +297,7 @@ static void rule_trace_readable(struct rule_ctx *c)
 static void rule_kv_scale_used(struct rule_ctx *c)
 {
     const struct dcp_model_config *m = &c->cfg->model;
-    if (m->kv_scale != 1.0 && m->kv_dtype != DCP_DTYPE_FP8_E4M3)
+    if (m->kv_scale != 1.0 && !dcpk_dtype_scaled((uint32_t)m->kv_dtype))
         rule_report(c, DCP_DIAG_WARNING, "model.kv_scale",
                     "kv_scale=%g has no effect: kv_dtype is %s (only fp8_e4m3 is scaled)", m->kv_scale,
                     dcp_dtype_name(m->kv_dtype));

@@ -80,7 +80,8 @@ const struct config_key config_keys[] = {
     ENUM("parallel.comm", parallel.comm, DCP_COMM_A2A, config_comm_names),
     BOOL("parallel.replicate_q", parallel.replicate_q, 0),
     /* The first three dtype names: fp8 is not a wire type. */
-    ENUM_N("parallel.comm_dtype", parallel.comm_dtype, DCP_DTYPE_BF16, config_dtype_names, 3),
+    ENUM_N("parallel.comm_dtype", parallel.comm_dtype, DCP_DTYPE_BF16, config_dtype_names,
+           DCPK_WIRE_DTYPE_COUNT),
 
     SECTION("memory", 0),
     NUMBER("memory.gpu_fraction", memory.gpu_fraction, 0, 0.9, 0, 1, 1, .flags = CONFIG_MIN_OPEN),

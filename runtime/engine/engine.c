@@ -7,10 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dcp/geometry.h"
 #include "dcp/plan.h"
+#include "backend/select.h"
 #include "comm/launch_env.h"
 #include "dcp_kernels/placement.h"
 #include "engine/engine_internal.h"
+#include "util/merge_schemes.h"
 #include "util/util.h"
 
 /* Workspace for split-KV partials is capped so huge shapes fall back to fewer splits. */
@@ -26,23 +29,6 @@ DCP_API void dcp_engine_default_params(struct dcp_engine_params *p)
 }
 
 /* ---- shape -------------------------------------------------------------- */
-
-/* Checks that dcp suits the model and tp (the deployment validated its own dcp;
- * an override such as the baseline's dcp = 1 is checked here). */
-static int check_dcp(const struct dcp_config *cfg, uint32_t dcp)
-{
-    const uint32_t tp = cfg->parallel.tp;
-    if (dcp == 0 || tp % dcp)
-        return dcp_error(DCP_EINVAL, "dcp=%u does not divide tp=%u", dcp, tp);
-    if (cfg->model.attention != DCP_ATTN_MLA) {
-        const uint32_t kv = cfg->model.num_kv_heads;
-        const uint32_t replicas = tp >= kv ? tp / kv : 1;
-        if (replicas % dcp)
-            return dcp_error(DCP_EINVAL, "dcp=%u does not divide the %u KV replicas (tp=%u, kv_heads=%u)",
-                             dcp, replicas, tp, kv);
-    }
-    return DCP_OK;
-}
 
 /* Started by a launcher (srun, mpirun, torchrun) as one process per GPU: this
  * process drives the one TP rank the launcher gave it, unless the caller chose. */
@@ -68,20 +54,20 @@ static int resolve_shape(struct dcp_engine *e)
     const struct dcp_model_config *m = &cfg->model;
     e->tp = cfg->parallel.tp;
     e->dcp = e->params.dcp ? e->params.dcp : cfg->parallel.dcp;
-    int err = check_dcp(cfg, e->dcp);
+    /* The deployment validated its own dcp; an override (the baseline's dcp = 1) is checked here. */
+    int err = dcp_rank_geometry(m, e->tp, e->dcp, &e->geo);
     if (err)
         return err;
+    const struct dcp_rank_geometry g = e->geo;
     e->interleave = cfg->parallel.interleave;
     e->block_size = cfg->memory.block_size;
     e->num_layers = e->params.num_layers ? e->params.num_layers : m->num_layers;
     e->mla = m->attention == DCP_ATTN_MLA;
-    e->q_heads_per_rank = m->num_q_heads / e->tp;
-    if (e->mla)
-        e->kv_heads_per_rank = 1;
-    else
-        e->kv_heads_per_rank = e->tp >= m->num_kv_heads ? 1 : m->num_kv_heads / e->tp;
-    e->gathered_heads = e->dcp * e->q_heads_per_rank;
-    dcp_model_attention_dims(m, &e->qk_dim, &e->v_dim);
+    e->q_heads_per_rank = g.q_heads_per_rank;
+    e->kv_heads_per_rank = g.kv_heads_per_rank;
+    e->gathered_heads = g.gathered_heads;
+    e->qk_dim = g.qk_dim;
+    e->v_dim = g.v_dim;
     e->v_row_stride = e->mla ? e->qk_dim : e->v_dim;
     e->dtype = (uint32_t)m->kv_dtype;
     e->scale = (float)m->softmax_scale;
@@ -110,10 +96,9 @@ static double kv_budget(const struct dcp_engine *e, bool host)
     const struct dcp_config *cfg = e->cfg;
     if (host && cfg->runtime.host.memory_bytes > 0)
         return cfg->runtime.host.memory_bytes * cfg->memory.gpu_fraction;
-    const double usable = cfg->hardware.memory_bytes * cfg->memory.gpu_fraction;
-    const double weights = cfg->model.num_params * dcp_weight_dtype_bytes(cfg->model.weight_dtype) /
-                           cfg->parallel.tp;
-    return usable - weights - cfg->memory.reserve_bytes;
+    struct dcp_kv_budget b;
+    dcp_kv_budget(cfg, &b);
+    return b.kv_bytes;
 }
 
 static int size_pools(struct dcp_engine *e, bool host)
@@ -171,7 +156,7 @@ static void plan_rank_buffers(struct dcp_engine *e, struct dcp_rank_buffers *b, 
 {
     const size_t T = e->max_qtokens, H = e->q_heads_per_rank, N = e->dcp;
     const size_t Hg = e->gathered_heads, v = e->v_dim, f = sizeof(float);
-    const bool a2a = e->comm == DCP_COMM_A2A;
+    const bool a2a = dcp_merge_scheme(e->comm)->packed_lse;
     bp->n = 0;
     plan_buffer(bp, &b->block_table, (size_t)e->max_batch * e->max_blocks_per_seq * sizeof(int32_t));
     plan_buffer(bp, &b->seq_lens, e->max_batch * sizeof(int32_t));
@@ -186,9 +171,9 @@ static void plan_rank_buffers(struct dcp_engine *e, struct dcp_rank_buffers *b, 
             plan_buffer(bp, &b->part_lse, N * T * H * f);
         plan_buffer(bp, &b->recv, (a2a ? N * T * H * (v + 1) : N * N * T * H) * f);
     }
-    if (e->shape.max_splits > 1) {
-        plan_buffer(bp, &b->ws_o, e->shape.max_splits * T * Hg * v * f);
-        plan_buffer(bp, &b->ws_lse, e->shape.max_splits * T * Hg * f);
+    if (e->caps.max_splits > 1) {
+        plan_buffer(bp, &b->ws_o, e->caps.max_splits * T * Hg * v * f);
+        plan_buffer(bp, &b->ws_lse, e->caps.max_splits * T * Hg * f);
     }
 }
 
@@ -225,10 +210,10 @@ static void size_workspace(struct dcp_engine *e)
     /* Cap split-KV so its partials stay within SPLIT_WORKSPACE_CAP. */
     const uint64_t per_split = (uint64_t)e->max_qtokens * e->gathered_heads * (e->v_dim + 1) * sizeof(float);
     uint64_t cap = per_split ? SPLIT_WORKSPACE_CAP / per_split : 1;
-    if (e->shape.max_splits > cap)
-        e->shape.max_splits = (uint32_t)DCP_MAX(cap, 1);
-    if (e->shape.max_splits == 0)
-        e->shape.max_splits = 1;
+    if (e->caps.max_splits > cap)
+        e->caps.max_splits = (uint32_t)DCP_MAX(cap, 1);
+    if (e->caps.max_splits == 0)
+        e->caps.max_splits = 1;
     struct dcp_rank_buffers b;
     struct buffer_plan bp;
     plan_rank_buffers(e, &b, &bp);
@@ -264,29 +249,72 @@ static void free_step(struct dcp_step *s)
     memset(s, 0, sizeof(*s));
 }
 
-/* ---- backend selection --------------------------------------------------- */
+/* ---- backend ----------------------------------------------------------------- */
 
-static bool cuda_unavailable(int err)
+static int open_backend(struct dcp_engine *e)
 {
-    return err == DCP_ENODRIVER || err == DCP_ESTUBDRIVER || err == DCP_EDRIVERVERSION ||
-           err == DCP_ENODEVICE || err == DCP_ENOTSUP || err == DCP_EMODULE;
+    struct dcp_backend_choice c;
+    int err = dcp_backend_open(e, &c);
+    if (err)
+        return err;
+    e->ops = c.ops;
+    e->backend = c.state;
+    e->caps = c.caps;
+    snprintf(e->notice, sizeof(e->notice), "%s", c.notice);
+    return DCP_OK;
 }
 
-static int init_backend(struct dcp_engine *e)
+/* Scratch one CPU work item needs for the largest launch of each kernel this
+ * engine makes (the attention, merge, scale, append, reduce and fill launches
+ * of rank.c at their largest), computed once from the final sizes. */
+static size_t kernel_scratch(const struct dcp_engine *e)
 {
-    const enum dcp_backend_kind kind = e->cfg->runtime.backend;
-    if (kind == DCP_BACKEND_CUDA || kind == DCP_BACKEND_AUTO) {
-        e->ops = &dcp_cuda_backend;
-        int err = e->ops->engine_init(e);
-        if (!err || kind == DCP_BACKEND_CUDA || !cuda_unavailable(err))
-            return err;
-        snprintf(e->notice, sizeof(e->notice), "CUDA backend unavailable (%s); using the host backend",
-                 dcp_last_error()[0] ? dcp_last_error() : dcp_strerror(err));
-        e->ops->engine_fini(e);
-        e->backend = NULL;
-    }
-    e->ops = &dcp_host_backend;
-    return e->ops->engine_init(e);
+    const uint32_t heads_per_kv = e->geo.q_per_kv_head;
+    const uint32_t rows = e->max_qtokens * e->gathered_heads;
+    const struct dcpk_attn_params attn = {
+        /* Distinct cache addresses unless V lives in the K rows (MLA): the CPU
+         * kernel needs a V tile only when they differ. */
+        .k_cache = 64,
+        .v_cache = e->mla ? 64 : 128,
+        .batch = e->max_batch,
+        .num_q_tokens = e->max_qtokens,
+        .num_heads = e->gathered_heads,
+        .heads_per_chunk = e->q_heads_per_rank,
+        .num_kv_heads = e->kv_heads_per_rank,
+        .head_tile = heads_per_kv,
+        .qk_dim = e->qk_dim,
+        .v_dim = e->v_dim,
+        .v_row_stride = e->v_row_stride,
+        .block_size = e->block_size,
+        .max_blocks = e->max_blocks_per_seq,
+        .group_size = e->dcp,
+        .interleave = e->interleave,
+        .num_splits = e->caps.max_splits,
+        .dtype = e->dtype,
+    };
+    const struct dcpk_merge_params merge = {
+        .n_src = DCP_MAX(e->dcp, e->caps.max_splits),
+        .rows = rows,
+        .rows_per_chunk = rows,
+        .v_dim = e->v_dim,
+    };
+    const struct dcpk_lse_scale_params scale = {
+        .n_src = e->dcp, .rows = rows, .rows_per_chunk = rows, .v_dim = e->v_dim,
+    };
+    const struct dcpk_kv_append_params append = {
+        .num_tokens = e->max_tokens, .num_kv_heads = e->kv_heads_per_rank, .k_dim = e->qk_dim,
+        .v_dim = e->v_dim, .block_size = e->block_size, .dtype = e->dtype,
+    };
+    const struct dcpk_reduce_params reduce = {.n_src = e->dcp, .count = (uint64_t)rows * e->v_dim};
+    const struct dcpk_fill_params fill = {
+        .rows = e->max_tokens, .heads = e->gathered_heads, .dim = e->qk_dim, .dtype = e->dtype,
+    };
+    size_t need = dcpk_kernels[DCPK_KERNEL_attn].scratch(&attn);
+    need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_merge].scratch(&merge));
+    need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_lse_scale].scratch(&scale));
+    need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_kv_append].scratch(&append));
+    need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_reduce].scratch(&reduce));
+    return DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_fill].scratch(&fill));
 }
 
 /* ---- create / destroy ----------------------------------------------------- */
@@ -304,13 +332,14 @@ DCP_API int dcp_engine_create(const struct dcp_engine_params *params, dcp_engine
     int err = resolve_shape(e);
     if (err)
         goto fail;
-    err = init_backend(e);
+    err = open_backend(e);
     if (err)
         goto fail;
-    err = size_pools(e, e->ops == &dcp_host_backend);
+    err = size_pools(e, e->caps.host_memory);
     if (err)
         goto fail;
     size_workspace(e);
+    e->kernel_scratch_bytes = kernel_scratch(e);
     struct dcp_kv_manager_params kp = {
         .num_blocks = e->num_blocks,
         .block_size = e->block_size,
@@ -366,7 +395,7 @@ DCP_API void dcp_engine_destroy(dcp_engine **engine)
         free(e->ranks);
     }
     if (e->ops)
-        e->ops->engine_fini(e);
+        e->ops->engine_fini(e->backend);
     free_step(&e->step);
     dcp_kv_manager_destroy(&e->kv);
     free(e);
@@ -379,7 +408,7 @@ DCP_API void dcp_engine_get_info(const dcp_engine *e, struct dcp_engine_info *in
         return;
     *info = (struct dcp_engine_info){
         .backend = e->ops->name,
-        .backend_detail = e->detail,
+        .backend_detail = e->caps.detail,
         .backend_notice = e->notice,
         .tp = e->tp,
         .dcp = e->dcp,
@@ -520,7 +549,7 @@ static void build_step(struct dcp_engine *e, const struct dcp_batch *b)
         const uint64_t len = dcp_kv_seq_length(e->kv, b->seq_ids[i]);
         s->seq_lens[i] = (int32_t)len;
         for (uint64_t p = len - b->q_lens[i]; p < len; p++, t++) {
-            s->token_keys[t] = ((uint64_t)b->seq_ids[i] << 40) | p;
+            s->token_keys[t] = dcp_token_key(b->seq_ids[i], p);
             const uint32_t owner = dcpk_owner_rank(p, N, I);
             const uint64_t local = dcpk_local_index(p, N, I);
             const int64_t slot = (int64_t)row[local / B] * B + (int64_t)(local % B);
@@ -536,19 +565,19 @@ static void build_step(struct dcp_engine *e, const struct dcp_batch *b)
 static uint32_t choose_splits(const struct dcp_engine *e)
 {
     const struct dcp_step *s = &e->step;
-    if (e->shape.max_splits <= 1 || s->batch == 0)
+    if (e->caps.max_splits <= 1 || s->batch == 0)
         return 1;
-    const uint32_t heads_per_kv = e->gathered_heads / e->kv_heads_per_rank;
-    const uint32_t tile = e->shape.head_tile ? e->shape.head_tile : heads_per_kv;
+    const uint32_t heads_per_kv = e->geo.q_per_kv_head;
+    const uint32_t tile = e->caps.head_tile ? e->caps.head_tile : heads_per_kv;
     const uint64_t base = (uint64_t)s->batch * e->kv_heads_per_rank * dcp_div_ceil_u64(heads_per_kv, tile);
-    uint64_t want = dcp_div_ceil_u64(2ull * e->shape.parallelism, base);
+    uint64_t want = dcp_div_ceil_u64(2ull * e->caps.parallelism, base);
     uint64_t longest_pages = 0;
     for (uint32_t i = 0; i < s->batch; i++) {
         const uint64_t local = dcpk_local_length((uint64_t)s->seq_lens[i], 0, e->dcp, e->interleave);
         longest_pages = DCP_MAX(longest_pages, dcp_div_ceil_u64(local, e->block_size));
     }
     want = DCP_MIN(want, longest_pages);
-    want = DCP_MIN(want, (uint64_t)e->shape.max_splits);
+    want = DCP_MIN(want, (uint64_t)e->caps.max_splits);
     return (uint32_t)DCP_MAX(want, 1);
 }
 

@@ -12,11 +12,13 @@
 #include <stdbool.h>
 
 #include "dcp/engine.h"
+#include "dcp/geometry.h"
 #include "dcp_kernels/cpu.h"
 #include "kv/kv_manager.h"
 
 struct dcp_engine;
 struct dcp_rank;
+struct dcp_backend_caps;
 
 /** Profile categories (struct dcp_profile's fields, in order). */
 enum dcp_prof_cat { PROF_APPEND, PROF_ATTENTION, PROF_MERGE, PROF_COMM, PROF_OTHER, PROF_COUNT };
@@ -25,10 +27,12 @@ enum dcp_prof_cat { PROF_APPEND, PROF_ATTENTION, PROF_MERGE, PROF_COMM, PROF_OTH
 struct dcp_backend_ops {
     const char *name; ///< "host" or "cuda".
 
-    /** Engine-wide setup after the engine's sizes are known, before any rank_init. */
-    int (*engine_init)(struct dcp_engine *e);
-    /** Engine-wide teardown after every rank_fini. Must accept a partial engine_init. */
-    void (*engine_fini)(struct dcp_engine *e);
+    /** Engine-wide setup after the engine's sizes are known, before any rank_init.
+     *  Reads the engine, never writes it: stores its private state in *state (even
+     *  on failure, for engine_fini) and reports what it can do in *caps. */
+    int (*engine_init)(const struct dcp_engine *e, void **state, struct dcp_backend_caps *caps);
+    /** Engine-wide teardown after every rank_fini. Must accept a partial engine_init (or NULL). */
+    void (*engine_fini)(void *state);
     /** Per-rank setup: streams, communicators. Called from the creating thread. */
     int (*rank_init)(struct dcp_rank *r);
     /** Optional: after every rank_init, e.g. to wait for communicators to connect. */
@@ -71,16 +75,17 @@ struct dcp_backend_ops {
     int (*timer_collect)(struct dcp_rank *r);
 };
 
-extern const struct dcp_backend_ops dcp_host_backend;
-extern const struct dcp_backend_ops dcp_cuda_backend;
-
-/** How attention launches are shaped, chosen by the backend at engine_init. */
-struct dcp_launch_shape {
+/** What a backend can do, reported by engine_init. The engine derives its policy
+ *  (split-KV, workspace and scratch sizes, where the KV budget comes from) from
+ *  these; it never asks which backend it has. */
+struct dcp_backend_caps {
     uint32_t parallelism;   ///< Work items the backend runs at once (threads, SMs x CTAs per SM).
     uint32_t head_tile;     ///< Query heads per attention work item (0 = all heads of a KV head).
-    uint32_t max_splits;    ///< Upper bound on split-KV (workspace is sized for it).
+    uint32_t max_splits;    ///< Upper bound on split-KV (the engine may lower it to cap workspace).
+    bool host_memory;       ///< Backend memory is host memory: the KV budget may come from
+                            ///< runtime.host.memory_bytes instead of the GPU's.
+    char detail[512];       ///< What it runs on, for dcp_engine_info.backend_detail.
 };
-
 /** Per-rank backend buffers holding one step's metadata and the collective workspace. */
 struct dcp_rank_buffers {
     uint64_t block_table;   ///< int32 [max_batch][max_blocks_per_seq]
@@ -132,21 +137,22 @@ struct dcp_step {
 struct dcp_engine {
     struct dcp_engine_params params;
     const struct dcp_config *cfg;
-    const struct dcp_backend_ops *ops;
-    void *backend;                  ///< Backend-private engine state.
+    const struct dcp_backend_ops *ops; ///< Chosen by dcp_backend_open (backend/select.h).
+    void *backend;                  ///< Backend-private engine state (engine_init's *state).
     struct dcp_kv_manager *kv;
 
     /* shape */
     uint32_t tp, dcp, interleave, block_size, num_layers;
     uint32_t q_heads_per_rank;      ///< H_l
     uint32_t kv_heads_per_rank;
+    struct dcp_rank_geometry geo;   ///< Per-rank geometry (the fields below are copied from it).
     uint32_t gathered_heads;        ///< dcp * H_l
     uint32_t qk_dim, v_dim, v_row_stride;
     uint32_t dtype;                 ///< enum dcpk_dtype of the cache.
     float scale, kv_scale;
     bool mla;
     enum dcp_comm_scheme comm;
-    struct dcp_launch_shape shape;
+    struct dcp_backend_caps caps;   ///< From the backend; max_splits capped by the engine.
 
     /* sizes */
     uint64_t num_blocks;
@@ -159,6 +165,7 @@ struct dcp_engine {
     uint64_t layer_bytes;           ///< All pages of one layer, K then V.
     uint64_t kv_bytes;              ///< Arena bytes per rank.
     uint64_t workspace_bytes;       ///< Workspace bytes per rank.
+    size_t kernel_scratch_bytes;    ///< Worst-case scratch of one kernel work item (CPU kernels).
 
     struct dcp_step step;
     struct dcp_rank *ranks;
@@ -166,7 +173,6 @@ struct dcp_engine {
     uint32_t ranks_initialised;
 
     atomic_int failed;              ///< Set when a rank failed inside dcp_engine_run().
-    char detail[512];               ///< Backend detail for dcp_engine_info.
     char notice[512];               ///< Why auto fell back to host ("" if it did not).
 };
 

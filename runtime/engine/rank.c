@@ -7,7 +7,9 @@
 
 #include "dcp_kernels/convert.h"
 #include "dcp_kernels/params.h"
+#include "dcp/synthetic.h"
 #include "engine/engine_internal.h"
+#include "util/merge_schemes.h"
 #include "util/util.h"
 
 #define ADDR(p) ((uint64_t)(uintptr_t)(p))
@@ -73,11 +75,10 @@ DCP_API void dcp_rank_head_offsets(const dcp_rank *r, uint32_t *q_head0, uint32_
     if (!r)
         return;
     const struct dcp_engine *e = r->engine;
-    const uint32_t kv = e->mla ? 1 : e->cfg->model.num_kv_heads;
     if (q_head0)
         *q_head0 = r->tp_rank * e->q_heads_per_rank;
     if (kv_head0)
-        *kv_head0 = e->mla ? 0 : e->tp >= kv ? r->tp_rank / (e->tp / kv) : r->tp_rank * e->kv_heads_per_rank;
+        *kv_head0 = dcp_rank_geometry_kv_head0(&e->geo, r->tp_rank);
 }
 
 DCP_API const void *dcp_rank_step_token_keys(const dcp_rank *r)
@@ -133,7 +134,7 @@ static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint
     const struct dcp_engine *e = r->engine;
     const struct dcp_step *s = &e->step;
     const uint64_t T = s->tokens, Hg = e->gathered_heads, H = e->q_heads_per_rank, v = e->v_dim;
-    const uint32_t heads_per_kv = e->gathered_heads / e->kv_heads_per_rank;
+    const uint32_t heads_per_kv = e->geo.q_per_kv_head;
     const uint64_t k_cache = dcp_layer_k(r, layer);
     struct dcpk_attn_params p = {
         .q = q,
@@ -156,7 +157,7 @@ static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint
         .num_heads = e->gathered_heads,
         .heads_per_chunk = e->q_heads_per_rank,
         .num_kv_heads = e->kv_heads_per_rank,
-        .head_tile = e->shape.head_tile ? DCP_MIN(e->shape.head_tile, heads_per_kv) : heads_per_kv,
+        .head_tile = e->caps.head_tile ? DCP_MIN(e->caps.head_tile, heads_per_kv) : heads_per_kv,
         .qk_dim = e->qk_dim,
         .v_dim = e->v_dim,
         .v_row_stride = e->v_row_stride,
@@ -266,7 +267,7 @@ DCP_API int dcp_rank_attention(dcp_rank *r, uint32_t layer, const void *q, void 
     err = collective(r, ALL_GATHER, ADDR(q), r->buf.q_gathered, T * H * qk * sizeof(float));
     if (err)
         return err;
-    const bool a2a = e->comm == DCP_COMM_A2A;
+    const bool a2a = dcp_merge_scheme(e->comm)->packed_lse;
     const uint64_t f = sizeof(float);
     const struct attn_target t = a2a ? (struct attn_target){
         .out = r->buf.part,
@@ -373,11 +374,12 @@ DCP_API float dcp_synth_value(uint64_t seed, uint64_t key, uint32_t head, uint32
 DCP_API float dcp_dtype_round(enum dcp_dtype dtype, float value, float scale)
 {
     /* Exactly what kv_append stores and attention reads back. */
-    const float stored = dtype == DCP_DTYPE_FP8_E4M3 ? value * (1.0f / scale) : value;
+    const bool scaled = dcpk_dtype_scaled((uint32_t)dtype);
+    const float stored = scaled ? value * (1.0f / scale) : value;
     unsigned char bits[4];
     dcpk_store_as(bits, 0, (uint32_t)dtype, stored);
     const float back = dcpk_load_as_f32(bits, 0, (uint32_t)dtype);
-    return dtype == DCP_DTYPE_FP8_E4M3 ? back * scale : back;
+    return scaled ? back * scale : back;
 }
 
 DCP_API int dcp_rank_get_profile(dcp_rank *r, struct dcp_profile *out)

@@ -12,8 +12,10 @@
 #include <math.h>
 #include <string.h>
 
+#include "dcp/geometry.h"
 #include "dcp/placement.h"
 #include "plan/plan_internal.h"
+#include "util/merge_schemes.h"
 #include "util/util.h"
 
 /* Batch sizes the crossover is estimated for (struct dcp_plan.crossover). */
@@ -22,34 +24,23 @@ static const uint32_t crossover_batches[DCP_PLAN_CROSSOVER_BATCHES] = {1, 8, 64,
 /* Bytes of one fp32 log-sum-exp value on the wire. */
 #define LSE_BYTES 4u
 
-/*
- * KV heads one GPU stores without DCP. TP splits the KV heads over its ranks
- * until each holds one; past that every rank holds a copy of one head. MLA has a
- * single latent vector per token that every rank needs: one "head".
- */
-static uint32_t kv_heads_per_gpu(const struct dcp_model_config *model, uint32_t tp)
+/* Geometry of one GPU without DCP (the layout both sides share; see plan_layout).
+ * The deployment was validated, so dcp = 1 always has a geometry. */
+static struct dcp_rank_geometry baseline_geometry(const struct dcp_config *cfg)
 {
-    if (model->attention == DCP_ATTN_MLA)
-        return 1;
-    return DCP_MAX(1u, model->num_kv_heads / tp);
-}
-
-/* KV bytes one GPU stores per context token per layer without DCP. */
-static uint64_t baseline_token_layer_bytes(const struct dcp_model_config *model, uint32_t tp)
-{
-    const uint64_t size = dcp_dtype_size(model->kv_dtype);
-    if (model->attention == DCP_ATTN_MLA)
-        return (uint64_t)(model->kv_lora_rank + model->rope_dim) * size;
-    return 2u * kv_heads_per_gpu(model, tp) * (uint64_t)model->head_dim * size;
+    struct dcp_rank_geometry g;
+    dcp_rank_geometry(&cfg->model, cfg->parallel.tp, 1, &g);
+    return g;
 }
 
 static void plan_memory(const struct dcp_config *cfg, struct dcp_plan_memory *mem)
 {
-    mem->usable_bytes = cfg->hardware.memory_bytes * cfg->memory.gpu_fraction;
-    mem->weight_bytes = cfg->model.num_params * dcp_weight_dtype_bytes(cfg->model.weight_dtype) /
-                        cfg->parallel.tp;
-    mem->reserve_bytes = cfg->memory.reserve_bytes;
-    mem->kv_budget_bytes = mem->usable_bytes - mem->weight_bytes - mem->reserve_bytes;
+    struct dcp_kv_budget b;
+    dcp_kv_budget(cfg, &b);
+    mem->usable_bytes = b.usable_bytes;
+    mem->weight_bytes = b.weight_bytes;
+    mem->reserve_bytes = b.reserve_bytes;
+    mem->kv_budget_bytes = b.kv_bytes;
 }
 
 /* Whole pages of page_bytes that fit in budget bytes (none if the budget is not positive). */
@@ -75,7 +66,7 @@ static void plan_layout(const struct dcp_config *cfg, uint32_t dcp, uint64_t tok
         (double)dcp_model_kv_bytes_per_token_layer(model) * (double)layers;
 
     out->dcp = dcp;
-    out->kv_heads_per_gpu = kv_heads_per_gpu(model, cfg->parallel.tp);
+    out->kv_heads_per_gpu = baseline_geometry(cfg).kv_heads_per_rank;
     out->kv_bytes_per_token = (double)token_layer_bytes * layers / dcp;
     out->replication = out->kv_bytes_per_token * cfg->parallel.tp / model_token_bytes;
     out->page_bytes = (uint64_t)block * token_layer_bytes * layers;
@@ -123,24 +114,24 @@ static void plan_comm(const struct dcp_config *cfg, struct dcp_plan_comm *out)
     const uint32_t n = cfg->parallel.dcp;
     if (n == 1)
         return;
-    uint32_t qk_dim = 0, v_dim = 0;
-    dcp_model_attention_dims(&cfg->model, &qk_dim, &v_dim);
+    const struct dcp_rank_geometry g = baseline_geometry(cfg);
+    const uint32_t qk_dim = g.qk_dim, v_dim = g.v_dim;
     const double peers = n - 1;
-    const double heads = (double)(cfg->model.num_q_heads / cfg->parallel.tp); /* H_l */
+    const double heads = g.q_heads_per_rank; /* H_l */
     const double wire = dcp_dtype_size(cfg->parallel.comm_dtype);
 
     if (!cfg->parallel.replicate_q) {
         out->q_gather_send = out->q_gather_recv = peers * heads * qk_dim * wire;
         out->collectives++;
     }
-    if (cfg->parallel.comm == DCP_COMM_AG_RS) {
+    const struct dcp_merge_scheme *ms = dcp_merge_scheme(cfg->parallel.comm);
+    if (ms->packed_lse) {
+        out->out_send = out->out_recv = peers * heads * (v_dim * wire + LSE_BYTES);
+    } else {
         out->lse_send = out->lse_recv = peers * n * heads * LSE_BYTES;
         out->out_send = out->out_recv = peers * heads * v_dim * wire;
-        out->collectives += 2;
-    } else {
-        out->out_send = out->out_recv = peers * heads * (v_dim * wire + LSE_BYTES);
-        out->collectives += 1;
     }
+    out->collectives += ms->collectives;
     out->total_send = out->q_gather_send + out->lse_send + out->out_send;
     out->total_recv = out->q_gather_recv + out->lse_recv + out->out_recv;
 }
@@ -171,7 +162,7 @@ static void plan_crossover(const struct dcp_config *cfg, const struct dcp_plan_c
 void dcp_plan_from_config(const struct dcp_config *cfg, struct dcp_plan *plan)
 {
     const uint32_t tp = cfg->parallel.tp;
-    const uint64_t token_layer_bytes = baseline_token_layer_bytes(&cfg->model, tp);
+    const uint64_t token_layer_bytes = baseline_geometry(cfg).token_layer_bytes;
 
     memset(plan, 0, sizeof(*plan));
     plan_memory(cfg, &plan->memory);

@@ -163,14 +163,10 @@ dcp_deployment *fixture_deployment(const struct fixture_shape *s)
 /* Bytes of one logical block's page on one rank, all layers (what the budget buys). */
 static double page_bytes(const struct dcp_config *cfg)
 {
-    uint32_t qk, v;
-    dcp_model_attention_dims(&cfg->model, &qk, &v);
-    const bool mla = cfg->model.attention == DCP_ATTN_MLA;
-    const uint32_t kv_per_rank = mla || cfg->parallel.tp >= cfg->model.num_kv_heads
-                                     ? 1
-                                     : cfg->model.num_kv_heads / cfg->parallel.tp;
-    return (double)cfg->memory.block_size * kv_per_rank * dcp_dtype_size(cfg->model.kv_dtype) *
-           (qk + (mla ? 0 : v)) * cfg->model.num_layers;
+    struct dcp_rank_geometry g;
+    if (dcp_rank_geometry(&cfg->model, cfg->parallel.tp, cfg->parallel.dcp, &g))
+        return 0;
+    return (double)cfg->memory.block_size * (double)g.token_layer_bytes * cfg->model.num_layers;
 }
 
 dcp_engine *fixture_engine_with(const dcp_deployment *dep, const struct fixture_limits *lim)

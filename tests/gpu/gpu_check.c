@@ -160,7 +160,7 @@ static double compare_sequence(const struct case_run *c, const struct sweep_case
     }
     const float scale = (float)c->model->softmax_scale, kv_scale = (float)c->model->kv_scale;
     for (uint32_t p = 0; p < len; p++) {
-        const uint64_t key = ((uint64_t)seq << 40) | p;
+        const uint64_t key = dcp_token_key(seq, p);
         for (uint32_t h = 0; h < kv_heads; h++) {
             for (uint32_t d = 0; d < qk; d++)
                 k[((size_t)p * kv_heads + h) * qk + d] =
@@ -176,7 +176,7 @@ static double compare_sequence(const struct case_run *c, const struct sweep_case
         for (uint32_t h = 0; h < q_heads; h++)
             for (uint32_t d = 0; d < qk; d++)
                 q[((size_t)t * q_heads + h) * qk + d] =
-                    dcp_synth_value(seed_of(layer, 0), ((uint64_t)seq << 40) | (len - sc->q_len + t), h, d);
+                    dcp_synth_value(seed_of(layer, 0), dcp_token_key(seq, len - sc->q_len + t), h, d);
     const struct oracle_attn_shape shape = {
         .len = len, .q_len = sc->q_len, .heads = q_heads, .kv_heads = kv_heads,
         .qk_dim = qk, .v_dim = vd, .scale = scale,

@@ -21,18 +21,55 @@
 #define DCPK_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
 #endif
 
-/** Element types; the values equal those of enum dcp_dtype in include/dcp/deployment.h. */
+/*
+ * The KV cache and wire element types, one row each (docs/design.md §10):
+ *   X(NAME, name, bytes, scaled, wire)
+ *   name:   as configs and dcp_dtype_name() spell it;
+ *   bytes:  per element;
+ *   scaled: stored as value x (1 / kv_scale), read back x kv_scale;
+ *   wire:   allowed as parallel.comm_dtype (the wire types come first).
+ * enum dcp_dtype (include/dcp/deployment.h) has the same values: static asserts
+ * in runtime/config/names.c tie every row to it.
+ */
+#define DCPK_DTYPES(X)                \
+    X(FP32, fp32, 4, 0, 1)            \
+    X(BF16, bf16, 2, 0, 1)            \
+    X(FP16, fp16, 2, 0, 1)            \
+    X(FP8_E4M3, fp8_e4m3, 1, 1, 0)
+
+/** Element types, in DCPK_DTYPES order. */
 enum dcpk_dtype {
-    DCPK_FP32 = 0,
-    DCPK_BF16 = 1,
-    DCPK_FP16 = 2,
-    DCPK_FP8_E4M3 = 3,
+#define DCPK_DTYPE_ENUM_(NAME, name, bytes, scaled, wire) DCPK_##NAME,
+    DCPK_DTYPES(DCPK_DTYPE_ENUM_)
+#undef DCPK_DTYPE_ENUM_
+    DCPK_DTYPE_COUNT
 };
 
-/** Bytes per element of a dcpk_dtype. */
+/** Bytes per element of a dcpk_dtype (0 for an unknown one). */
 DCPK_HD uint32_t dcpk_dtype_size(uint32_t dtype)
 {
-    return dtype == DCPK_FP32 ? 4u : dtype == DCPK_FP8_E4M3 ? 1u : 2u;
+#define DCPK_DTYPE_SIZE_(NAME, name, bytes, scaled, wire) dtype == DCPK_##NAME ? (uint32_t)(bytes) :
+    return DCPK_DTYPES(DCPK_DTYPE_SIZE_) 0u;
+#undef DCPK_DTYPE_SIZE_
 }
+
+/** Whether a dtype is stored scaled by kv_scale (fp8). */
+DCPK_HD int dcpk_dtype_scaled(uint32_t dtype)
+{
+#define DCPK_DTYPE_SCALED_(NAME, name, bytes, scaled, wire) ((scaled) && dtype == DCPK_##NAME) ||
+    return DCPK_DTYPES(DCPK_DTYPE_SCALED_) 0;
+#undef DCPK_DTYPE_SCALED_
+}
+
+/** Number of wire dtypes (the first rows of DCPK_DTYPES). */
+enum {
+#define DCPK_DTYPE_WIRE_(NAME, name, bytes, scaled, wire) +(wire)
+    DCPK_WIRE_DTYPE_COUNT = 0 DCPK_DTYPES(DCPK_DTYPE_WIRE_)
+#undef DCPK_DTYPE_WIRE_
+};
+#define DCPK_DTYPE_WIRE_FIRST_(NAME, name, bytes, scaled, wire) \
+    DCPK_STATIC_ASSERT((wire) == ((int)DCPK_##NAME < (int)DCPK_WIRE_DTYPE_COUNT), "wire dtypes must come first: " #name);
+DCPK_DTYPES(DCPK_DTYPE_WIRE_FIRST_)
+#undef DCPK_DTYPE_WIRE_FIRST_
 
 #endif /* DCPK_COMMON_H */

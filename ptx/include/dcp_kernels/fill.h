@@ -16,7 +16,7 @@ DCPK_HD void dcpk_fill_element(const struct dcpk_fill_params *p, uint64_t row, u
                                uint32_t head, uint32_t d)
 {
     float v = p->amplitude * dcpk_synth_unit(p->seed, key, p->head_offset + head, d);
-    if (p->dtype == DCPK_FP8_E4M3)
+    if (dcpk_dtype_scaled(p->dtype))
         v *= p->inv_scale;
     dcpk_store_as((void *)(uintptr_t)p->dst, (row * p->heads + head) * p->dim + d, p->dtype, v);
 }

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_internal.h"
+#include "backend/select.h"
 #include "comm/launch_env.h"
 #include "dcp_kernels/variants.h"
 #include "embedded.h"
@@ -103,14 +104,14 @@ static void close_device(struct cuda_engine *ce, struct cuda_device *d)
     memset(d, 0, sizeof(*d));
 }
 
-static int cuda_engine_init(struct dcp_engine *e)
+static int cuda_engine_init(const struct dcp_engine *e, void **state, struct dcp_backend_caps *caps)
 {
     if (dcp_embedded_module_count == 0)
         return dcp_error(DCP_ENOTSUP, "libdcp was built without CUDA kernels (no nvcc at build time)");
     struct cuda_engine *ce = calloc(1, sizeof(*ce));
     if (!ce)
         return dcp_error(DCP_ENOMEM, "cuda backend");
-    e->backend = ce;
+    *state = ce;
     int err = dcp_cuda_open(&(struct dcp_cuda_open_params){0}, &ce->cu);
     if (err)
         return err;
@@ -144,17 +145,16 @@ static int cuda_engine_init(struct dcp_engine *e)
             return err;
     }
 
-    if ((err = cuda_comm_engine_init(e, multi_process)))
+    if ((err = cuda_comm_engine_init(e, ce, multi_process)))
         return err;
 
     const struct cuda_device *d0 = &ce->devices[0];
-    const uint32_t heads_per_kv = e->gathered_heads / e->kv_heads_per_rank;
-    e->shape = (struct dcp_launch_shape){
-        .parallelism = (uint32_t)d0->info.sm_count * 2,
-        .head_tile = dcpk_attn_pick_head_tile(ce->attn, heads_per_kv, DCP_MAX(1u, e->cfg->workload.q_len)),
-        .max_splits = 32,
-    };
-    snprintf(e->detail, sizeof(e->detail), "%s (sm_%d%d, %d SMs), %s%s, %s; %s", d0->info.name,
+    const uint32_t heads_per_kv = e->geo.q_per_kv_head;
+    caps->parallelism = (uint32_t)d0->info.sm_count * 2;
+    caps->head_tile = dcpk_attn_pick_head_tile(ce->attn, heads_per_kv, DCP_MAX(1u, e->cfg->workload.q_len));
+    caps->max_splits = 32;
+    caps->host_memory = false;
+    snprintf(caps->detail, sizeof(caps->detail), "%s (sm_%d%d, %d SMs), %s%s, %s; %s", d0->info.name,
              d0->info.cc_major, d0->info.cc_minor, d0->info.sm_count,
              ce->comm == CUDA_COMM_VIRTUAL ? (e->dcp > 1 ? "virtual ranks on one GPU" : "ranks on one GPU")
                                            : (e->dcp > 1 ? "one GPU per rank, NCCL" : "one GPU per rank"),
@@ -162,9 +162,9 @@ static int cuda_engine_init(struct dcp_engine *e)
     return DCP_OK;
 }
 
-static void cuda_engine_fini(struct dcp_engine *e)
+static void cuda_engine_fini(void *state)
 {
-    struct cuda_engine *ce = CE(e);
+    struct cuda_engine *ce = state;
     if (!ce)
         return;
     for (uint32_t i = 0; ce->devices && i < ce->num_devices; i++)
@@ -173,7 +173,6 @@ static void cuda_engine_fini(struct dcp_engine *e)
     cuda_comm_engine_fini(ce);
     dcp_cuda_close(&ce->cu);
     free(ce);
-    e->backend = NULL;
 }
 
 const struct dcp_backend_ops dcp_cuda_backend = {

@@ -13,7 +13,7 @@
 
 /* Multi-process NCCL: rank and world from the launcher, one unique id per DCP
  * group made by world rank 0 and shared through the rendezvous in DCP_RENDEZVOUS. */
-static int exchange_unique_ids(struct dcp_engine *e, struct cuda_engine *ce)
+static int exchange_unique_ids(const struct dcp_engine *e, struct cuda_engine *ce)
 {
     const char *spec = getenv("DCP_RENDEZVOUS");
     if (!spec || !*spec)
@@ -41,9 +41,8 @@ static int exchange_unique_ids(struct dcp_engine *e, struct cuda_engine *ce)
 }
 
 /* Engine-wide: NCCL unique ids (one per DCP group) or the virtual groups' host rendezvous. */
-int cuda_comm_engine_init(struct dcp_engine *e, bool multi_process)
+int cuda_comm_engine_init(const struct dcp_engine *e, struct cuda_engine *ce, bool multi_process)
 {
-    struct cuda_engine *ce = CE(e);
     int err = DCP_OK;
     if (ce->comm == CUDA_COMM_NCCL && e->dcp > 1) {
         if ((err = dcp_nccl_open(&(struct dcp_nccl_open_params){0}, &ce->nccl)))

@@ -113,7 +113,7 @@ int cuda_timer_collect(struct dcp_rank *r);
 
 /* cuda_comm.c: collectives. */
 /** Engine-wide: NCCL unique ids (exchanged when multi_process) or virtual groups. */
-int cuda_comm_engine_init(struct dcp_engine *e, bool multi_process);
+int cuda_comm_engine_init(const struct dcp_engine *e, struct cuda_engine *ce, bool multi_process);
 /** Frees what cuda_comm_engine_init made; accepts a partial init. */
 void cuda_comm_engine_fini(struct cuda_engine *ce);
 /** Per rank: virtual group membership or the (non-blocking) NCCL communicator. */

@@ -62,16 +62,18 @@ void cuda_rank_fini(struct dcp_rank *r)
     r->backend = NULL;
 }
 
-/* Kernel block size of a simple (non-attention) family. */
-static uint32_t simple_threads(enum dcpk_kernel_id k)
-{
-#define DCPK_THREADS_(name, threads) \
-    if (k == DCPK_KERNEL_##name)     \
-        return threads;
+/* Block size of each simple (non-attention) family, from its DCPK_SIMPLE_KERNELS
+ * entry (variants.h). A family without an entry fails the build: the count below
+ * must match, and an entry that names no family does not compile. */
+static const uint32_t simple_threads[DCPK_KERNEL_COUNT] = {
+#define DCPK_THREADS_(name, threads) [DCPK_KERNEL_##name] = threads,
     DCPK_SIMPLE_KERNELS(DCPK_THREADS_)
 #undef DCPK_THREADS_
-    return 128;
-}
+};
+#define DCPK_COUNT_(name, threads) +1
+_Static_assert(0 DCPK_SIMPLE_KERNELS(DCPK_COUNT_) + 1 == DCPK_KERNEL_COUNT,
+               "every kernel family of DCPK_KERNEL_FAMILIES but attn needs a DCPK_SIMPLE_KERNELS entry");
+#undef DCPK_COUNT_
 
 int cuda_launch(struct dcp_rank *r, enum dcpk_kernel_id kernel, const void *params)
 {
@@ -83,7 +85,7 @@ int cuda_launch(struct dcp_rank *r, enum dcpk_kernel_id kernel, const void *para
     const struct dcpk_grid g = dcpk_kernels[kernel].grid(params);
     if (dcpk_grid_items(g) == 0)
         return DCP_OK;
-    uint32_t threads = simple_threads(kernel), smem = 0;
+    uint32_t threads = simple_threads[kernel], smem = 0;
     if (kernel == DCPK_KERNEL_attn) {
         threads = ce->attn->threads;
         smem = ce->attn->smem_bytes;

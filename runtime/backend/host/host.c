@@ -13,6 +13,7 @@
 
 #include "backend/group.h"
 #include "backend/host/host_pool.h"
+#include "backend/select.h"
 #include "engine/engine_internal.h"
 #include "util/util.h"
 
@@ -97,7 +98,7 @@ static void host_abort(struct dcp_engine *e)
 
 /* ---- engine / rank ---------------------------------------------------------- */
 
-static int host_engine_init(struct dcp_engine *e)
+static int host_engine_init(const struct dcp_engine *e, void **state, struct dcp_backend_caps *caps)
 {
     if (e->params.rank_begin != 0 || e->num_ranks != e->tp)
         return dcp_error(DCP_ENOTSUP, "the host backend runs all %u ranks in one process "
@@ -105,7 +106,7 @@ static int host_engine_init(struct dcp_engine *e)
     struct host_engine *h = calloc(1, sizeof(*h));
     if (!h)
         return dcp_error(DCP_ENOMEM, "host backend");
-    e->backend = h;
+    *state = h;
     const uint32_t cpus = online_cpus();
     const uint32_t configured = e->cfg->runtime.host.threads;
     h->threads_per_rank = configured ? configured : DCP_MAX(1u, cpus / e->num_ranks);
@@ -118,77 +119,24 @@ static int host_engine_init(struct dcp_engine *e)
         if (err)
             return err;
     }
-    e->shape = (struct dcp_launch_shape){
-        .parallelism = h->threads_per_rank,
-        .head_tile = 0,
-        .max_splits = h->threads_per_rank > 1 ? 2 * h->threads_per_rank : 1,
-    };
-    snprintf(e->detail, sizeof(e->detail), "%u CPU thread%s per rank, %u CPUs", h->threads_per_rank,
+    caps->parallelism = h->threads_per_rank;
+    caps->head_tile = 0;
+    caps->max_splits = h->threads_per_rank > 1 ? 2 * h->threads_per_rank : 1;
+    caps->host_memory = true;
+    snprintf(caps->detail, sizeof(caps->detail), "%u CPU thread%s per rank, %u CPUs", h->threads_per_rank,
              h->threads_per_rank == 1 ? "" : "s", cpus);
     return DCP_OK;
 }
 
-static void host_engine_fini(struct dcp_engine *e)
+static void host_engine_fini(void *state)
 {
-    struct host_engine *h = H(e);
+    struct host_engine *h = state;
     if (!h)
         return;
     for (uint32_t i = 0; h->groups && i < h->num_groups; i++)
         rank_group_fini(&h->groups[i]);
     free(h->groups);
     free(h);
-    e->backend = NULL;
-}
-
-/* Scratch one thread needs for the largest launch of each kernel this engine makes. */
-static size_t max_scratch(const struct dcp_engine *e)
-{
-    const uint32_t heads_per_kv = e->gathered_heads / e->kv_heads_per_rank;
-    const uint32_t rows = e->max_qtokens * e->gathered_heads;
-    const struct dcpk_attn_params attn = {
-        /* Distinct cache addresses unless V lives in the K rows (MLA): the CPU
-         * kernel needs a V tile only when they differ. */
-        .k_cache = 64,
-        .v_cache = e->mla ? 64 : 128,
-        .batch = e->max_batch,
-        .num_q_tokens = e->max_qtokens,
-        .num_heads = e->gathered_heads,
-        .heads_per_chunk = e->q_heads_per_rank,
-        .num_kv_heads = e->kv_heads_per_rank,
-        .head_tile = heads_per_kv,
-        .qk_dim = e->qk_dim,
-        .v_dim = e->v_dim,
-        .v_row_stride = e->v_row_stride,
-        .block_size = e->block_size,
-        .max_blocks = e->max_blocks_per_seq,
-        .group_size = e->dcp,
-        .interleave = e->interleave,
-        .num_splits = e->shape.max_splits,
-        .dtype = e->dtype,
-    };
-    const struct dcpk_merge_params merge = {
-        .n_src = DCP_MAX(e->dcp, e->shape.max_splits),
-        .rows = rows,
-        .rows_per_chunk = rows,
-        .v_dim = e->v_dim,
-    };
-    const struct dcpk_lse_scale_params scale = {
-        .n_src = e->dcp, .rows = rows, .rows_per_chunk = rows, .v_dim = e->v_dim,
-    };
-    const struct dcpk_kv_append_params append = {
-        .num_tokens = e->max_tokens, .num_kv_heads = e->kv_heads_per_rank, .k_dim = e->qk_dim,
-        .v_dim = e->v_dim, .block_size = e->block_size, .dtype = e->dtype,
-    };
-    const struct dcpk_reduce_params reduce = {.n_src = e->dcp, .count = (uint64_t)rows * e->v_dim};
-    const struct dcpk_fill_params fill = {
-        .rows = e->max_tokens, .heads = e->gathered_heads, .dim = e->qk_dim, .dtype = e->dtype,
-    };
-    size_t need = dcpk_kernels[DCPK_KERNEL_attn].scratch(&attn);
-    need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_merge].scratch(&merge));
-    need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_lse_scale].scratch(&scale));
-    need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_kv_append].scratch(&append));
-    need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_reduce].scratch(&reduce));
-    return DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_fill].scratch(&fill));
 }
 
 static int host_rank_init(struct dcp_rank *r)
@@ -199,7 +147,7 @@ static int host_rank_init(struct dcp_rank *r)
         return dcp_error(DCP_ENOMEM, "host rank");
     r->backend = hr;
     hr->group = &H(e)->groups[r->group_id];
-    return host_pool_init(&hr->pool, H(e)->threads_per_rank - 1, max_scratch(e));
+    return host_pool_init(&hr->pool, H(e)->threads_per_rank - 1, e->kernel_scratch_bytes);
 }
 
 static void host_rank_fini(struct dcp_rank *r)
