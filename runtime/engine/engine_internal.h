@@ -98,6 +98,13 @@ struct dcp_rank_buffers {
     uint64_t ws_lse;        ///< fp32 split-KV partial LSEs [max_splits][T*Hg]
 };
 
+/** Bytes begin_step uploads to each rank at most (block_table .. token_keys above). */
+static inline size_t dcp_step_upload_bytes(uint32_t max_batch, uint32_t max_blocks_per_seq, uint32_t max_tokens)
+{
+    return ((size_t)max_batch * max_blocks_per_seq + max_batch + max_batch + 1) * sizeof(int32_t) +
+           (size_t)max_tokens * (sizeof(int64_t) + sizeof(uint64_t));
+}
+
 /** One rank. */
 struct dcp_rank {
     struct dcp_engine *engine;

@@ -79,7 +79,26 @@ struct run_io {
     void *q[8], *k[8], *v[8], *o[8], *l[8];
     bool decode;
     uint32_t tokens;
+    int q_from_host;         /* 0: q filled on the device; 1: dcp_rank_upload; 2: cuMemcpyHtoD */
+    struct dcp_cuda *driver; /* q_from_host 2: the driver, opened by the test */
 };
+
+/* Queries uploaded from the host, the same for every backend. */
+static int upload_q(dcp_rank *r, struct run_io *io, uint32_t layer, size_t floats)
+{
+    float *h = malloc(floats * sizeof(float));
+    if (!h)
+        return DCP_ENOMEM;
+    for (size_t j = 0; j < floats; j++)
+        h[j] = 0.5f * sinf(0.37f * (float)j + (float)(layer + 3 * dcp_rank_tp_rank(r)));
+    void *dst = io->q[dcp_rank_tp_rank(r)];
+    int err = io->q_from_host == 1 ? dcp_rank_upload(r, dst, h, floats * sizeof(float))
+                                   : dcp_cuda_check(io->driver->api.cuMemcpyHtoD((CUdeviceptr)(uintptr_t)dst, h,
+                                                                                 floats * sizeof(float)),
+                                                    "cuMemcpyHtoD");
+    free(h);
+    return err;
+}
 
 static int rank_fn(dcp_rank *r, void *arg)
 {
@@ -109,7 +128,8 @@ static int rank_fn(dcp_rank *r, void *arg)
         d = (struct dcp_synth_desc){.seed = 7 + layer, .row_keys = dcp_rank_step_token_keys(r),
                                     .rows = io->tokens, .heads = in.q_heads_per_rank, .dim = in.qk_dim,
                                     .head_offset = q0, .amplitude = 1.0f};
-        if ((err = dcp_rank_fill_synthetic(r, io->q[i], &d)) ||
+        if ((err = io->q_from_host ? upload_q(r, io, layer, (size_t)io->tokens * in.q_heads_per_rank * in.qk_dim)
+                                   : dcp_rank_fill_synthetic(r, io->q[i], &d)) ||
             (err = dcp_rank_attention(r, layer, io->q[i], io->o[i], io->l[i])))
             return err;
     }
@@ -183,6 +203,24 @@ static void free_io(struct run_io *io, uint32_t tp)
     }
 }
 
+/* Largest difference between two runs' outputs and LSEs (infinity where one is NaN). */
+static double worst_difference(const struct run_io *a, const struct run_io *b, const struct dcp_engine_info *in)
+{
+    double worst = 0;
+    for (uint32_t i = 0; i < in->tp; i++) {
+        const size_t rows = 6 * (size_t)in->q_heads_per_rank;
+        for (size_t j = 0; j < rows * in->v_dim; j++) {
+            const double d = fabs((double)a->out[i][j] - b->out[i][j]);
+            worst = isnan(d) ? INFINITY : fmax(worst, d);
+        }
+        for (size_t j = 0; j < rows; j++) {
+            const double d = fabs((double)a->lse[i][j] - b->lse[i][j]);
+            worst = isnan(d) ? INFINITY : fmax(worst, d);
+        }
+    }
+    return worst;
+}
+
 /* The CUDA engine (virtual ranks or NCCL) gives the host engine's results. */
 static void check_same_as_host(const struct shape *s, const char *devices)
 {
@@ -209,17 +247,10 @@ static void check_same_as_host(const struct shape *s, const char *devices)
     if (err)
         fprintf(stderr, "cuda run: %s: %s\n", dcp_strerror(err), dcp_last_error());
     assert_int_equal(err, DCP_OK);
-    double worst = 0;
-    for (uint32_t i = 0; i < in.tp; i++) {
-        const size_t rows = 6 * (size_t)in.q_heads_per_rank;
-        for (size_t j = 0; j < rows * in.v_dim; j++) {
+    for (uint32_t i = 0; i < in.tp; i++)
+        for (size_t j = 0; j < 6 * (size_t)in.q_heads_per_rank * in.v_dim; j++)
             assert_true(isfinite(c.out[i][j]));
-            worst = fmax(worst, fabs((double)c.out[i][j] - h.out[i][j]));
-        }
-        for (size_t j = 0; j < rows; j++)
-            worst = fmax(worst, fabs((double)c.lse[i][j] - h.lse[i][j]));
-    }
-    assert_true(worst <= 1e-5);
+    assert_true(worst_difference(&c, &h, &in) <= 1e-5);
     free_io(&h, in.tp);
     free_io(&c, in.tp);
     dcp_engine_destroy(&he);
@@ -244,6 +275,53 @@ static void test_matches_host(void **state)
         check_same_as_host(&shapes[i], "1");  /* virtual ranks */
         check_same_as_host(&shapes[i], "8");  /* a GPU per rank, NCCL */
     }
+}
+
+/*
+ * Copies are ordered on the stream of the kernels that read them: queries
+ * uploaded with dcp_rank_upload give the host engine's results, on virtual ranks
+ * and with NCCL. The same upload deliberately misplaced on the legacy stream
+ * (cuMemcpyHtoD, which the ranks' non-blocking streams do not wait for) gives
+ * other results: the doubles' deferred streams catch the ordering bug that a
+ * GPU would show only sometimes.
+ */
+static void test_uploads_ordered(void **state)
+{
+    (void)state;
+    if (dcp_embedded_module_count == 0)
+        skip();
+    const struct shape s = {DCP_ATTN_GQA, 2, 2, 4, 1, 64, DCP_COMM_AG_RS, DCP_DTYPE_BF16};
+    dcp_deployment *hd = deployment(&s, DCP_BACKEND_HOST, 0), *cd = deployment(&s, DCP_BACKEND_CUDA, 0);
+    dcp_engine *he = NULL;
+    assert_int_equal(create(hd, &he), DCP_OK);
+    struct run_io h = {.q_from_host = 1};
+    assert_int_equal(run_engine(he, &h), DCP_OK);
+    struct dcp_engine_info in;
+    dcp_engine_get_info(he, &in);
+    static const char *const devices[] = {"1", "2"};
+    for (int d = 0; d < 2; d++)
+        for (int mode = 1; mode <= 2; mode++) {
+            fake_env_reset();
+            fake_env_set("FAKE_CUDA_DEVICES", devices[d]);
+            dcp_engine *ce = NULL;
+            assert_int_equal(create(cd, &ce), DCP_OK);
+            struct run_io c = {.q_from_host = mode};
+            if (mode == 2)
+                assert_int_equal(dcp_cuda_open(&(struct dcp_cuda_open_params){0}, &c.driver), DCP_OK);
+            assert_int_equal(run_engine(ce, &c), DCP_OK);
+            const double worst = worst_difference(&c, &h, &in);
+            if (mode == 1)
+                assert_true(worst <= 1e-5);
+            else
+                assert_false(worst <= 1e-5);
+            free_io(&c, in.tp);
+            dcp_engine_destroy(&ce);
+            dcp_cuda_close(&c.driver);
+        }
+    free_io(&h, in.tp);
+    dcp_engine_destroy(&he);
+    dcp_deployment_destroy(&hd);
+    dcp_deployment_destroy(&cd);
 }
 
 /* Every device allocation of engine creation can fail: each gives DCP_EDEVMEM and
@@ -403,6 +481,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_host),
+        cmocka_unit_test(test_uploads_ordered),
         cmocka_unit_test(test_every_allocation_can_fail),
         cmocka_unit_test(test_vmm_and_plain_arena),
         cmocka_unit_test(test_module_api_fallback),

@@ -283,6 +283,11 @@ static int cuda_rank_init(struct dcp_rank *r)
     }
     if (err)
         return err;
+    /* Pinned staging for uploads: room for one step's metadata (5 buffers, each
+     * rounded up to 16 bytes), so begin_step's copies are truly asynchronous. */
+    cr->staging_bytes = dcp_step_upload_bytes(e->max_batch, e->max_blocks_per_seq, e->max_tokens) + 5 * 16;
+    if ((err = CU_CALL(api, cuMemAllocHost, (void **)&cr->staging, cr->staging_bytes)))
+        return err;
     if (ce->groups) {
         cr->group = &ce->groups[r->group_id];
         /* Source table of the virtual ReduceScatter's reduce kernel. */
@@ -357,6 +362,8 @@ static void cuda_rank_fini(struct dcp_rank *r)
         api->cuMemFree(cr->d_src_ptrs);
     if (cr->h_src_ptrs)
         api->cuMemFreeHost(cr->h_src_ptrs);
+    if (cr->staging)
+        api->cuMemFreeHost(cr->staging);
     for (int i = 0; i < CUDA_RANK_EVENTS; i++)
         if (cr->events[i])
             api->cuEventDestroy(cr->events[i]);
@@ -484,20 +491,51 @@ static void cuda_free(struct dcp_rank *r, uint64_t addr)
 }
 
 static int cuda_synchronize(struct dcp_rank *r);
+static int wait_event(struct dcp_rank *r, CUevent ev, const char *what);
 
-/* Uploads wait for the rank's queued work first: per-step metadata is rewritten
- * in place, and the previous step's kernels may still be reading it. Only the
- * first upload after queued work waits (begin_step uploads several buffers). */
+/*
+ * Every copy goes on the stream of the work that reads it: uploads on the rank's
+ * compute stream, after the kernels already queued there (per-step metadata is
+ * rewritten in place while the previous step's kernels may still read it) and
+ * before the ones that read the new data. Never cuMemcpyHtoD: it runs on the
+ * legacy stream, which the rank's non-blocking streams do not wait for, and from
+ * pageable memory it returns before the data lands. A source that fits goes
+ * through the pinned staging buffer (truly asynchronous); the buffer is reused
+ * once the copies out of it ran (EV_STAGED), which for begin_step is the previous
+ * step's uploads. A larger source is copied from pageable memory, which the
+ * driver stages before cuMemcpyHtoDAsync returns.
+ */
 static int cuda_upload(struct dcp_rank *r, uint64_t dst, const void *src, size_t bytes)
 {
-    int err = CR(r)->queued ? cuda_synchronize(r) : use_rank(r);
-    return err ? err : CU_CALL(&CE(r->engine)->cu->api, cuMemcpyHtoD, dst, src, bytes);
+    struct cuda_rank *cr = CR(r);
+    const struct dcp_cuda_api *api = &CE(r->engine)->cu->api;
+    int err = use_rank(r);
+    if (err)
+        return err;
+    cr->queued = true;
+    if (bytes > cr->staging_bytes)
+        return CU_CALL(api, cuMemcpyHtoDAsync, dst, src, bytes, cr->compute);
+    const size_t room = (bytes + 15) & ~(size_t)15;
+    if (room > cr->staging_bytes - cr->staging_used) {
+        if ((err = wait_event(r, cr->events[EV_STAGED], "upload staging")))
+            return err;
+        cr->staging_used = 0;
+    }
+    unsigned char *at = cr->staging + cr->staging_used;
+    memcpy(at, src, bytes);
+    cr->staging_used += room;
+    err = CU_CALL(api, cuMemcpyHtoDAsync, dst, at, bytes, cr->compute);
+    return err ? err : CU_CALL(api, cuEventRecord, cr->events[EV_STAGED], cr->compute);
 }
 
+/* After the rank's work (a bounded wait), on its stream; to pageable memory the
+ * driver returns once the copy is done. */
 static int cuda_download(struct dcp_rank *r, void *dst, uint64_t src, size_t bytes)
 {
     int err = cuda_synchronize(r);
-    return err ? err : CU_CALL(&CE(r->engine)->cu->api, cuMemcpyDtoH, dst, src, bytes);
+    if (!err)
+        err = CU_CALL(&CE(r->engine)->cu->api, cuMemcpyDtoHAsync, dst, src, bytes, CR(r)->compute);
+    return err ? err : CU_CALL(&CE(r->engine)->cu->api, cuStreamSynchronize, CR(r)->compute);
 }
 
 static int cuda_copy(struct dcp_rank *r, uint64_t dst, uint64_t src, size_t bytes)
@@ -606,10 +644,13 @@ static int virtual_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t re
      * source addresses is rewritten only when it changes. */
     const uint32_t n = cr->group->size;
     if (!cr->src_ptrs_valid || memcmp(cr->h_src_ptrs, cr->group->published, n * sizeof(uint64_t))) {
+        /* The pinned table is read when the copy runs: rewrite it only once the
+         * previous copy and the reduces reading the device table are done. */
         if ((err = CU_CALL(api, cuStreamSynchronize, cr->compute)))
             return err;
         memcpy(cr->h_src_ptrs, cr->group->published, n * sizeof(uint64_t));
-        if ((err = CU_CALL(api, cuMemcpyHtoD, cr->d_src_ptrs, cr->h_src_ptrs, n * sizeof(uint64_t))))
+        if ((err = CU_CALL(api, cuMemcpyHtoDAsync, cr->d_src_ptrs, cr->h_src_ptrs, n * sizeof(uint64_t),
+                           cr->compute)))
             return err;
         cr->src_ptrs_valid = true;
     }
@@ -716,22 +757,29 @@ static int cuda_all_to_all(struct dcp_rank *r, uint64_t send, uint64_t recv, siz
     return CR(r)->group ? virtual_all_to_all(r, send, recv, bytes) : nccl_all_to_all(r, send, recv, bytes);
 }
 
-/* With NCCL, completion is polled together with the communicator's error state,
- * so a failed or hung peer ends in ncclCommAbort and an error, never a hang. */
+/* Waits until ev (recorded on the rank's streams) completed. With NCCL it is
+ * polled together with the communicator's error state, so a failed or hung peer
+ * ends in ncclCommAbort and an error, never a hang. */
+static int wait_event(struct dcp_rank *r, CUevent ev, const char *what)
+{
+    struct cuda_engine *ce = CE(r->engine);
+    struct cuda_rank *cr = CR(r);
+    if (!cr->nccl_comm && ce->nccl)
+        return dcp_error(DCP_EABORTED, "the NCCL communicator was aborted");
+    if (!cr->nccl_comm)
+        return CU_CALL(&ce->cu->api, cuEventSynchronize, ev);
+    return dcp_nccl_wait(ce->nccl, &cr->nccl_comm, ce->cu, ev, r->engine->cfg->runtime.cuda.nccl_timeout_s, what);
+}
+
 static int cuda_synchronize(struct dcp_rank *r)
 {
     struct cuda_engine *ce = CE(r->engine);
     struct cuda_rank *cr = CR(r);
     int err = use_rank(r);
-    if (err)
-        return err;
-    if (!cr->nccl_comm && ce->nccl)
-        return dcp_error(DCP_EABORTED, "the NCCL communicator was aborted");
-    if (!cr->nccl_comm)
-        err = CU_CALL(&ce->cu->api, cuStreamSynchronize, cr->compute);
-    else if (!(err = CU_CALL(&ce->cu->api, cuEventRecord, cr->events[EV_SYNC], cr->compute)))
-        err = dcp_nccl_wait(ce->nccl, &cr->nccl_comm, ce->cu, cr->events[EV_SYNC],
-                            r->engine->cfg->runtime.cuda.nccl_timeout_s, "rank synchronize");
+    if (!err)
+        err = CU_CALL(&ce->cu->api, cuEventRecord, cr->events[EV_SYNC], cr->compute);
+    if (!err)
+        err = wait_event(r, cr->events[EV_SYNC], "rank synchronize");
     if (!err)
         cr->queued = false;
     return err;

@@ -45,6 +45,7 @@ enum {
     EV_READY,        ///< Producer work of a collective's send buffer is done.
     EV_DONE,         ///< This rank's part of a collective is done.
     EV_SYNC,         ///< Marks the end of queued work for polling.
+    EV_STAGED,       ///< After the last copy out of the pinned staging buffer.
     CUDA_RANK_EVENTS
 };
 
@@ -61,6 +62,9 @@ struct cuda_rank {
     CUdeviceptr d_src_ptrs;      ///< Virtual ReduceScatter: device table of member send addresses.
     uint64_t *h_src_ptrs;        ///< Pinned host copy of that table.
     bool src_ptrs_valid;
+    unsigned char *staging;      ///< Pinned host staging of uploads (step metadata fits whole).
+    size_t staging_bytes;
+    size_t staging_used;         ///< Bytes handed out since the buffer was last known free.
     ncclComm_t nccl_comm;        ///< NCCL: this rank's communicator in its DCP group.
     struct cuda_alloc *allocs;
     size_t num_allocs, cap_allocs;
