@@ -154,6 +154,23 @@ DCP_API uint64_t dcp_engine_blocks_for(const dcp_engine *engine, uint64_t len);
  */
 DCP_API int dcp_engine_begin_step(dcp_engine *engine, const struct dcp_batch *batch);
 
+/** How the current step's local attention is launched (what begin_step chose). */
+struct dcp_step_launch {
+    uint32_t num_splits;     ///< Split-KV factor: each sequence's local KV is cut into this many parts, merged after.
+    uint32_t grid[3];        ///< Attention grid: splits, KV heads x head tiles, sequences (CUDA blocks; host work items).
+    uint64_t blocks;         ///< grid[0] * grid[1] * grid[2].
+    uint32_t slots;          ///< Work items the backend runs at once (CUDA: SMs x blocks_per_sm; host: 2 per thread).
+    uint32_t blocks_per_sm;  ///< CUDA: attention blocks one SM holds at once (driver occupancy); 0 on the host.
+    uint32_t max_splits;     ///< Most splits any step may use (the workspace is sized once for it).
+};
+
+/**
+ * Describes the attention launch of the step begin_step fixed: the split-KV
+ * factor is chosen per step from its sequences' lengths and the backend's slots,
+ * so that the launch fills whole waves. DCP_EINVAL without a valid step.
+ */
+DCP_API int dcp_engine_step_launch(const dcp_engine *engine, struct dcp_step_launch *out);
+
 /* --- ranks (SPMD: each rank from its own thread) -------------------------- */
 
 /** Signature of a per-rank function for dcp_engine_run(). */

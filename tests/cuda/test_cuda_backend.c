@@ -57,19 +57,22 @@ static dcp_deployment *deployment(const struct shape *s, enum dcp_backend_kind b
     return dep;
 }
 
-static int create(const dcp_deployment *dep, dcp_engine **e)
+static int create_with(const dcp_deployment *dep, dcp_engine **e, uint32_t max_batch, uint64_t max_context,
+                       double kv_budget)
 {
     struct dcp_engine_params p;
     dcp_engine_default_params(&p);
     p.deployment = dep;
-    p.kv_budget_bytes = 4e6;
-    p.max_batch = 3;
-    p.max_seqs = 3;
-    p.max_query_tokens = 6;
+    p.kv_budget_bytes = kv_budget;
+    p.max_batch = max_batch;
+    p.max_seqs = max_batch;
+    p.max_query_tokens = 2 * max_batch;
     p.max_step_tokens = 64;
-    p.max_context = 256;
+    p.max_context = max_context;
     return dcp_engine_create(&p, e);
 }
+
+static int create(const dcp_deployment *dep, dcp_engine **e) { return create_with(dep, e, 3, 256, 4e6); }
 
 /* One run: 3 sequences prefilled through append, then a decode step of 2 tokens
  * each; every rank's output and LSE are returned in host arrays. */
@@ -81,7 +84,14 @@ struct run_io {
     uint32_t tokens;
     int q_from_host;         /* 0: q filled on the device; 1: dcp_rank_upload; 2: cuMemcpyHtoD */
     struct dcp_cuda *driver; /* q_from_host 2: the driver, opened by the test */
+    uint32_t nseq;           /* sequences (0: three, of 37, 5 and 120 tokens, decoding 2 each) */
+    const uint32_t *lens;    /* [nseq] prefill lengths */
+    uint32_t decode_q;       /* query tokens per sequence in the decode step */
+    struct dcp_step_launch launch; /* what the decode step launched */
 };
+
+#define MAX_SEQS 32
+#define CHUNK 50 /* prefill tokens per step */
 
 /* Queries uploaded from the host, the same for every backend. */
 static int upload_q(dcp_rank *r, struct run_io *io, uint32_t layer, size_t floats)
@@ -145,26 +155,33 @@ static int run_engine(dcp_engine *e, struct run_io *io)
     struct dcp_engine_info in;
     dcp_engine_get_info(e, &in);
     io->e = e;
-    const size_t f = sizeof(float);
+    static const uint32_t default_lens[3] = {37, 5, 120};
+    if (!io->nseq) {
+        io->nseq = 3;
+        io->lens = default_lens;
+        io->decode_q = 2;
+    }
+    const uint32_t n = io->nseq, *lens = io->lens;
+    assert_true(n <= MAX_SEQS);
+    const size_t f = sizeof(float), rows = (size_t)n * io->decode_q;
     for (uint32_t i = 0; i < in.tp; i++) {
         dcp_rank *r = dcp_engine_rank(e, i);
         int err;
-        if ((err = dcp_rank_alloc(r, 64 * in.kv_heads_per_rank * in.qk_dim * f, &io->k[i])) ||
-            (err = dcp_rank_alloc(r, 64 * in.kv_heads_per_rank * in.v_dim * f, &io->v[i])) ||
-            (err = dcp_rank_alloc(r, 6 * in.q_heads_per_rank * in.qk_dim * f, &io->q[i])) ||
-            (err = dcp_rank_alloc(r, 6 * in.q_heads_per_rank * in.v_dim * f, &io->o[i])) ||
-            (err = dcp_rank_alloc(r, 6 * in.q_heads_per_rank * f, &io->l[i])))
+        if ((err = dcp_rank_alloc(r, CHUNK * in.kv_heads_per_rank * in.qk_dim * f, &io->k[i])) ||
+            (err = dcp_rank_alloc(r, CHUNK * in.kv_heads_per_rank * in.v_dim * f, &io->v[i])) ||
+            (err = dcp_rank_alloc(r, rows * in.q_heads_per_rank * in.qk_dim * f, &io->q[i])) ||
+            (err = dcp_rank_alloc(r, rows * in.q_heads_per_rank * in.v_dim * f, &io->o[i])) ||
+            (err = dcp_rank_alloc(r, rows * in.q_heads_per_rank * f, &io->l[i])))
             return err;
-        io->out[i] = calloc(6 * in.q_heads_per_rank * in.v_dim, f);
-        io->lse[i] = calloc(6 * in.q_heads_per_rank, f);
+        io->out[i] = calloc(rows * in.q_heads_per_rank * in.v_dim, f);
+        io->lse[i] = calloc(rows * in.q_heads_per_rank, f);
     }
-    static const uint32_t lens[3] = {37, 5, 120};
-    uint32_t ids[3], q[3];
+    uint32_t ids[MAX_SEQS], q[MAX_SEQS];
     int err = DCP_OK;
-    for (int s = 0; s < 3 && !err; s++) {
+    for (uint32_t s = 0; s < n && !err; s++) {
         err = dcp_seq_create(e, &ids[s]);
         for (uint32_t done = 0; done < lens[s] && !err; done += q[s]) {
-            q[s] = lens[s] - done < 50 ? lens[s] - done : 50;
+            q[s] = lens[s] - done < CHUNK ? lens[s] - done : CHUNK;
             err = dcp_seq_extend(e, ids[s], q[s]);
             const struct dcp_batch b = {.num_seqs = 1, .seq_ids = &ids[s], .q_lens = &q[s]};
             io->tokens = q[s];
@@ -175,15 +192,17 @@ static int run_engine(dcp_engine *e, struct run_io *io)
                 err = dcp_engine_run(e, rank_fn, io);
         }
     }
-    for (int s = 0; s < 3 && !err; s++) {
-        q[s] = 2;
-        err = dcp_seq_extend(e, ids[s], 2);
+    for (uint32_t s = 0; s < n && !err; s++) {
+        q[s] = io->decode_q;
+        err = dcp_seq_extend(e, ids[s], io->decode_q);
     }
-    const struct dcp_batch b = {.num_seqs = 3, .seq_ids = ids, .q_lens = q};
-    io->tokens = 6;
+    const struct dcp_batch b = {.num_seqs = n, .seq_ids = ids, .q_lens = q};
+    io->tokens = (uint32_t)rows;
     io->decode = true;
     if (!err)
         err = dcp_engine_begin_step(e, &b);
+    if (!err)
+        err = dcp_engine_step_launch(e, &io->launch);
     if (!err)
         err = dcp_engine_run(e, rank_fn, io);
     return err;
@@ -208,7 +227,7 @@ static double worst_difference(const struct run_io *a, const struct run_io *b, c
 {
     double worst = 0;
     for (uint32_t i = 0; i < in->tp; i++) {
-        const size_t rows = 6 * (size_t)in->q_heads_per_rank;
+        const size_t rows = (size_t)a->tokens * in->q_heads_per_rank;
         for (size_t j = 0; j < rows * in->v_dim; j++) {
             const double d = fabs((double)a->out[i][j] - b->out[i][j]);
             worst = isnan(d) ? INFINITY : fmax(worst, d);
@@ -248,7 +267,7 @@ static void check_same_as_host(const struct shape *s, const char *devices)
         fprintf(stderr, "cuda run: %s: %s\n", dcp_strerror(err), dcp_last_error());
     assert_int_equal(err, DCP_OK);
     for (uint32_t i = 0; i < in.tp; i++)
-        for (size_t j = 0; j < 6 * (size_t)in.q_heads_per_rank * in.v_dim; j++)
+        for (size_t j = 0; j < (size_t)c.tokens * in.q_heads_per_rank * in.v_dim; j++)
             assert_true(isfinite(c.out[i][j]));
     assert_true(worst_difference(&c, &h, &in) <= 1e-5);
     free_io(&h, in.tp);
@@ -322,6 +341,82 @@ static void test_uploads_ordered(void **state)
     dcp_engine_destroy(&he);
     dcp_deployment_destroy(&hd);
     dcp_deployment_destroy(&cd);
+}
+
+/* One step's launch on an H200-shaped double (132 SMs, the attention entries'
+ * real shared memory), and its results against the host engine's. */
+static struct dcp_step_launch launch_of(const struct shape *s, uint32_t nseq, uint32_t len)
+{
+    uint32_t lens[MAX_SEQS];
+    for (uint32_t i = 0; i < nseq; i++)
+        lens[i] = len;
+    dcp_deployment *hd = deployment(s, DCP_BACKEND_HOST, 0), *cd = deployment(s, DCP_BACKEND_CUDA, 0);
+    const uint64_t context = len + 1;
+    dcp_engine *he = NULL, *ce = NULL;
+    assert_int_equal(create_with(hd, &he, nseq, context, 64e6), DCP_OK);
+    fake_env_reset();
+    fake_env_set("FAKE_CUDA_SM_COUNT", "132");
+    assert_int_equal(create_with(cd, &ce, nseq, context, 64e6), DCP_OK);
+    struct run_io h = {.nseq = nseq, .lens = lens, .decode_q = 1};
+    struct run_io c = h;
+    assert_int_equal(run_engine(he, &h), DCP_OK);
+    assert_int_equal(run_engine(ce, &c), DCP_OK);
+    struct dcp_engine_info in;
+    dcp_engine_get_info(ce, &in);
+    const double worst = worst_difference(&c, &h, &in);
+    print_message("%s %u heads, batch %u x %u tokens: %u blocks/SM x 132 SMs = %u slots; splits %u, grid (%u, %u, %u) "
+                  "= %llu blocks; |cuda - host| <= %.2g\n",
+                  s->kind == DCP_ATTN_MLA ? "MLA" : "GQA d128", s->q_heads, nseq, len, c.launch.blocks_per_sm,
+                  c.launch.slots, c.launch.num_splits, c.launch.grid[0], c.launch.grid[1], c.launch.grid[2],
+                  (unsigned long long)c.launch.blocks, worst);
+    assert_true(worst <= 1e-5);
+    free_io(&h, in.tp);
+    free_io(&c, in.tp);
+    dcp_engine_destroy(&he);
+    dcp_engine_destroy(&ce);
+    dcp_deployment_destroy(&hd);
+    dcp_deployment_destroy(&cd);
+    return c.launch;
+}
+
+/*
+ * The split-KV factor follows each step's sequences and the device's occupancy
+ * (cuOccupancyMaxActiveBlocksPerMultiprocessor: 1 MLA block or 4 GQA d128 blocks
+ * per SM) and fills one whole wave, never a partial second one. MLA with 128
+ * gathered heads (4 head tiles of 32): batch 1 splits 33 ways, 132 blocks for 132
+ * slots (a fixed cap of 32 splits gave 128); batch 32 already has 128 blocks and
+ * is not split. GQA d128 with 8 heads per KV head, batch 32: 16 splits, 512
+ * blocks for 528 slots (two blocks per SM assumed gave 17 splits, 544 blocks:
+ * a second wave).
+ */
+static void test_split_kv_follows_occupancy(void **state)
+{
+    (void)state;
+    if (dcp_embedded_module_count == 0)
+        skip();
+    const struct shape mla = {DCP_ATTN_MLA, 1, 1, 128, 1, 0, DCP_COMM_A2A, DCP_DTYPE_BF16};
+    const struct shape gqa = {DCP_ATTN_GQA, 1, 1, 8, 1, 128, DCP_COMM_A2A, DCP_DTYPE_BF16};
+    struct dcp_step_launch l = launch_of(&mla, 1, 1024);
+    assert_int_equal(l.blocks_per_sm, 1);
+    assert_int_equal(l.slots, 132);
+    assert_int_equal(l.num_splits, 33);
+    assert_int_equal(l.grid[0], 33);
+    assert_int_equal(l.grid[1], 4);
+    assert_int_equal(l.grid[2], 1);
+    assert_int_equal(l.blocks, 132);
+    l = launch_of(&mla, 32, 64);
+    assert_int_equal(l.num_splits, 1);
+    assert_int_equal(l.blocks, 128);
+    l = launch_of(&gqa, 32, 256);
+    assert_int_equal(l.blocks_per_sm, 4);
+    assert_int_equal(l.slots, 528);
+    assert_int_equal(l.num_splits, 16);
+    assert_int_equal(l.grid[0], 16);
+    assert_int_equal(l.grid[1], 1);
+    assert_int_equal(l.grid[2], 32);
+    assert_int_equal(l.blocks, 512);
+    l = launch_of(&gqa, 1, 256); /* 17 pages: no more splits than pages */
+    assert_int_equal(l.num_splits, 17);
 }
 
 /* Every device allocation of engine creation can fail: each gives DCP_EDEVMEM and
@@ -482,6 +577,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_host),
         cmocka_unit_test(test_uploads_ordered),
+        cmocka_unit_test(test_split_kv_follows_occupancy),
         cmocka_unit_test(test_every_allocation_can_fail),
         cmocka_unit_test(test_vmm_and_plain_arena),
         cmocka_unit_test(test_module_api_fallback),

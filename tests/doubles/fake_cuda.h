@@ -112,7 +112,7 @@ enum fake_entry {
 #define FAKE_THREADS_PER_SM 2048
 #define FAKE_BLOCKS_PER_SM 32
 #define FAKE_REGS_PER_SM 65536
-#define FAKE_REGS_PER_THREAD 64                 /* what every fake kernel "uses" (NUM_REGS) */
+#define FAKE_REGS_PER_THREAD 64                 /* a kernel's registers when no report says (NUM_REGS) */
 
 /** Behaviour chosen by environment variables at the first call after loading. */
 struct fake_config {

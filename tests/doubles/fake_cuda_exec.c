@@ -37,6 +37,7 @@ struct CUfunc_st {
     unsigned int magic;
     const struct dcpk_kernel_desc *desc;
     int max_dynamic_shared;
+    int regs;               /* registers per thread */
     char name[128];
 };
 
@@ -332,6 +333,32 @@ static struct CUkern_st *cached_kernel(const struct fake_image *img, const char 
     return NULL;
 }
 
+/*
+ * Registers per thread of an entry point: what ptxas reported for the device's
+ * SM in the report named by FAKE_CUDA_KERNEL_REPORT (the kernel build's
+ * dcp_kernels.resources.txt: "sm_90 <entry> <regs> ..."), else
+ * FAKE_REGS_PER_THREAD.
+ */
+static int kernel_regs(const char *name)
+{
+    const char *path = getenv("FAKE_CUDA_KERNEL_REPORT");
+    FILE *f = path && *path ? fopen(path, "r") : NULL;
+    int regs = FAKE_REGS_PER_THREAD;
+    char line[512], arch[32], entry[160], want[32];
+    snprintf(want, sizeof(want), "sm_%d", fake.cfg.sm);
+    while (f && fgets(line, sizeof(line), f)) {
+        int r;
+        if (line[0] != '#' && sscanf(line, "%31s %159s %d", arch, entry, &r) == 3 && !strcmp(arch, want) &&
+            !strcmp(entry, name) && r > 0 && r <= 255) {
+            regs = r;
+            break;
+        }
+    }
+    if (f)
+        fclose(f);
+    return regs;
+}
+
 /* A kernel handle for name if the image has it and the CPU kernels know it (lock held). */
 static CUresult new_kernel(struct fake_image *img, const char *name, struct CUkern_st **out)
 {
@@ -346,6 +373,7 @@ static CUresult new_kernel(struct fake_image *img, const char *name, struct CUke
     k->fn.magic = FAKE_LIVE_MAGIC;
     k->fn.desc = desc;
     k->fn.max_dynamic_shared = FAKE_SHARED_PER_BLOCK;
+    k->fn.regs = kernel_regs(name);
     snprintf(k->fn.name, sizeof(k->fn.name), "%s", name);
     k->next = img->kernels;
     img->kernels = k;
@@ -413,7 +441,7 @@ CUresult fake_cuFuncGetAttribute(int *value, CUfunction_attribute attrib, CUfunc
     case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *value = 0; return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *value = 0; return CUDA_SUCCESS;
-    case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = FAKE_REGS_PER_THREAD; return CUDA_SUCCESS;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = fn->regs; return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_PTX_VERSION:
     case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *value = fake.cfg.sm; return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
@@ -443,10 +471,11 @@ CUresult fake_cuFuncSetAttribute(CUfunction fn, CUfunction_attribute attrib, int
 
 /*
  * Blocks of fn that fit on one SM at once, limited like Hopper's: 2048 threads,
- * 32 blocks, 64 Ki registers (every fake kernel uses FAKE_REGS_PER_THREAD) and
- * 228 KiB of shared memory with 1 KiB reserved per block. With the real
- * attention entries' shared memory this gives 4 blocks of the GQA d128 bf16
- * entry and 1 of the MLA bf16 entry, as ptxas reports for an H200.
+ * 32 blocks, 64 Ki registers (allocated per warp, per-thread counts rounded up
+ * to 8; see kernel_regs) and 228 KiB of shared memory with 1 KiB reserved per
+ * block. With ptxas's register counts and the real shared memory of the
+ * attention entries this gives 4 blocks of the GQA d128 bf16 entry (128
+ * registers) and 1 of the MLA bf16 entry (196 registers) on sm_90.
  */
 CUresult fake_cuOccupancyMaxActiveBlocksPerMultiprocessor(int *num_blocks, CUfunction fn,
                                                           int block_size, size_t dynamic_smem_bytes)
@@ -462,7 +491,7 @@ CUresult fake_cuOccupancyMaxActiveBlocksPerMultiprocessor(int *num_blocks, CUfun
     }
     const int warps = (block_size + 31) / 32;
     int blocks = FAKE_THREADS_PER_SM / (warps * 32);
-    const int by_regs = FAKE_REGS_PER_SM / (warps * 32 * FAKE_REGS_PER_THREAD);
+    const int by_regs = FAKE_REGS_PER_SM / (warps * 32 * ((fn->regs + 7) / 8 * 8));
     const int by_smem = (int)(FAKE_SHARED_PER_SM / (dynamic_smem_bytes + FAKE_SHARED_RESERVED_PER_BLOCK));
     blocks = blocks < by_regs ? blocks : by_regs;
     blocks = blocks < by_smem ? blocks : by_smem;
