@@ -10,8 +10,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_internal.h"
 #include "cuda_test_util.h"
 #include "dcp/dcp.h"
+#include "dcp_kernels/variants.h"
 
 struct shape {
     enum dcp_attention_kind kind;
@@ -419,6 +421,129 @@ static void test_split_kv_follows_occupancy(void **state)
     assert_int_equal(l.num_splits, 17);
 }
 
+/* A launch every check accepts: GQA d128 bf16, 8 heads on one KV head, one split. */
+static struct dcpk_attn_params servable_attn(void)
+{
+    return (struct dcpk_attn_params){
+        .q = 0x1000, .k_cache = 0x10000, .v_cache = 0x20000, .block_table = 0x3000, .seq_lens = 0x3100,
+        .q_start = 0x3200, .out = 0x4000, .lse = 0x5000, .batch = 1, .num_q_tokens = 1, .num_heads = 8,
+        .heads_per_chunk = 8, .num_kv_heads = 1, .head_tile = 8, .qk_dim = 128, .v_dim = 128,
+        .v_row_stride = 128, .block_size = 16, .max_blocks = 4, .group_size = 1, .interleave = 1,
+        .num_splits = 1, .dtype = DCPK_BF16, .scale = 0.1f, .kv_scale = 1.0f,
+    };
+}
+
+/* Every way a parameter struct can be unservable is named before cuLaunchKernel. */
+static void test_launch_checks(void **state)
+{
+    (void)state;
+    const struct dcpk_attn_variant *v = dcpk_attn_variant_find(128, 128, 0, DCPK_BF16);
+    assert_non_null(v);
+    const struct dcpk_attn_params ok = servable_attn();
+    assert_null(cuda_launch_problem(v, DCPK_KERNEL_attn, &ok, v->threads, v->smem_bytes));
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &ok, v->threads * 2, v->smem_bytes),
+                           "block size"));
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &ok, v->threads, v->smem_bytes - 16),
+                           "shared memory"));
+    struct dcpk_attn_params p = ok;
+    p.dtype = DCPK_FP16;
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &p, v->threads, v->smem_bytes), "dtype"));
+    p = ok;
+    p.qk_dim = p.v_dim = p.v_row_stride = 64;
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &p, v->threads, v->smem_bytes), "dimensions"));
+    p = ok;
+    p.k_cache += 8;
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &p, v->threads, v->smem_bytes), "aligned"));
+    p = ok;
+    p.v_row_stride = 100;
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &p, v->threads, v->smem_bytes), "V layout"));
+    p = ok;
+    p.head_tile = 0;
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &p, v->threads, v->smem_bytes), "zero"));
+    p = ok;
+    p.num_splits = 2;
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &p, v->threads, v->smem_bytes), "workspace"));
+    p = ok;
+    p.out += 2;
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &p, v->threads, v->smem_bytes), "misaligned"));
+
+    const struct dcpk_kv_append_params a = {.k_cache = 0x1000, .v_cache = 0x2000, .k_src = 0x3000, .v_src = 0x4000,
+                                            .slots = 0x5004, .block_size = 16, .dtype = DCPK_BF16};
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_kv_append, &a, 256, 0), "misaligned"));
+    const struct dcpk_merge_params m = {.src_o = 0x1000, .src_lse = 0x2001, .out = 0x3000, .rows = 4,
+                                        .rows_per_chunk = 4, .v_dim = 8, .n_src = 2};
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_merge, &m, 128, 0), "misaligned"));
+    const struct dcpk_fill_params f = {.dst = 0x1000, .rows = 1, .heads = 1, .dim = 4, .dtype = 9};
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_fill, &f, 256, 0), "dtype"));
+    const struct dcpk_reduce_params red = {.dst = 0x1000, .src_ptrs = 0x2004, .count = 4, .n_src = 2};
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_reduce, &red, 256, 0), "misaligned"));
+}
+
+/*
+ * An attention launch the entry cannot serve is an error of the call that makes
+ * it, and nothing runs. Sent to the driver unchecked, the same launch "succeeds"
+ * and the entry does nothing (as on a GPU: the double models it), leaving the
+ * output as it was: what the check exists to prevent.
+ */
+static void test_unservable_launch_refused(void **state)
+{
+    (void)state;
+    if (dcp_embedded_module_count == 0)
+        skip();
+    fake_env_reset();
+    const struct shape s = {DCP_ATTN_GQA, 1, 1, 8, 1, 128, DCP_COMM_A2A, DCP_DTYPE_BF16};
+    dcp_deployment *dep = deployment(&s, DCP_BACKEND_CUDA, 0);
+    dcp_engine *e = NULL;
+    assert_int_equal(create(dep, &e), DCP_OK);
+    struct run_io io = {0};
+    assert_int_equal(run_engine(e, &io), DCP_OK);
+    dcp_rank *r = dcp_engine_rank(e, 0);
+    struct dcp_engine_info in;
+    dcp_engine_get_info(e, &in);
+    const size_t out_floats = (size_t)io.tokens * in.q_heads_per_rank * in.v_dim;
+
+    /* Valid buffers, a wrong dtype: the backend refuses it. */
+    struct dcpk_attn_params p = servable_attn();
+    p.q = (uint64_t)(uintptr_t)io.q[0];
+    p.out = (uint64_t)(uintptr_t)io.o[0];
+    p.lse = (uint64_t)(uintptr_t)io.l[0];
+    p.k_cache = p.v_cache = r->kv_arena;
+    p.v_cache += r->engine->k_page_bytes * r->engine->num_blocks;
+    p.block_table = r->buf.block_table;
+    p.seq_lens = r->buf.seq_lens;
+    p.q_start = r->buf.q_start;
+    p.dtype = DCPK_FP16;
+    dcp_clear_error();
+    assert_int_equal(r->engine->ops->launch(r, DCPK_KERNEL_attn, &p), DCP_EINVAL);
+    assert_contains(dcp_last_error(), "dcpk_attn cannot serve this launch (KV cache dtype differs");
+
+    /* Unchecked, the driver accepts it and nothing happens. */
+    struct dcp_cuda *cu = NULL;
+    assert_int_equal(dcp_cuda_open(&(struct dcp_cuda_open_params){0}, &cu), DCP_OK);
+    struct fake_cuda_stats before;
+    ((fake_cuda_get_stats_fn)(uintptr_t)fake_hook(cu, "fake_cuda_get_stats"))(&before);
+    const struct cuda_engine *ce = r->engine->backend;
+    const struct cuda_rank *cr = r->backend;
+    assert_int_equal(cu->api.cuCtxSetCurrent(ce->devices[0].ctx), CUDA_SUCCESS);
+    void *args[1] = {&p};
+    const struct dcpk_grid g = dcpk_kernels[DCPK_KERNEL_attn].grid(&p);
+    assert_int_equal(cu->api.cuLaunchKernel(ce->devices[0].fn[DCPK_KERNEL_attn], g.x, g.y, g.z, ce->attn->threads,
+                                            1, 1, ce->attn->smem_bytes, cr->compute, args, NULL),
+                     CUDA_SUCCESS);
+    float *after = calloc(out_floats, sizeof(float));
+    assert_int_equal(dcp_rank_download(r, after, io.o[0], out_floats * sizeof(float)), DCP_OK);
+    struct fake_cuda_stats now;
+    ((fake_cuda_get_stats_fn)(uintptr_t)fake_hook(cu, "fake_cuda_get_stats"))(&now);
+    assert_int_equal(now.unserved_launches, before.unserved_launches + 1);
+    assert_int_equal(now.launches, before.launches);
+    assert_memory_equal(after, io.out[0], out_floats * sizeof(float)); /* stale */
+    free(after);
+    dcp_cuda_close(&cu);
+    free_io(&io, in.tp);
+    dcp_engine_destroy(&e);
+    dcp_deployment_destroy(&dep);
+}
+
 /* Every device allocation of engine creation can fail: each gives DCP_EDEVMEM and
  * leaves no device memory, stream, event or module behind. */
 static void test_every_allocation_can_fail(void **state)
@@ -578,6 +703,8 @@ int main(void)
         cmocka_unit_test(test_matches_host),
         cmocka_unit_test(test_uploads_ordered),
         cmocka_unit_test(test_split_kv_follows_occupancy),
+        cmocka_unit_test(test_launch_checks),
+        cmocka_unit_test(test_unservable_launch_refused),
         cmocka_unit_test(test_every_allocation_can_fail),
         cmocka_unit_test(test_vmm_and_plain_arena),
         cmocka_unit_test(test_module_api_fallback),

@@ -15,6 +15,7 @@
 #include <zstd.h>
 
 #include "dcp_kernels/cpu.h"
+#include "dcp_kernels/variants.h"
 #include "fake_cuda.h"
 #include "fatbin.h"
 
@@ -552,6 +553,25 @@ static void run_on_cpu(void *arg)
     __atomic_add_fetch(&fake.stats.launches, 1, __ATOMIC_RELAXED);
 }
 
+/*
+ * Whether an attention entry serves a launch. Like the real entries, one that
+ * gets another block size, dtype, head size or a misaligned cache returns
+ * without doing anything: cuLaunchKernel succeeds and the output keeps what it
+ * held. Other kernels serve any launch.
+ */
+static int entry_serves(CUfunction fn, unsigned int block_x, const void *params)
+{
+    for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT; i++) {
+        const struct dcpk_attn_variant *v = dcpk_attn_variant_at(i);
+        if (strcmp(v->entry, fn->name) != 0)
+            continue;
+        const struct dcpk_attn_params *p = params;
+        return block_x == v->threads && p->dtype == v->dtype && p->qk_dim == v->qk_dim &&
+               p->v_dim == v->v_dim && (p->k_cache | p->v_cache) % 16 == 0;
+    }
+    return 1;
+}
+
 CUresult fake_cuLaunchKernel(CUfunction fn, unsigned int grid_x, unsigned int grid_y,
                              unsigned int grid_z, unsigned int block_x, unsigned int block_y,
                              unsigned int block_z, unsigned int shared_bytes, CUstream stream,
@@ -574,7 +594,9 @@ CUresult fake_cuLaunchKernel(CUfunction fn, unsigned int grid_x, unsigned int gr
     w->desc = fn->desc;
     memcpy(w->params, params[0], fn->desc->params_size);
     r = check_grid(fn, w->params, grid_x, grid_y, grid_z);
-    if (r != CUDA_SUCCESS) {
+    if (r != CUDA_SUCCESS || !entry_serves(fn, block_x, w->params)) {
+        if (r == CUDA_SUCCESS)
+            __atomic_add_fetch(&fake.stats.unserved_launches, 1, __ATOMIC_RELAXED);
         free(w);
         return r;
     }

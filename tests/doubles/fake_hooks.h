@@ -24,6 +24,7 @@ struct fake_cuda_stats {
     unsigned long live_images;         ///< Libraries and modules not yet unloaded.
     unsigned long live_reservations;   ///< cuMemAddressReserve ranges not yet freed.
     unsigned long launches;            ///< Kernels run.
+    unsigned long unserved_launches;   ///< Attention launches the entry would not serve: accepted, nothing done (as on a GPU).
 };
 
 /** Snapshot of the counters. */

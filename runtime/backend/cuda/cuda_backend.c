@@ -574,6 +574,10 @@ static int cuda_launch(struct dcp_rank *r, enum dcpk_kernel_id kernel, const voi
         threads = ce->attn->threads;
         smem = ce->attn->smem_bytes;
     }
+    const char *problem = cuda_launch_problem(ce->attn, kernel, params, threads, smem);
+    if (problem)
+        return dcp_error(DCP_EINVAL, "dcpk_%s cannot serve this launch (%s): refused rather than left to "
+                         "do nothing on the GPU", dcpk_kernels[kernel].name, problem);
     void *args[1] = {(void *)params};
     cr->queued = true;
     err = CU_CALL(&ce->cu->api, cuLaunchKernel, cr->dev->fn[kernel], g.x, g.y, g.z, threads, 1, 1, smem, cr->compute,

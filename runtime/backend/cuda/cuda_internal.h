@@ -87,4 +87,13 @@ struct cuda_engine {
     struct cuda_device *devices;
 };
 
+/**
+ * Why kernel could not serve a launch with these params, block size and dynamic
+ * shared memory (attn: the engine's attention entry), or NULL when it can. The
+ * GPU kernels would do nothing (attention) or fault (misaligned buffers), so
+ * cuda_launch refuses such a launch with an error instead.
+ */
+const char *cuda_launch_problem(const struct dcpk_attn_variant *attn, enum dcpk_kernel_id kernel,
+                                const void *params, uint32_t threads, uint32_t smem);
+
 #endif /* DCP_CUDA_INTERNAL_H */
