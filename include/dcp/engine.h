@@ -247,7 +247,11 @@ DCP_API int dcp_rank_alloc(dcp_rank *rank, size_t bytes, void **ptr);
 /** Frees memory from dcp_rank_alloc(). Accepts NULL. */
 DCP_API void dcp_rank_free(dcp_rank *rank, void *ptr);
 
-/** Copies host memory to backend memory (synchronous). */
+/**
+ * Copies host memory to backend memory, in order with the rank's work: after
+ * what is queued already, before what is queued later (CUDA: on the rank's
+ * stream). src may be reused as soon as the call returns.
+ */
 DCP_API int dcp_rank_upload(dcp_rank *rank, void *dst, const void *src, size_t bytes);
 
 /** Copies backend memory to host memory (synchronous; waits for queued work). */

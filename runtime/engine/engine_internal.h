@@ -42,7 +42,7 @@ struct dcp_backend_ops {
     int (*alloc_arena)(struct dcp_rank *r, size_t bytes, uint64_t *addr);
     /** Frees backend memory. Accepts 0. */
     void (*free)(struct dcp_rank *r, uint64_t addr);
-    /** Host -> backend copy; the host buffer may be reused when it returns. */
+    /** Host -> backend copy, ordered with the rank's queued work; the host buffer may be reused when it returns. */
     int (*upload)(struct dcp_rank *r, uint64_t dst, const void *src, size_t bytes);
     /** Backend -> host copy after all queued work. */
     int (*download)(struct dcp_rank *r, void *dst, uint64_t src, size_t bytes);

@@ -473,30 +473,27 @@ CUresult fake_cuStreamDestroy(CUstream stream)
     return CUDA_SUCCESS;
 }
 
+/* Waits for (block = 1) or polls a live stream's queued work. */
+static CUresult await_stream(CUstream stream, int block)
+{
+    fake_lock();
+    CUresult r = !stream_live(stream)                           ? CUDA_ERROR_INVALID_HANDLE
+                 : drive(tail_of(stream_of(stream)), block) ? CUDA_ERROR_NOT_READY
+                                                                : CUDA_SUCCESS;
+    fake_unlock();
+    return r;
+}
+
 CUresult fake_cuStreamSynchronize(CUstream stream)
 {
     FAKE_ENTER(cuStreamSynchronize);
-    CUresult r = CUDA_SUCCESS;
-    fake_lock();
-    if (stream_live(stream))
-        drive(tail_of(stream_of(stream)), 1);
-    else
-        r = CUDA_ERROR_INVALID_HANDLE;
-    fake_unlock();
-    return r;
+    return await_stream(stream, 1);
 }
 
 CUresult fake_cuStreamQuery(CUstream stream)
 {
     FAKE_ENTER(cuStreamQuery);
-    CUresult r = CUDA_SUCCESS;
-    fake_lock();
-    if (!stream_live(stream))
-        r = CUDA_ERROR_INVALID_HANDLE;
-    else if (drive(tail_of(stream_of(stream)), 0))
-        r = CUDA_ERROR_NOT_READY;
-    fake_unlock();
-    return r;
+    return await_stream(stream, 0);
 }
 
 static int event_live(CUevent e)
@@ -610,30 +607,27 @@ CUresult fake_cuEventRecord(CUevent event, CUstream stream)
     return r;
 }
 
+/* Waits for (block = 1) or polls the work before a live event's last record. */
+static CUresult await_event(CUevent event, int block)
+{
+    fake_lock();
+    CUresult r = !event_live(event)        ? CUDA_ERROR_INVALID_HANDLE
+                 : drive(event->at, block) ? CUDA_ERROR_NOT_READY
+                                           : CUDA_SUCCESS;
+    fake_unlock();
+    return r;
+}
+
 CUresult fake_cuEventSynchronize(CUevent event)
 {
     FAKE_ENTER(cuEventSynchronize);
-    CUresult r = CUDA_SUCCESS;
-    fake_lock();
-    if (event_live(event))
-        drive(event->at, 1);
-    else
-        r = CUDA_ERROR_INVALID_HANDLE;
-    fake_unlock();
-    return r;
+    return await_event(event, 1);
 }
 
 CUresult fake_cuEventQuery(CUevent event)
 {
     FAKE_ENTER(cuEventQuery);
-    CUresult r = CUDA_SUCCESS;
-    fake_lock();
-    if (!event_live(event))
-        r = CUDA_ERROR_INVALID_HANDLE;
-    else if (drive(event->at, 0))
-        r = CUDA_ERROR_NOT_READY;
-    fake_unlock();
-    return r;
+    return await_event(event, 0);
 }
 
 CUresult fake_cuEventElapsedTime(float *ms, CUevent start, CUevent end)
