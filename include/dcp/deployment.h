@@ -82,6 +82,12 @@ struct dcp_model_config {
                                       ///< reads stored x kv_scale. Default 1.0.
     double num_params;                ///< Total parameter count, for the weight memory share. Default 0.
     enum dcp_weight_dtype weight_dtype; ///< Weight storage format. Default bf16.
+    uint32_t experts;                 ///< MoE: routed experts per MoE layer; 0 = dense model. Default 0.
+    uint32_t experts_per_token;       ///< MoE: routed experts each token uses (<= experts). Default 0.
+    double active_params;             ///< MoE: parameters one token uses (shared part + experts_per_token
+                                      ///< experts); 0 = all. Only the serving step-time model uses it. Default 0.
+    uint32_t hidden_size;             ///< Model width, for the size of TP all-reduces in the step-time model;
+                                      ///< 0 = unknown (latency only). Default 0.
 };
 
 /** The hardware one deployment runs on. */

@@ -600,16 +600,17 @@ DCP_API uint64_t dcp_engine_blocks_for(const dcp_engine *e, uint64_t len)
 /* ---- step metadata -------------------------------------------------------- */
 
 /* The step writes positions [from, len) of sequence id: refuse when one lies in a
- * block that another sequence shares (a fork's prefix), whose KV it would change. */
+ * block that another sequence shares (a fork's prefix) or that the prefix cache
+ * published, whose KV others read. */
 static int check_writable(const struct dcp_engine *e, uint32_t id, uint64_t from, uint64_t len)
 {
     const int32_t *blocks = dcp_kv_seq_blocks(e->kv, id, NULL);
     const uint64_t per_block = dcp_kv_tokens_per_block(e->kv);
     for (uint64_t i = from / per_block; i <= (len - 1) / per_block; i++)
-        if (dcp_kv_block_refcount(e->kv, blocks[i]) > 1)
+        if (dcp_kv_block_refcount(e->kv, blocks[i]) > 1 || dcp_kv_block_published(e->kv, blocks[i]))
             return dcp_error(DCP_EINVAL, "begin_step: sequence %u would write positions %llu..%llu, but positions "
-                             "%llu..%llu are in a block it shares with a fork (a shared prefix is read-only; "
-                             "query only positions from %llu on)", id, (unsigned long long)from,
+                             "%llu..%llu are in a block it shares with a fork or the prefix cache (a shared "
+                             "prefix is read-only; query only positions from %llu on)", id, (unsigned long long)from,
                              (unsigned long long)(len - 1), (unsigned long long)(i * per_block),
                              (unsigned long long)((i + 1) * per_block - 1), (unsigned long long)((i + 1) * per_block));
     return DCP_OK;

@@ -20,6 +20,15 @@
  * with DCP_EINVAL instead of reaching the slot's next sequence, until the slot has
  * been reused 2^(32 - slot_bits) times (at least 256, for DCP_KV_MAX_SEQS).
  *
+ * Prefix cache (optional, dcp_kv_prefix_cache_enable()): a full block can be
+ * published under a key (a hash of the whole prefix it ends). A published block
+ * that loses its last user is not freed but kept idle in an LRU list, still
+ * findable by its key; a later sequence attaches it (refcount up) instead of
+ * recomputing it. Idle blocks count as available: when the free list runs dry,
+ * extend evicts the least recently used idle block (its key is forgotten).
+ * Published blocks are never written again: they are full, and truncate refuses
+ * to cut into one. Invariant: free + idle + in use (refcount > 0) = num_blocks.
+ *
  * All fixed-size state is allocated at create; only a block table that outgrows
  * its preallocated slice allocates (doubling). Every function costs O(blocks it
  * touches), and every failure leaves the manager exactly as it was. Not thread
@@ -68,8 +77,9 @@ int dcp_kv_seq_create(struct dcp_kv_manager *m, uint32_t *seq_id);
 
 /**
  * Reserves positions [L, L + n) of sequence seq (L its length), taking the blocks
- * it needs from the free list. All or nothing: DCP_EINVAL for an unknown id or
- * when L + n exceeds max_context, DCP_ENOSPC when too few blocks are free,
+ * it needs from the free list, then by evicting idle published blocks (least
+ * recently used first). All or nothing: DCP_EINVAL for an unknown id or
+ * when L + n exceeds max_context, DCP_ENOSPC when too few blocks are available,
  * DCP_ENOMEM when the block table cannot grow. n = 0 is a no-op.
  */
 int dcp_kv_seq_extend(struct dcp_kv_manager *m, uint32_t seq, uint32_t n);
@@ -77,8 +87,8 @@ int dcp_kv_seq_extend(struct dcp_kv_manager *m, uint32_t seq, uint32_t n);
 /**
  * Shortens sequence seq to len tokens, releasing the blocks it no longer needs.
  * DCP_EINVAL for an unknown id, len greater than the length, or a len that would
- * leave a partly filled block shared with another sequence (appending to it would
- * overwrite the other's tokens).
+ * leave a partly filled block shared with another sequence or published in the
+ * prefix cache (appending to it would overwrite tokens others read).
  */
 int dcp_kv_seq_truncate(struct dcp_kv_manager *m, uint32_t seq, uint64_t len);
 
@@ -128,5 +138,67 @@ uint32_t dcp_kv_block_refcount(const struct dcp_kv_manager *m, int32_t block);
 
 /** Number of live sequences. */
 uint32_t dcp_kv_live_seqs(const struct dcp_kv_manager *m);
+
+/* --- prefix cache ----------------------------------------------------------- */
+
+/**
+ * Allocates the prefix cache state (a key per block, a hash index, the LRU list).
+ * Idempotent. DCP_ENOMEM leaves the cache disabled.
+ */
+int dcp_kv_prefix_cache_enable(struct dcp_kv_manager *m);
+
+/**
+ * Counts the leading keys[0..n) that name published blocks: *hits of them, of which
+ * *idle_hits have no user now (attaching them takes them out of the available
+ * pool). 0 hits when the cache is disabled.
+ */
+void dcp_kv_prefix_lookup(const struct dcp_kv_manager *m, const uint64_t *keys, uint32_t n,
+                          uint32_t *hits, uint32_t *idle_hits);
+
+/**
+ * Gives the empty sequence seq the published blocks of the leading keys that hit
+ * (at most n): its table becomes those blocks, its length hits * tokens_per_block.
+ * DCP_EINVAL for an unknown or non-empty sequence or a disabled cache; DCP_ENOMEM
+ * when the table cannot grow (nothing changes).
+ */
+int dcp_kv_seq_attach_prefix(struct dcp_kv_manager *m, uint32_t seq, const uint64_t *keys, uint32_t n,
+                             uint32_t *hits);
+
+/**
+ * Publishes blocks [first, min(n, length / tokens_per_block)) of seq (full blocks
+ * only), block i under keys[i]. A block already published, or a key already naming
+ * another block, is left as it is. Stores how many blocks became newly published in
+ * *published (may be NULL). DCP_EINVAL for an unknown sequence or a disabled cache.
+ */
+int dcp_kv_seq_publish(struct dcp_kv_manager *m, uint32_t seq, const uint64_t *keys, uint32_t first, uint32_t n,
+                       uint32_t *published);
+
+/** Whether block is published in the prefix cache (then it is never written). */
+bool dcp_kv_block_published(const struct dcp_kv_manager *m, int32_t block);
+
+/** Published blocks without a user (kept for reuse, evicted LRU first). */
+uint64_t dcp_kv_idle_blocks(const struct dcp_kv_manager *m);
+
+/** Published blocks, in use or idle. */
+uint64_t dcp_kv_published_blocks(const struct dcp_kv_manager *m);
+
+/** Blocks an extend can take: free + idle published. */
+uint64_t dcp_kv_available_blocks(const struct dcp_kv_manager *m);
+
+/** Blocks held by at least one sequence: num_blocks - available. */
+uint64_t dcp_kv_used_blocks(const struct dcp_kv_manager *m);
+
+/** Idle published blocks evicted so far. */
+uint64_t dcp_kv_evictions(const struct dcp_kv_manager *m);
+
+/**
+ * Recounts everything from the block tables and checks the invariants: every
+ * refcount equals the number of tables holding the block, free blocks have count
+ * 0 and appear once, idle blocks are published with count 0 and sit in the LRU
+ * list once, every key finds its block, free + idle + used = num_blocks. O(blocks
+ * + table entries); for tests. DCP_OK, or DCP_EINVAL with the first violation in
+ * dcp_last_error().
+ */
+int dcp_kv_check(const struct dcp_kv_manager *m);
 
 #endif /* DCP_KV_MANAGER_H */

@@ -118,6 +118,16 @@ static int begin(dcp_engine *e, uint32_t seq, uint32_t q_len)
     return dcp_engine_begin_step(e, &b);
 }
 
+/* A sequence of 3 tokens and a step over its last q_len. */
+static uint32_t three_tokens(struct rig *g, uint32_t q_len)
+{
+    uint32_t a;
+    assert_int_equal(dcp_seq_create(g->e, &a), DCP_OK);
+    assert_int_equal(dcp_seq_extend(g->e, a, 3), DCP_OK);
+    assert_int_equal(begin(g->e, a, q_len), DCP_OK);
+    return a;
+}
+
 /* Rank 0's output of the last step (q_len tokens). */
 static void download_out(struct rig *g, uint32_t q_len, float *host)
 {
@@ -348,10 +358,7 @@ static void test_argument_errors_keep_engine(void **state)
     struct fixture_shape s = fixture_default_shape();
     struct rig g;
     rig_create(&g, &s);
-    uint32_t a;
-    assert_int_equal(dcp_seq_create(g.e, &a), DCP_OK);
-    assert_int_equal(dcp_seq_extend(g.e, a, 3), DCP_OK);
-    assert_int_equal(begin(g.e, a, 1), DCP_OK);
+    const uint32_t a = three_tokens(&g, 1);
     struct step_job job = {.g = &g, .seed = 5, .attend = true};
 
     /* A bad layer on one rank: its peer is released from the collective. */
@@ -387,10 +394,7 @@ static void test_append_only_step(void **state)
     };
     struct rig g = {.dep = dep, .e = fixture_engine_with(dep, &lim)};
     rig_buffers(&g);
-    uint32_t a;
-    assert_int_equal(dcp_seq_create(g.e, &a), DCP_OK);
-    assert_int_equal(dcp_seq_extend(g.e, a, 3), DCP_OK);
-    assert_int_equal(begin(g.e, a, 3), DCP_OK);
+    const uint32_t a = three_tokens(&g, 3);
     struct step_job job = {.g = &g, .seed = 5, .attend = true};
     assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_EINVAL);
     assert_non_null(strstr(dcp_last_error(), "max_query_tokens"));
@@ -409,10 +413,7 @@ static void test_thread_create_failure(void **state)
     (void)state;
     struct rig g;
     rig_with_timeout(&g, 2); /* a rank started alone would time out in its collective */
-    uint32_t a;
-    assert_int_equal(dcp_seq_create(g.e, &a), DCP_OK);
-    assert_int_equal(dcp_seq_extend(g.e, a, 3), DCP_OK);
-    assert_int_equal(begin(g.e, a, 1), DCP_OK);
+    three_tokens(&g, 1);
     struct step_job job = {.g = &g, .seed = 5, .attend = true};
     atomic_store(&create_calls, 0);
     atomic_store(&create_fail_at, 2);
@@ -485,10 +486,7 @@ static void test_barrier_timeout(void **state)
     (void)state;
     struct rig g;
     rig_with_timeout(&g, 0.3);
-    uint32_t a;
-    assert_int_equal(dcp_seq_create(g.e, &a), DCP_OK);
-    assert_int_equal(dcp_seq_extend(g.e, a, 3), DCP_OK);
-    assert_int_equal(begin(g.e, a, 1), DCP_OK);
+    const uint32_t a = three_tokens(&g, 1);
     struct own_thread o[2] = {{.r = dcp_engine_rank(g.e, 0), .g = &g, .layer = 0},
                               {.r = dcp_engine_rank(g.e, 1), .g = &g, .layer = 9}};
     for (int i = 0; i < 2; i++)
@@ -512,10 +510,7 @@ static void test_abort_call(void **state)
     (void)state;
     struct rig g;
     rig_with_timeout(&g, 600);
-    uint32_t a;
-    assert_int_equal(dcp_seq_create(g.e, &a), DCP_OK);
-    assert_int_equal(dcp_seq_extend(g.e, a, 3), DCP_OK);
-    assert_int_equal(begin(g.e, a, 1), DCP_OK);
+    const uint32_t a = three_tokens(&g, 1);
     struct own_thread o = {.r = dcp_engine_rank(g.e, 0), .g = &g, .layer = 0};
     assert_int_equal(pthread_create(&o.t, NULL, own_attention, &o), 0);
     nanosleep(&(struct timespec){.tv_nsec = 50 * 1000 * 1000}, NULL);
