@@ -473,13 +473,27 @@ CUresult fake_cuStreamDestroy(CUstream stream)
     return CUDA_SUCCESS;
 }
 
-/* Waits for (block = 1) or polls a live stream's queued work. */
-static CUresult await_stream(CUstream stream, int block)
+static int event_live(CUevent e)
+{
+    for (struct CUevent_st *p = events; p; p = p->next)
+        if (p == e)
+            return 1;
+    return 0;
+}
+
+/*
+ * Waits for (block = 1) or polls the work a live stream has queued, or the work
+ * before a live event's last record; CUDA_ERROR_NOT_READY when polling stops at
+ * a stall.
+ */
+static CUresult await_work(CUstream stream, CUevent event, int block)
 {
     fake_lock();
-    CUresult r = !stream_live(stream)                           ? CUDA_ERROR_INVALID_HANDLE
-                 : drive(tail_of(stream_of(stream)), block) ? CUDA_ERROR_NOT_READY
-                                                                : CUDA_SUCCESS;
+    CUresult r = CUDA_ERROR_INVALID_HANDLE;
+    if (event ? event_live(event) : stream_live(stream)) {
+        const struct fake_point p = event ? event->at : tail_of(stream_of(stream));
+        r = drive(p, block) ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+    }
     fake_unlock();
     return r;
 }
@@ -487,21 +501,13 @@ static CUresult await_stream(CUstream stream, int block)
 CUresult fake_cuStreamSynchronize(CUstream stream)
 {
     FAKE_ENTER(cuStreamSynchronize);
-    return await_stream(stream, 1);
+    return await_work(stream, NULL, 1);
 }
 
 CUresult fake_cuStreamQuery(CUstream stream)
 {
     FAKE_ENTER(cuStreamQuery);
-    return await_stream(stream, 0);
-}
-
-static int event_live(CUevent e)
-{
-    for (struct CUevent_st *p = events; p; p = p->next)
-        if (p == e)
-            return 1;
-    return 0;
+    return await_work(stream, NULL, 0);
 }
 
 CUresult fake_cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags)
@@ -607,27 +613,20 @@ CUresult fake_cuEventRecord(CUevent event, CUstream stream)
     return r;
 }
 
-/* Waits for (block = 1) or polls the work before a live event's last record. */
-static CUresult await_event(CUevent event, int block)
-{
-    fake_lock();
-    CUresult r = !event_live(event)        ? CUDA_ERROR_INVALID_HANDLE
-                 : drive(event->at, block) ? CUDA_ERROR_NOT_READY
-                                           : CUDA_SUCCESS;
-    fake_unlock();
-    return r;
-}
-
 CUresult fake_cuEventSynchronize(CUevent event)
 {
     FAKE_ENTER(cuEventSynchronize);
-    return await_event(event, 1);
+    if (!event)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return await_work(NULL, event, 1);
 }
 
 CUresult fake_cuEventQuery(CUevent event)
 {
     FAKE_ENTER(cuEventQuery);
-    return await_event(event, 0);
+    if (!event)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return await_work(NULL, event, 0);
 }
 
 CUresult fake_cuEventElapsedTime(float *ms, CUevent start, CUevent end)
