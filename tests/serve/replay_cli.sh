@@ -4,9 +4,10 @@
 #     --plot: both layouts complete every request; the SVG parses as XML and its series
 #     (concurrency and KV use per layout, the bars) agree with the JSON;
 #   execute (host backend, default deployment): a prefix-heavy trace in a KV budget small
-#     enough to preempt: the correctness check passes, with rows of requests served from
-#     the prefix cache and of preempted-then-recomputed ones; the output digests equal
-#     those of a run with ample KV and no prefix cache (identical outputs);
+#     enough to preempt, with 2 MTP drafts a step: the correctness check passes, with rows
+#     of requests served from the prefix cache and of preempted-then-recomputed ones; the
+#     output digests equal those of a run with ample KV, no prefix cache and no MTP
+#     (identical outputs: recompute, cache hits and truncated drafts change nothing);
 #   bad traces (a missing field, a FIFO) and bad usage: exit 1 / 2 with the reason.
 set -u
 dcp_run=$1
@@ -57,7 +58,7 @@ run_exec() { # OUT ARGS...: execute mode on the default deployment (host backend
     "$dcp_run" replay --trace "$small" --length-scale 0.1 --limit 16 --watermark 0 --backend host --json \
         --quiet "$@" >"$out" 2>"$tmp/err" || fail "execute $*: $(cat "$tmp/err")"
 }
-run_exec "$tmp/tight.json" --kv-mb 2
+run_exec "$tmp/tight.json" --kv-mb 2 --mtp 2 --mtp-acceptance 0.6
 run_exec "$tmp/ample.json" --kv-mb 40 --no-prefix-cache
 python3 - "$tmp/tight.json" "$tmp/ample.json" <<'PY' || fail "execute output"
 import json, sys
@@ -74,6 +75,7 @@ for a, b in zip(tight["layouts"], ample["layouts"]):
     pre += a["check"]["rows_preempted"]
     cached += a["check"]["rows_cached"]
     assert b["preemptions"] == 0 and b["prefix_hit_rate"] == 0
+    assert 0 < a["mtp_accepted"] < a["mtp_drafted"], a
 assert pre > 0, "no preempted request was checked"
 assert cached > 0, "no request served from the prefix cache was checked"
 print("execute ok: %d checked rows of preempted requests, %d of cached ones" % (pre, cached))
