@@ -55,7 +55,7 @@ PY
 run_exec() { # OUT ARGS...: execute mode on the default deployment (host backend)
     out=$1
     shift
-    "$dcp_run" replay --trace "$small" --length-scale 0.1 --limit 16 --watermark 0 --backend host --json \
+    "$dcp_run" replay --trace "$small" --length-scale 0.1 --limit 12 --watermark 0 --backend host --json \
         --quiet "$@" >"$out" 2>"$tmp/err" || fail "execute $*: $(cat "$tmp/err")"
 }
 run_exec "$tmp/tight.json" --kv-mb 2 --mtp 2 --mtp-acceptance 0.6
@@ -67,8 +67,8 @@ pre = cached = 0
 for d in (tight, ample):
     assert d["simulate"] is False
     for x in d["layouts"]:
-        assert x["completed"] == x["requests"] == 16, x
-        assert x["check"]["pass"] is True and x["check"]["rows"] >= 16, x["check"]
+        assert x["completed"] == x["requests"] == 12, x
+        assert x["check"]["pass"] is True and x["check"]["rows"] >= 12, x["check"]
 for a, b in zip(tight["layouts"], ample["layouts"]):
     assert a["name"] == b["name"]
     assert a["check"]["digest"] == b["check"]["digest"], (a["name"], a["check"], b["check"])
