@@ -55,6 +55,8 @@ void dcp_sha256_init(struct dcp_sha256 *s)
 void dcp_sha256_update(struct dcp_sha256 *s, const void *data, size_t n)
 {
     const uint8_t *p = data;
+    if (!n)
+        return; /* data may be NULL */
     s->bytes += n;
     if (s->used) {
         const size_t take = DCP_SHA256_BLOCK - s->used < n ? DCP_SHA256_BLOCK - s->used : n;
