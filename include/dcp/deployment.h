@@ -78,7 +78,8 @@ struct dcp_model_config {
     uint32_t qk_nope_head_dim;        ///< MLA per-head non-RoPE dim, only for the default scale. Default 128.
     double softmax_scale;             ///< Score scale. Default 1/sqrt(head_dim) (GQA/MHA) or 1/sqrt(qk_nope_head_dim + rope_dim) (MLA).
     enum dcp_dtype kv_dtype;          ///< KV cache element type. Default bf16.
-    double kv_scale;                  ///< fp8 dequantisation scale (stored * scale = value). Default 1.0.
+    double kv_scale;                  ///< fp8 scale: the cache stores value x (1 / kv_scale) saturated to +-448 and
+                                      ///< reads stored x kv_scale. Default 1.0.
     double num_params;                ///< Total parameter count, for the weight memory share. Default 0.
     enum dcp_weight_dtype weight_dtype; ///< Weight storage format. Default bf16.
     uint32_t experts;                 ///< MoE: routed experts per MoE layer; 0 = dense model. Default 0.
@@ -106,8 +107,10 @@ struct dcp_parallel_config {
     uint32_t dcp;                     ///< DCP group size (divides tp). Default 1 (TP only).
     uint32_t interleave;              ///< Interleave size I: tokens dealt to a rank in runs of I. Default 1.
     enum dcp_comm_scheme comm;        ///< Merge scheme. Default a2a.
-    bool replicate_q;                 ///< true: every rank computes all query heads (no Q AllGather). Default false.
-    enum dcp_dtype comm_dtype;        ///< Wire type of Q and partial outputs in the plan. Default bf16.
+    bool replicate_q;                 ///< true: every rank computes all query heads (no Q AllGather). Used by
+                                      ///< the planner only: the engine always gathers Q. Default false.
+    enum dcp_dtype comm_dtype;        ///< Wire type of Q and partial outputs in the plan. Used by the planner
+                                      ///< only: the engine moves fp32. Default bf16.
 };
 
 /** How each GPU's memory is budgeted. */

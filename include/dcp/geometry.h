@@ -58,7 +58,8 @@ DCP_API void dcp_kv_budget(const struct dcp_config *cfg, struct dcp_kv_budget *b
 /**
  * Key of the token at global position pos of sequence seq_id, as the engine
  * writes it in a step's token keys (dcp_rank_step_token_keys) and as the
- * synthetic data helpers take it: ((uint64_t)seq_id << 40) | pos.
+ * synthetic data helpers take it: ((uint64_t)seq_id << 40) | pos (the id's top 8
+ * bits drop out; pos must be below 2^40).
  */
 static inline uint64_t dcp_token_key(uint32_t seq_id, uint64_t pos)
 {

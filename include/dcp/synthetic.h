@@ -38,8 +38,9 @@ DCP_API float dcp_synth_value(uint64_t seed, uint64_t key, uint32_t head, uint32
 
 /**
  * The value a KV cache of this dtype holds for value (fp8: stored as value x (1 / scale)
- * rounded and saturated to +-448, read back times scale; docs/design.md §10). Lets a
- * caller compute references from the exact cached values.
+ * rounded to e4m3 and saturated to +-448, read back times scale, so the result lies
+ * within +-448 x scale; docs/design.md §10). Lets a caller compute references from the
+ * exact cached values.
  */
 DCP_API float dcp_dtype_round(enum dcp_dtype dtype, float value, float scale);
 

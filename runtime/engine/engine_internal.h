@@ -46,7 +46,7 @@ struct dcp_backend_ops {
     int (*alloc_arena)(struct dcp_rank *r, size_t bytes, uint64_t *addr);
     /** Frees backend memory. Accepts 0. */
     void (*free)(struct dcp_rank *r, uint64_t addr);
-    /** Host -> backend copy; the host buffer may be reused when it returns. */
+    /** Host -> backend copy, ordered with the rank's queued work; the host buffer may be reused when it returns. */
     int (*upload)(struct dcp_rank *r, uint64_t dst, const void *src, size_t bytes);
     /** Backend -> host copy after all queued work. */
     int (*download)(struct dcp_rank *r, void *dst, uint64_t src, size_t bytes);
@@ -63,8 +63,12 @@ struct dcp_backend_ops {
     int (*all_to_all)(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes);
     /** Waits for all queued work of the rank. */
     int (*synchronize)(struct dcp_rank *r);
-    /** Wakes every rank blocked in a collective after a failure (they return DCP_EABORTED). */
+    /** Wakes every rank blocked in a collective after a failure (they return DCP_EABORTED).
+     *  Any thread, any time. */
     void (*abort)(struct dcp_engine *e);
+    /** Optional: after an abort, while no rank function runs, makes the collectives usable
+     *  again; an error (or no recover) leaves the engine failed for good. */
+    int (*recover)(struct dcp_engine *e);
 
     /* Profiling (only called when the engine was created with profile = true). */
     /** Marks the start of a timed operation; *token identifies it. */
@@ -79,9 +83,10 @@ struct dcp_backend_ops {
  *  (split-KV, workspace and scratch sizes, where the KV budget comes from) from
  *  these; it never asks which backend it has. */
 struct dcp_backend_caps {
-    uint32_t parallelism;   ///< Work items the backend runs at once (threads, SMs x CTAs per SM).
+    uint32_t parallelism;   ///< Attention work items the backend runs at once, one wave (CUDA: SMs x resident blocks per SM of the attention kernel; host: 2 per thread).
+    uint32_t blocks_per_sm; ///< CUDA: resident attention blocks per SM (cuOccupancyMaxActiveBlocksPerMultiprocessor); 0 elsewhere.
     uint32_t head_tile;     ///< Query heads per attention work item (0 = all heads of a KV head).
-    uint32_t max_splits;    ///< Upper bound on split-KV (the engine may lower it to cap workspace).
+    uint32_t max_splits;    ///< Upper bound on split-KV (the workspace is sized for it, within a cap).
     bool host_memory;       ///< Backend memory is host memory: the KV budget may come from
                             ///< runtime.host.memory_bytes instead of the GPU's.
     char detail[512];       ///< What it runs on, for dcp_engine_info.backend_detail.
@@ -99,9 +104,16 @@ struct dcp_rank_buffers {
     uint64_t part_lse;      ///< fp32 [dcp][T][H_l]       (ag_rs)
     uint64_t recv;          ///< fp32 a2a receive [dcp][T][H_l][v+1], or ag_rs LSE gather [dcp][dcp*T*H_l]
     uint64_t lse_scratch;   ///< fp32 [T][H_l] when the caller passes no LSE buffer
-    uint64_t ws_o;          ///< fp32 split-KV partial outputs [max_splits][T*Hg*v]
-    uint64_t ws_lse;        ///< fp32 split-KV partial LSEs [max_splits][T*Hg]
+    uint64_t ws_o;          ///< fp32 split-KV partial outputs [splits][T][Hg][v], split_rows x Hg x v in all
+    uint64_t ws_lse;        ///< fp32 split-KV partial LSEs [splits][T][Hg], split_rows x Hg in all
 };
+
+/** Bytes begin_step uploads to each rank at most (block_table .. token_keys above). */
+static inline size_t dcp_step_upload_bytes(uint32_t max_batch, uint32_t max_blocks_per_seq, uint32_t max_tokens)
+{
+    return ((size_t)max_batch * max_blocks_per_seq + max_batch + max_batch + 1) * sizeof(int32_t) +
+           (size_t)max_tokens * (sizeof(int64_t) + sizeof(uint64_t));
+}
 
 /** One rank. */
 struct dcp_rank {
@@ -166,13 +178,17 @@ struct dcp_engine {
     uint64_t kv_bytes;              ///< Arena bytes per rank.
     uint64_t workspace_bytes;       ///< Workspace bytes per rank.
     size_t kernel_scratch_bytes;    ///< Worst-case scratch of one kernel work item (CPU kernels).
+    uint64_t split_rows;            ///< (split, query token) rows the split-KV workspace holds (0: no split-KV).
+    uint32_t split_override;        ///< Tests only: split-KV factor every step uses (0: choose), within the workspace.
 
     struct dcp_step step;
     struct dcp_rank *ranks;
     uint32_t num_ranks;
     uint32_t ranks_initialised;
 
-    atomic_int failed;              ///< Set when a rank failed inside dcp_engine_run().
+    atomic_int aborted;             ///< The step was aborted; recover at the next begin_step or run.
+    atomic_int failed;              ///< Recovery failed: the engine refuses every step (destroy it).
+    char failure[256];              ///< Why it failed.
     char notice[512];               ///< Why auto fell back to host ("" if it did not).
 };
 
@@ -182,7 +198,14 @@ static inline uint64_t dcp_layer_k(const struct dcp_rank *r, uint32_t layer)
     return r->kv_arena + (uint64_t)layer * r->engine->layer_bytes;
 }
 
-/** Marks the engine failed and wakes ranks blocked in collectives. */
-void dcp_engine_fail(struct dcp_engine *e);
+/** Query heads per attention work item (the backend's head_tile, within one KV head's heads). */
+static inline uint32_t dcp_engine_head_tile(const struct dcp_engine *e)
+{
+    const uint32_t heads_per_kv = e->geo.q_per_kv_head;
+    return e->caps.head_tile && e->caps.head_tile < heads_per_kv ? e->caps.head_tile : heads_per_kv;
+}
+
+/** DCP_OK, or DCP_EABORTED with a message when the engine failed for good. */
+int dcp_engine_check_usable(const struct dcp_engine *e);
 
 #endif /* DCP_ENGINE_INTERNAL_H */

@@ -19,6 +19,7 @@ struct kv_seq {
     uint64_t len;        /* tokens */
     uint32_t count;      /* entries of table in use: blocks_for(len) */
     uint32_t capacity;   /* entries table can hold */
+    uint32_t generation; /* of the slot's current or next sequence (id = generation << slot_bits | slot) */
     bool live;
     bool table_on_heap;  /* table was malloc'd; kept for the slot's next sequence */
 };
@@ -35,13 +36,14 @@ struct dcp_kv_manager {
     struct dcp_kv_manager_params p;
     uint64_t tokens_per_block;
     uint32_t max_table;          /* most blocks one sequence can own */
+    uint32_t slot_bits;          /* low bits of an id naming its slot; the rest is the generation */
 
     int32_t *free_blocks;        /* LIFO stack of free block ids */
     uint64_t num_free_blocks;
     uint32_t *refcount;          /* [num_blocks] sequences holding each block */
 
     struct kv_seq *seqs;         /* [max_seqs] slots, indexed by sequence id */
-    uint32_t *free_seq_ids;      /* LIFO stack of unused ids */
+    uint32_t *free_seq_ids;      /* LIFO stack of unused slots */
     uint32_t num_free_seq_ids;
     int32_t *table_slab;         /* [max_seqs * prealloc] preallocated table entries */
 
@@ -65,6 +67,8 @@ static int check_params(const struct dcp_kv_manager_params *p)
     if (p->num_blocks > INT32_MAX)
         return dcp_error(DCP_EINVAL, "kv manager: num_blocks=%" PRIu64 " exceeds INT32_MAX (block ids are int32)",
                          p->num_blocks);
+    if (p->max_seqs > DCP_KV_MAX_SEQS)
+        return dcp_error(DCP_EINVAL, "kv manager: max_seqs=%u exceeds %u", p->max_seqs, DCP_KV_MAX_SEQS);
     return DCP_OK;
 }
 
@@ -114,6 +118,8 @@ int dcp_kv_manager_create(const struct dcp_kv_manager_params *p, struct dcp_kv_m
         return dcp_error(DCP_ENOMEM, "kv manager");
     m->p = *p;
     m->tokens_per_block = (uint64_t)p->block_size * p->group_size;
+    while (m->slot_bits < 32 && (p->max_seqs - 1) >> m->slot_bits)
+        m->slot_bits++;
     /* A table holds distinct blocks, so it never needs more than num_blocks entries. */
     m->max_table = (uint32_t)DCP_MIN(dcp_kv_blocks_for(m, p->max_context), p->num_blocks);
     st = alloc_state(m);
@@ -145,14 +151,39 @@ void dcp_kv_manager_destroy(struct dcp_kv_manager **pm)
     *pm = NULL;
 }
 
-/* The live sequence with id seq, or NULL. */
-static struct kv_seq *find_seq(const struct dcp_kv_manager *m, uint32_t seq)
+static uint32_t slot_of(const struct dcp_kv_manager *m, uint32_t seq)
 {
-    return seq < m->p.max_seqs && m->seqs[seq].live ? &m->seqs[seq] : NULL;
+    return seq & (uint32_t)((1ull << m->slot_bits) - 1);
 }
 
-static int unknown_seq(const char *op, uint32_t seq)
+static uint32_t generation_of(const struct dcp_kv_manager *m, uint32_t seq)
 {
+    return (uint32_t)((uint64_t)seq >> m->slot_bits);
+}
+
+/* The public id of the sequence in slot (its current generation). */
+static uint32_t id_of(const struct dcp_kv_manager *m, uint32_t slot)
+{
+    return (uint32_t)((uint64_t)m->seqs[slot].generation << m->slot_bits) | slot;
+}
+
+/* The live sequence with id seq (slot and generation), or NULL. */
+static struct kv_seq *find_seq(const struct dcp_kv_manager *m, uint32_t seq)
+{
+    const uint32_t slot = slot_of(m, seq);
+    if (slot >= m->p.max_seqs)
+        return NULL;
+    struct kv_seq *s = &m->seqs[slot];
+    return s->live && s->generation == generation_of(m, seq) ? s : NULL;
+}
+
+static int unknown_seq(const struct dcp_kv_manager *m, const char *op, uint32_t seq)
+{
+    const uint32_t slot = slot_of(m, seq);
+    /* An earlier generation of a slot was handed out and released (until the generation wraps). */
+    if (slot < m->p.max_seqs && generation_of(m, seq) < m->seqs[slot].generation)
+        return dcp_error(DCP_EINVAL, "%s: sequence id %u is stale: it was released (its slot %u is now %s)", op,
+                         seq, slot, m->seqs[slot].live ? "another sequence's" : "free");
     return dcp_error(DCP_EINVAL, "%s: no live sequence with id %u", op, seq);
 }
 
@@ -177,14 +208,14 @@ static int reserve_table(struct dcp_kv_manager *m, struct kv_seq *s, uint32_t ne
     return DCP_OK;
 }
 
-/* Takes a slot off the free-id stack (the caller checked there is one). */
+/* Takes a slot off the free-slot stack (the caller checked there is one); returns its id. */
 static uint32_t take_seq_id(struct dcp_kv_manager *m)
 {
-    uint32_t id = m->free_seq_ids[--m->num_free_seq_ids];
-    m->seqs[id].live = true;
-    m->seqs[id].len = 0;
-    m->seqs[id].count = 0;
-    return id;
+    const uint32_t slot = m->free_seq_ids[--m->num_free_seq_ids];
+    m->seqs[slot].live = true;
+    m->seqs[slot].len = 0;
+    m->seqs[slot].count = 0;
+    return id_of(m, slot);
 }
 
 /* ---- prefix cache lists ---- */
@@ -295,7 +326,7 @@ int dcp_kv_seq_extend(struct dcp_kv_manager *m, uint32_t seq, uint32_t n)
 {
     struct kv_seq *s = find_seq(m, seq);
     if (!s)
-        return unknown_seq("seq_extend", seq);
+        return unknown_seq(m, "seq_extend", seq);
     if (n > m->p.max_context - s->len)
         return dcp_error(DCP_EINVAL, "seq_extend: sequence %u: %" PRIu64 " + %u tokens exceeds max_context %" PRIu64,
                          seq, s->len, n, m->p.max_context);
@@ -320,7 +351,7 @@ int dcp_kv_seq_truncate(struct dcp_kv_manager *m, uint32_t seq, uint64_t len)
 {
     struct kv_seq *s = find_seq(m, seq);
     if (!s)
-        return unknown_seq("seq_truncate", seq);
+        return unknown_seq(m, "seq_truncate", seq);
     if (len > s->len)
         return dcp_error(DCP_EINVAL, "seq_truncate: sequence %u has %" PRIu64 " tokens, cannot grow to %" PRIu64,
                          seq, s->len, len);
@@ -342,7 +373,7 @@ int dcp_kv_seq_fork(struct dcp_kv_manager *m, uint32_t src, uint32_t *seq_id)
 {
     const struct kv_seq *s = find_seq(m, src);
     if (!s)
-        return unknown_seq("seq_fork", src);
+        return unknown_seq(m, "seq_fork", src);
     if (s->len % m->tokens_per_block)
         return dcp_error(DCP_EINVAL, "seq_fork: sequence %u has %" PRIu64 " tokens, not a multiple of the %" PRIu64
                          " tokens per block (a partly filled block cannot be shared)",
@@ -368,17 +399,29 @@ int dcp_kv_seq_release(struct dcp_kv_manager *m, uint32_t seq)
 {
     struct kv_seq *s = find_seq(m, seq);
     if (!s)
-        return unknown_seq("seq_release", seq);
+        return unknown_seq(m, "seq_release", seq);
     drop_blocks_from(m, s, 0);
     s->len = 0;
     s->live = false;
-    m->free_seq_ids[m->num_free_seq_ids++] = seq;
+    /* The slot's next sequence gets a new id; this one becomes stale. */
+    s->generation = (uint32_t)((s->generation + 1) & ((1ull << (32 - m->slot_bits)) - 1));
+    m->free_seq_ids[m->num_free_seq_ids++] = slot_of(m, seq);
     return DCP_OK;
 }
 
 bool dcp_kv_seq_exists(const struct dcp_kv_manager *m, uint32_t seq)
 {
     return find_seq(m, seq) != NULL;
+}
+
+int dcp_kv_seq_check(const struct dcp_kv_manager *m, uint32_t seq, const char *op)
+{
+    return find_seq(m, seq) ? DCP_OK : unknown_seq(m, op, seq);
+}
+
+uint32_t dcp_kv_seq_slot(const struct dcp_kv_manager *m, uint32_t seq)
+{
+    return find_seq(m, seq) ? slot_of(m, seq) : UINT32_MAX;
 }
 
 uint64_t dcp_kv_seq_length(const struct dcp_kv_manager *m, uint32_t seq)
@@ -464,7 +507,7 @@ int dcp_kv_seq_attach_prefix(struct dcp_kv_manager *m, uint32_t seq, const uint6
     *hits = 0;
     struct kv_seq *s = find_seq(m, seq);
     if (!s)
-        return unknown_seq("seq_attach_prefix", seq);
+        return unknown_seq(m, "seq_attach_prefix", seq);
     if (!m->cache || s->len)
         return dcp_error(DCP_EINVAL, "seq_attach_prefix: sequence %u: %s", seq,
                          !m->cache ? "the prefix cache is not enabled" : "the sequence is not empty");
@@ -492,7 +535,7 @@ int dcp_kv_seq_publish(struct dcp_kv_manager *m, uint32_t seq, const uint64_t *k
         *published = 0;
     struct kv_seq *s = find_seq(m, seq);
     if (!s)
-        return unknown_seq("seq_publish", seq);
+        return unknown_seq(m, "seq_publish", seq);
     if (!m->cache)
         return dcp_error(DCP_EINVAL, "seq_publish: the prefix cache is not enabled");
     const uint64_t full = DCP_MIN((uint64_t)n, s->len / m->tokens_per_block);

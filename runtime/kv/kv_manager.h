@@ -14,6 +14,12 @@
  * refuses to cut into a shared block, so appending never writes into a page that
  * another sequence reads.
  *
+ * Sequence ids carry a generation: id = generation << slot_bits | slot, where
+ * slot_bits is the fewest bits that number max_seqs slots. Releasing a sequence
+ * bumps its slot's generation, so a stale id (one already released) is refused
+ * with DCP_EINVAL instead of reaching the slot's next sequence, until the slot has
+ * been reused 2^(32 - slot_bits) times (at least 256, for DCP_KV_MAX_SEQS).
+ *
  * Prefix cache (optional, dcp_kv_prefix_cache_enable()): a full block can be
  * published under a key (a hash of the whole prefix it ends). A published block
  * that loses its last user is not freed but kept idle in an LRU list, still
@@ -36,6 +42,9 @@
 
 #include "dcp/common.h"
 
+/** Most sequence slots: ids keep at least 8 bits of generation. */
+#define DCP_KV_MAX_SEQS (1u << 24)
+
 /** Opaque block manager. */
 struct dcp_kv_manager;
 
@@ -44,14 +53,15 @@ struct dcp_kv_manager_params {
     uint64_t num_blocks;  ///< Logical block ids (= pages per rank), 1..INT32_MAX.
     uint32_t block_size;  ///< Tokens per physical page, >= 1.
     uint32_t group_size;  ///< DCP group size N, >= 1 (1 = TP baseline).
-    uint32_t max_seqs;    ///< Most live sequences, >= 1; ids are 0..max_seqs-1.
+    uint32_t max_seqs;    ///< Most live sequences, 1..DCP_KV_MAX_SEQS (slots 0..max_seqs-1).
     uint64_t max_context; ///< Longest sequence in tokens, >= 1.
 };
 
 /**
  * Creates a manager with every block free and no sequence. Allocates the free
  * list, reference counts, sequence slots and the preallocated block tables.
- * Errors: DCP_EINVAL (a size is 0, num_blocks > INT32_MAX), DCP_ENOMEM.
+ * Errors: DCP_EINVAL (a size is 0, num_blocks > INT32_MAX, max_seqs > DCP_KV_MAX_SEQS),
+ * DCP_ENOMEM.
  */
 int dcp_kv_manager_create(const struct dcp_kv_manager_params *p, struct dcp_kv_manager **out);
 
@@ -59,8 +69,9 @@ int dcp_kv_manager_create(const struct dcp_kv_manager_params *p, struct dcp_kv_m
 void dcp_kv_manager_destroy(struct dcp_kv_manager **m);
 
 /**
- * Creates an empty sequence and stores its id (the most recently released free
- * id, so ids stay small) in *seq_id. DCP_ENOSPC when max_seqs are live.
+ * Creates an empty sequence and stores its id in *seq_id: the most recently
+ * released slot (so slots stay small) with that slot's current generation; a
+ * fresh manager hands out 0, 1, 2, ... DCP_ENOSPC when max_seqs are live.
  */
 int dcp_kv_seq_create(struct dcp_kv_manager *m, uint32_t *seq_id);
 
@@ -93,8 +104,15 @@ int dcp_kv_seq_fork(struct dcp_kv_manager *m, uint32_t src, uint32_t *seq_id);
 /** Frees sequence seq and drops its references to its blocks. DCP_EINVAL for an unknown id. */
 int dcp_kv_seq_release(struct dcp_kv_manager *m, uint32_t seq);
 
-/** Whether seq is the id of a live sequence. */
+/** Whether seq is the id of a live sequence (not a stale one). */
 bool dcp_kv_seq_exists(const struct dcp_kv_manager *m, uint32_t seq);
+
+/** DCP_OK if seq is a live sequence, else DCP_EINVAL with a message that starts with op
+ *  and says whether the id is stale (released) or was never handed out. */
+int dcp_kv_seq_check(const struct dcp_kv_manager *m, uint32_t seq, const char *op);
+
+/** The slot (0..max_seqs-1) of a live sequence id, or UINT32_MAX for any other id. */
+uint32_t dcp_kv_seq_slot(const struct dcp_kv_manager *m, uint32_t seq);
 
 /** Length of sequence seq in tokens, or 0 if it does not exist. */
 uint64_t dcp_kv_seq_length(const struct dcp_kv_manager *m, uint32_t seq);

@@ -12,32 +12,27 @@
 #include "util/util.h"
 
 /* Multi-process NCCL: rank and world from the launcher, one unique id per DCP
- * group made by world rank 0 and shared through the rendezvous in DCP_RENDEZVOUS. */
+ * group made by world rank 0 and shared through the rendezvous that DCP_RENDEZVOUS,
+ * the job tag and the job secret describe (docs/rendezvous.md). */
 static int exchange_unique_ids(const struct dcp_engine *e, struct cuda_engine *ce)
 {
-    const char *spec = getenv("DCP_RENDEZVOUS");
-    if (!spec || !*spec)
-        return dcp_error(DCP_EINVAL, "%u processes: set DCP_RENDEZVOUS=file:/shared/path or "
-                         "tcp:host:port so rank 0 can share the NCCL unique ids", ce->world_size);
-    const char *tag = getenv("DCP_JOB_TAG");
-    if (!tag || !*tag)
-        tag = getenv("SLURM_JOB_ID");
-    if (!tag || !*tag)
-        tag = "dcp";
-    if (ce->world_rank == 0)
-        for (uint32_t g = 0; g < ce->num_groups; g++) {
-            int err = dcp_nccl_check(ce->nccl, ce->nccl->api.ncclGetUniqueId(&ce->ids[g]), "ncclGetUniqueId", NULL);
-            if (err)
-                return err;
-        }
+    struct dcp_rendezvous_env env;
+    int err = dcp_rendezvous_env_read(&env);
+    for (uint32_t g = 0; g < ce->num_groups && !err && ce->world_rank == 0; g++)
+        err = dcp_nccl_check(ce->nccl, ce->nccl->api.ncclGetUniqueId(&ce->ids[g]), "ncclGetUniqueId", NULL);
     const struct dcp_rendezvous_params rp = {
-        .spec = spec,
+        .spec = env.spec,
         .rank = ce->world_rank,
         .world_size = ce->world_size,
-        .tag = tag,
+        .tag = env.tag,
+        .secret = env.secret,
+        .secret_len = env.secret_len,
         .timeout_s = e->cfg->runtime.cuda.nccl_timeout_s,
     };
-    return dcp_rendezvous_broadcast(&rp, ce->ids, ce->num_groups * sizeof(*ce->ids));
+    if (!err)
+        err = dcp_rendezvous_broadcast(&rp, ce->ids, ce->num_groups * sizeof(*ce->ids));
+    dcp_rendezvous_env_clear(&env);
+    return err;
 }
 
 /* Engine-wide: NCCL unique ids (one per DCP group) or the virtual groups' host rendezvous. */
@@ -214,10 +209,13 @@ static int virtual_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t re
      * source addresses is rewritten only when it changes. */
     const uint32_t n = cr->group->size;
     if (!cr->src_ptrs_valid || memcmp(cr->h_src_ptrs, cr->group->published, n * sizeof(uint64_t))) {
+        /* The pinned table is read when the copy runs: rewrite it only once the
+         * previous copy and the reduces reading the device table are done. */
         if ((err = CU_CALL(api, cuStreamSynchronize, cr->compute)))
             return err;
         memcpy(cr->h_src_ptrs, cr->group->published, n * sizeof(uint64_t));
-        if ((err = CU_CALL(api, cuMemcpyHtoD, cr->d_src_ptrs, cr->h_src_ptrs, n * sizeof(uint64_t))))
+        if ((err = CU_CALL(api, cuMemcpyHtoDAsync, cr->d_src_ptrs, cr->h_src_ptrs, n * sizeof(uint64_t),
+                           cr->compute)))
             return err;
         cr->src_ptrs_valid = true;
     }
