@@ -111,6 +111,19 @@ struct dcp_memory_config {
     double reserve_bytes;             ///< Activations, workspace, graphs (YAML: reserve_gb). Default 4 GB.
 };
 
+/**
+ * Longest context one request may have, in tokens (2^40): a token's position
+ * must fit the 40 position bits of a token key (engine.h). The bound of
+ * workload.context_lengths and of every trace line.
+ */
+#define DCP_MAX_CONTEXT_TOKENS (1ull << 40)
+
+/** Largest request trace file read (workload.trace). */
+#define DCP_TRACE_MAX_BYTES (64u << 20)
+
+/** Most requests a trace (or workload.requests) may offer. */
+#define DCP_MAX_REQUESTS (1u << 20)
+
 /** Longest list of context lengths a workload may give. */
 #define DCP_MAX_CONTEXT_LENGTHS 32
 
@@ -165,14 +178,35 @@ typedef struct dcp_deployment dcp_deployment;
  */
 DCP_API void dcp_config_defaults(struct dcp_config *cfg);
 
+/** Largest deployment file read (deployment files are a few KiB; /dev/zero is not one). */
+#define DCP_DEPLOYMENT_MAX_BYTES (1u << 20)
+
 /**
- * Loads and validates a YAML deployment file. On success *out is a new deployment.
+ * Loads and validates a YAML deployment file: a regular file (not a FIFO or a
+ * device) of at most DCP_DEPLOYMENT_MAX_BYTES. On success *out is a new deployment.
  * On failure returns DCP_ECONFIG (bad content; every problem is in diag),
  * DCP_EIO (unreadable file; also in diag) or DCP_ENOMEM, and *out is NULL.
  * diag may be NULL if the caller does not want the messages. Warnings may be
  * added to diag on success.
  */
 DCP_API int dcp_deployment_load_file(const char *path, dcp_diag *diag, dcp_deployment **out);
+
+/**
+ * Reads a request trace: one context length in tokens per line (1 to
+ * DCP_MAX_CONTEXT_TOKENS; k/K = 1024 and M = 1048576 suffixes), blank lines and
+ * text after '#' ignored, at most DCP_MAX_REQUESTS lines with a length. path must
+ * be a regular file of at most DCP_TRACE_MAX_BYTES. limit > 0 stops after that
+ * many requests. On success *lengths (free() it) holds *count >= 1 lengths.
+ * Returns DCP_OK, DCP_ECONFIG (a bad line or an empty trace: "FILE:LINE: ..." in
+ * diag), DCP_EIO (unreadable, not a regular file, too large: in diag) or
+ * DCP_ENOMEM. diag may be NULL.
+ */
+DCP_API int dcp_trace_load(const char *path, uint32_t limit, dcp_diag *diag, uint64_t **lengths,
+                           uint32_t *count);
+
+/** dcp_trace_load() on text in memory; name is used in messages. */
+DCP_API int dcp_trace_parse(const char *name, const char *text, size_t len, uint32_t limit,
+                            dcp_diag *diag, uint64_t **lengths, uint32_t *count);
 
 /**
  * Like dcp_deployment_load_file() for YAML text in memory. name is used as the

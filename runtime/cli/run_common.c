@@ -13,42 +13,14 @@
 
 static int load_trace(struct run_requests *r, const char *path, uint32_t limit)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "dcp-run: cannot read trace %s: %s\n", path, strerror(errno));
-        return DCP_EIO;
-    }
-    char line[256];
-    uint32_t cap = 0, lineno = 0;
-    int err = DCP_OK;
-    while (fgets(line, sizeof(line), f) && (!limit || r->count < limit)) {
-        lineno++;
-        char *s = line + strspn(line, " \t");
-        s[strcspn(s, " \t\r\n#")] = '\0';
-        if (!*s)
-            continue;
-        unsigned long long v;
-        if (!cli_parse_u64(s, &v) || v == 0) {
-            fprintf(stderr, "%s:%u: expected a context length in tokens, got '%s'\n", path, lineno, s);
-            err = DCP_ECONFIG;
-            break;
-        }
-        if (r->count == cap) {
-            cap = cap ? 2 * cap : 64;
-            uint64_t *p = realloc(r->len, cap * sizeof(*p));
-            if (!p) {
-                err = DCP_ENOMEM;
-                break;
-            }
-            r->len = p;
-        }
-        r->len[r->count++] = v;
-    }
-    fclose(f);
-    if (!err && r->count == 0) {
-        fprintf(stderr, "%s: the trace holds no requests\n", path);
-        err = DCP_ECONFIG;
-    }
+    dcp_diag *diag = NULL;
+    int err = dcp_diag_create(&diag);
+    if (!err)
+        err = dcp_trace_load(path, limit, diag, &r->len, &r->count);
+    dcp_diag_print(diag, stderr);
+    if (err && dcp_diag_count(diag) == 0)
+        fprintf(stderr, "dcp-run: trace %s: %s\n", path, dcp_strerror(err));
+    dcp_diag_destroy(&diag);
     snprintf(r->describe, sizeof(r->describe), "trace %s", path);
     return err;
 }
