@@ -7,6 +7,7 @@
  *   placement.h   which rank stores which token (owner, local index, lengths)
  *   plan.h        memory, capacity and communication plan: DCP vs TP
  *   engine.h      sequences, paged KV, per-rank append and attention with the DCP merge
+ *   serve.h       request traces, continuous-batching scheduler, step-time model
  */
 #ifndef DCP_DCP_H
 #define DCP_DCP_H
@@ -17,5 +18,6 @@
 #include "dcp/placement.h"
 #include "dcp/plan.h"
 #include "dcp/engine.h"
+#include "dcp/serve.h"
 
 #endif /* DCP_DCP_H */

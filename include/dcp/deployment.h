@@ -78,9 +78,16 @@ struct dcp_model_config {
     uint32_t qk_nope_head_dim;        ///< MLA per-head non-RoPE dim, only for the default scale. Default 128.
     double softmax_scale;             ///< Score scale. Default 1/sqrt(head_dim) (GQA/MHA) or 1/sqrt(qk_nope_head_dim + rope_dim) (MLA).
     enum dcp_dtype kv_dtype;          ///< KV cache element type. Default bf16.
-    double kv_scale;                  ///< fp8 dequantisation scale (stored * scale = value). Default 1.0.
+    double kv_scale;                  ///< fp8 scale: the cache stores value x (1 / kv_scale) saturated to +-448 and
+                                      ///< reads stored x kv_scale. Default 1.0.
     double num_params;                ///< Total parameter count, for the weight memory share. Default 0.
     enum dcp_weight_dtype weight_dtype; ///< Weight storage format. Default bf16.
+    uint32_t experts;                 ///< MoE: routed experts per MoE layer; 0 = dense model. Default 0.
+    uint32_t experts_per_token;       ///< MoE: routed experts each token uses (<= experts). Default 0.
+    double active_params;             ///< MoE: parameters one token uses (shared part + experts_per_token
+                                      ///< experts); 0 = all. Only the serving step-time model uses it. Default 0.
+    uint32_t hidden_size;             ///< Model width, for the size of TP all-reduces in the step-time model;
+                                      ///< 0 = unknown (latency only). Default 0.
 };
 
 /** The hardware one deployment runs on. */
@@ -100,8 +107,10 @@ struct dcp_parallel_config {
     uint32_t dcp;                     ///< DCP group size (divides tp). Default 1 (TP only).
     uint32_t interleave;              ///< Interleave size I: tokens dealt to a rank in runs of I. Default 1.
     enum dcp_comm_scheme comm;        ///< Merge scheme. Default a2a.
-    bool replicate_q;                 ///< true: every rank computes all query heads (no Q AllGather). Default false.
-    enum dcp_dtype comm_dtype;        ///< Wire type of Q and partial outputs in the plan. Default bf16.
+    bool replicate_q;                 ///< true: every rank computes all query heads (no Q AllGather). Used by
+                                      ///< the planner only: the engine always gathers Q. Default false.
+    enum dcp_dtype comm_dtype;        ///< Wire type of Q and partial outputs in the plan. Used by the planner
+                                      ///< only: the engine moves fp32. Default bf16.
 };
 
 /** How each GPU's memory is budgeted. */
@@ -112,17 +121,10 @@ struct dcp_memory_config {
 };
 
 /**
- * Longest context one request may have, in tokens (2^40): a token's position
- * must fit the 40 position bits of a token key (engine.h). The bound of
- * workload.context_lengths and of every trace line.
+ * Longest context one request may have, in tokens (2^32): the bound of
+ * workload.context_lengths, as DCP_TRACE_MAX_TOKENS (serve.h) is of a trace's.
  */
-#define DCP_MAX_CONTEXT_TOKENS (1ull << 40)
-
-/** Largest request trace file read (workload.trace). */
-#define DCP_TRACE_MAX_BYTES (64u << 20)
-
-/** Most requests a trace (or workload.requests) may offer. */
-#define DCP_MAX_REQUESTS (1u << 20)
+#define DCP_MAX_CONTEXT_TOKENS ((uint64_t)1 << 32)
 
 /** Longest list of context lengths a workload may give. */
 #define DCP_MAX_CONTEXT_LENGTHS 32
@@ -190,23 +192,6 @@ DCP_API void dcp_config_defaults(struct dcp_config *cfg);
  * added to diag on success.
  */
 DCP_API int dcp_deployment_load_file(const char *path, dcp_diag *diag, dcp_deployment **out);
-
-/**
- * Reads a request trace: one context length in tokens per line (1 to
- * DCP_MAX_CONTEXT_TOKENS; k/K = 1024 and M = 1048576 suffixes), blank lines and
- * text after '#' ignored, at most DCP_MAX_REQUESTS lines with a length. path must
- * be a regular file of at most DCP_TRACE_MAX_BYTES. limit > 0 stops after that
- * many requests. On success *lengths (free() it) holds *count >= 1 lengths.
- * Returns DCP_OK, DCP_ECONFIG (a bad line or an empty trace: "FILE:LINE: ..." in
- * diag), DCP_EIO (unreadable, not a regular file, too large: in diag) or
- * DCP_ENOMEM. diag may be NULL.
- */
-DCP_API int dcp_trace_load(const char *path, uint32_t limit, dcp_diag *diag, uint64_t **lengths,
-                           uint32_t *count);
-
-/** dcp_trace_load() on text in memory; name is used in messages. */
-DCP_API int dcp_trace_parse(const char *name, const char *text, size_t len, uint32_t limit,
-                            dcp_diag *diag, uint64_t **lengths, uint32_t *count);
 
 /**
  * Like dcp_deployment_load_file() for YAML text in memory. name is used as the

@@ -24,6 +24,27 @@
  *   lse fp32 [T][q_heads_per_rank] (natural log)
  * MLA is in absorbed form: qk_dim = kv_lora_rank + rope_dim (576), v_dim = kv_lora_rank (512),
  * k holds the latent followed by the RoPE part, and the output is in latent space.
+ *
+ * Errors. Every function that can fail returns DCP_OK or a negative DCP_E* code and
+ * leaves the reason in dcp_last_error(); every entry clears the calling thread's last
+ * error first, so after a success dcp_last_error() is "". What an error means for the
+ * engine:
+ *  - DCP_EINVAL (an argument or the call order is wrong), DCP_ENOSPC (no free KV
+ *    blocks or sequence slots), DCP_ENOTSUP and DCP_ENOMEM from dcp_engine_run() (a
+ *    rank thread could not be started; then no rank function ran): that call failed
+ *    and changed nothing; the engine is fine.
+ *  - A step was aborted: a rank function failed inside dcp_engine_run(), a launch or
+ *    collective of dcp_rank_attention() failed, a collective timed out (DCP_ETIMEOUT;
+ *    see runtime.cuda.nccl_timeout_s), or dcp_engine_abort() was called. Ranks waiting in
+ *    a collective return DCP_EABORTED, and the next dcp_engine_begin_step() or
+ *    dcp_engine_run() restarts the collectives. The host backend always can; the CUDA
+ *    backend can with virtual ranks on one GPU when the device is healthy.
+ *  - The engine is failed when that restart is impossible: NCCL communicators are
+ *    aborted with the step (they cannot be restarted), and a CUDA error that poisons the
+ *    context (e.g. an illegal address) is permanent. Then every step and rank function
+ *    returns DCP_EABORTED (its message says why): destroy the engine
+ *    (dcp_engine_destroy() waits for the devices with a bound, aborting communicators
+ *    first). Sequences (dcp_seq_*) keep working so state can be inspected.
  */
 #ifndef DCP_ENGINE_H
 #define DCP_ENGINE_H
@@ -42,16 +63,26 @@ typedef struct dcp_rank dcp_rank;     ///< Opaque rank context, owned by its eng
 /** Engine settings. Start from dcp_engine_default_params(). */
 struct dcp_engine_params {
     const dcp_deployment *deployment; ///< Model, layout, memory, runtime. Required; must outlive the engine.
-    uint32_t dcp;              ///< DCP size; 0 = the deployment's, 1 = TP baseline (replicated KV). Default 0.
+    uint32_t dcp;              ///< DCP size: 0 = the deployment's, or any divisor of tp that also divides
+                               ///< the KV replicas (tp / kv_heads for GQA; tp for MLA), e.g. 1 = the TP
+                               ///< baseline (replicated KV). Else DCP_EINVAL. Default 0.
     uint32_t num_layers;       ///< Layers to hold KV for; 0 = the model's. Default 0.
-    double kv_budget_bytes;    ///< KV arena bytes per rank; 0 = from the deployment (see docs). Default 0.
-    uint32_t max_batch;        ///< Most sequences in one step. Default 64.
+    double kv_budget_bytes;    ///< KV arena bytes per rank: finite, 0 ..  2^53, else DCP_EINVAL. 0 = from
+                               ///< the deployment: on the host backend runtime.host.memory_bytes x
+                               ///< memory.gpu_fraction when set, else hardware.memory_bytes x
+                               ///< memory.gpu_fraction - weights / tp - memory.reserve_bytes (the KV budget
+                               ///< `dcp-run plan` shows). Whole pages of all layers are allocated, at most
+                               ///< INT32_MAX of them. Default 0.
+    uint32_t max_batch;        ///< Most sequences in one step (at most max_seqs: larger values are
+                               ///< lowered to it). Default 64.
     uint32_t max_query_tokens; ///< Most query tokens one dcp_rank_attention() handles (sizes the attention
                                ///< workspace). Default 0 = max_batch * workload.q_len.
     uint32_t max_step_tokens;  ///< Most tokens one step appends (T; prefill chunks may exceed
                                ///< max_query_tokens when they only append). Default 0 = max_query_tokens.
-    uint32_t max_seqs;         ///< Most live sequences. Default 4096.
-    uint64_t max_context;      ///< Longest sequence in tokens (sizes block tables). Default 0 = longest workload context.
+                               ///< Both are at most 2^24 (else DCP_EINVAL).
+    uint32_t max_seqs;         ///< Most live sequences, at most 2^24 (else DCP_EINVAL). Default 4096.
+    uint64_t max_context;      ///< Longest sequence in tokens (sizes block tables), at most INT32_MAX (else
+                               ///< DCP_EINVAL). Default 0 = the longest workload context + 1024.
     uint32_t rank_begin;       ///< First TP rank this process drives. Default 0.
     uint32_t rank_count;       ///< TP ranks this process drives; 0 = all from rank_begin. Default 0.
     bool profile;              ///< Time every launch and collective per rank (dcp_rank_get_profile()). Default false.
@@ -76,11 +107,11 @@ struct dcp_engine_info {
     uint64_t tokens_per_block;    ///< Context tokens one logical block holds (block_size * dcp).
     uint64_t kv_bytes_per_rank;   ///< KV arena bytes per rank.
     uint64_t workspace_bytes_per_rank; ///< Workspace bytes per rank.
-    uint32_t max_batch;           ///< As configured.
-    uint32_t max_query_tokens;    ///< As configured.
-    uint32_t max_step_tokens;     ///< As configured.
-    uint32_t max_seqs;            ///< As configured.
-    uint64_t max_context;         ///< As configured.
+    uint32_t max_batch;           ///< In use (defaults applied, at most max_seqs).
+    uint32_t max_query_tokens;    ///< In use (defaults applied).
+    uint32_t max_step_tokens;     ///< In use (defaults applied).
+    uint32_t max_seqs;            ///< In use (defaults applied).
+    uint64_t max_context;         ///< In use (defaults applied).
 };
 
 /** One step's batch: the sequences decoded together and their query tokens. */
@@ -103,42 +134,53 @@ DCP_API int dcp_engine_create(const struct dcp_engine_params *params, dcp_engine
 /** Frees everything and sets *engine to NULL. Accepts NULL. */
 DCP_API void dcp_engine_destroy(dcp_engine **engine);
 
-/** Fills info. */
+/** Fills info (nothing when engine or info is NULL). */
 DCP_API void dcp_engine_get_info(const dcp_engine *engine, struct dcp_engine_info *info);
 
-/** Local rank i (0 <= i < num_local_ranks), or NULL. */
+/** Local rank i (0 <= i < num_local_ranks), or NULL (with dcp_last_error()). */
 DCP_API dcp_rank *dcp_engine_rank(dcp_engine *engine, uint32_t i);
 
 /* --- scheduler (one thread, between steps) -------------------------------- */
+
+/*
+ * Sequence ids carry a generation: releasing a sequence retires its id, and its slot's
+ * next sequence gets a different id. A stale id (one already released) is refused with
+ * DCP_EINVAL ("stale") by every call instead of reaching another sequence, until the
+ * slot has been reused 2^(32 - b) times, where b is the bits that number max_seqs slots
+ * (at least 256 reuses; 2^20 with the default 4096). A fresh engine hands out 0, 1, 2...
+ */
 
 /** Creates an empty sequence. DCP_ENOSPC when max_seqs are live. */
 DCP_API int dcp_seq_create(dcp_engine *engine, uint32_t *seq_id);
 
 /**
  * Reserves positions [len, len + n) of a sequence, taking the blocks it needs.
- * All or nothing: on DCP_ENOSPC (no free blocks) or DCP_EINVAL (unknown sequence,
- * or beyond max_context) nothing changes.
+ * All or nothing: on DCP_ENOSPC (no free blocks) or DCP_EINVAL (unknown or stale
+ * sequence, or beyond max_context) nothing changes. Invalidates the current step:
+ * call dcp_engine_begin_step() before the next rank function.
  */
 DCP_API int dcp_seq_extend(dcp_engine *engine, uint32_t seq_id, uint32_t n);
 
 /**
  * Shortens a sequence to len tokens (e.g. rejected draft tokens), freeing blocks it
  * no longer needs. DCP_EINVAL if len is longer than the sequence, or if it would cut
- * into a block another sequence shares (forks share whole blocks only).
+ * into a block another sequence shares (forks share whole blocks only). Invalidates
+ * the current step, like dcp_seq_extend().
  */
 DCP_API int dcp_seq_truncate(dcp_engine *engine, uint32_t seq_id, uint64_t len);
 
 /**
  * Creates a sequence sharing src's blocks (prefix sharing; reference counted).
  * src's length must be a multiple of tokens_per_block (else DCP_EINVAL), so no
- * partly filled page is ever shared.
+ * partly filled page is ever shared. The shared prefix is read-only: a step that
+ * would write into it (a q_len reaching back into it) is refused by begin_step.
  */
 DCP_API int dcp_seq_fork(dcp_engine *engine, uint32_t src, uint32_t *seq_id);
 
-/** Frees a sequence and releases its blocks. */
+/** Frees a sequence and releases its blocks; its id becomes stale. Invalidates the current step. */
 DCP_API int dcp_seq_release(dcp_engine *engine, uint32_t seq_id);
 
-/** Current length of a sequence in tokens, or 0 if it does not exist. */
+/** Current length of a sequence in tokens, or 0 (with dcp_last_error()) if the id is not live. */
 DCP_API uint64_t dcp_seq_length(const dcp_engine *engine, uint32_t seq_id);
 
 /** Free logical block ids. */
@@ -150,7 +192,15 @@ DCP_API uint64_t dcp_engine_blocks_for(const dcp_engine *engine, uint64_t len);
 /**
  * Fixes the batch of the next step: records block tables, lengths, query offsets
  * and each rank's write slots into persistent buffers (copied to the device for
- * CUDA). Call after the extends, before any rank function of the step.
+ * CUDA). Call after the extends, before any rank function of the step, while no
+ * rank function runs. DCP_EINVAL (nothing changes; there is no step until a
+ * begin_step succeeds) for: more than max_batch sequences, an unknown, stale or
+ * repeated id, a q_len of 0 or beyond the sequence, more than max_step_tokens
+ * tokens in all, or query positions inside a block shared with a fork (the step
+ * writes every query token's K/V). A step with more than max_query_tokens tokens
+ * is accepted as append-only: dcp_rank_attention() refuses it.
+ * Restarts the collectives after an abort (see Errors at the top); DCP_EABORTED
+ * when the engine failed.
  */
 DCP_API int dcp_engine_begin_step(dcp_engine *engine, const struct dcp_batch *batch);
 
@@ -160,11 +210,25 @@ DCP_API int dcp_engine_begin_step(dcp_engine *engine, const struct dcp_batch *ba
 typedef int (*dcp_rank_fn)(dcp_rank *rank, void *arg);
 
 /**
- * Runs fn on one thread per local rank and waits. Returns DCP_OK or the first
- * failure; when one rank fails, ranks waiting in collectives return DCP_EABORTED
- * and the engine should be destroyed.
+ * Runs fn on one thread per local rank and waits. Returns DCP_OK or the root
+ * failure ("rank N: ..."). When a rank's fn fails, the step is aborted so that
+ * ranks waiting for it in a collective return DCP_EABORTED; the engine restarts its
+ * collectives at the next run or begin_step when it can (see Errors at the top: an
+ * argument error leaves a host or virtual-rank engine usable, but aborts NCCL
+ * communicators). When a rank thread cannot be started, no fn runs and the call
+ * fails with DCP_ENOMEM, leaving the engine as it was.
  */
 DCP_API int dcp_engine_run(dcp_engine *engine, dcp_rank_fn fn, void *arg);
+
+/**
+ * Aborts the current step: every rank blocked in a collective (now or later in this
+ * step) returns DCP_EABORTED. For callers that drive the rank threads themselves:
+ * when one rank's function fails, call this so its peers stop waiting for it (else
+ * they wait for runtime.cuda.nccl_timeout_s, then fail with DCP_ETIMEOUT). Any
+ * thread, any time; NULL is ignored. The next dcp_engine_begin_step() or
+ * dcp_engine_run() restarts the collectives or reports that the engine failed.
+ */
+DCP_API void dcp_engine_abort(dcp_engine *engine);
 
 /** TP rank index of a rank. */
 DCP_API uint32_t dcp_rank_tp_rank(const dcp_rank *rank);
@@ -183,14 +247,20 @@ DCP_API dcp_engine *dcp_rank_engine(dcp_rank *rank);
 
 /**
  * Writes the step's new K/V (all T query tokens, rank's KV heads) for layer into
- * the cache; only tokens this rank owns are stored. v is NULL for MLA.
+ * the cache; only tokens this rank owns are stored. v is NULL for MLA. fp8 caches
+ * store value x (1 / kv_scale), saturated to +-448 (so values beyond +-448 x kv_scale
+ * read back as +-448 x kv_scale). DCP_EINVAL without a step or for a bad layer.
  */
 DCP_API int dcp_rank_append_kv(dcp_rank *rank, uint32_t layer, const void *k, const void *v);
 
 /**
  * Attention of the step's queries for layer: q holds this rank's heads; out and lse
  * (lse may be NULL) receive the exact result over the whole context, as if one
- * device held every token. Collective over the DCP group.
+ * device held every token. Collective over the DCP group. Argument errors
+ * (DCP_EINVAL: no step, a bad layer, NULL q or out, a step with more than
+ * max_query_tokens tokens) are found before any collective; every rank of the
+ * group must call it with the same layer. A failed launch or collective aborts
+ * the step (see dcp_engine_abort()).
  */
 DCP_API int dcp_rank_attention(dcp_rank *rank, uint32_t layer, const void *q, void *out, void *lse);
 
@@ -271,14 +341,16 @@ DCP_API int dcp_rank_fill_synthetic(dcp_rank *rank, void *dst, const struct dcp_
 DCP_API float dcp_synth_value(uint64_t seed, uint64_t key, uint32_t head, uint32_t d);
 
 /**
- * The value a KV cache of this dtype holds for value (fp8: stored as value / scale,
- * read back times scale). Lets a caller compute references from the exact cached values.
+ * The value a KV cache of this dtype holds for value (fp8: stored as value x (1 / scale)
+ * rounded to e4m3 and saturated to +-448, read back times scale, so the result lies
+ * within +-448 x scale). Lets a caller compute references from the exact cached values.
  */
 DCP_API float dcp_dtype_round(enum dcp_dtype dtype, float value, float scale);
 
 /**
  * Backend uint64 [T] keys of the current step's query tokens:
- * ((uint64_t)seq_id << 40) | global position. Valid until the next begin_step.
+ * ((uint64_t)seq_id << 40) | global position (the id's top 8 bits, which hold part of
+ * its generation, drop out). Valid until the next begin_step.
  */
 DCP_API const void *dcp_rank_step_token_keys(const dcp_rank *rank);
 

@@ -1,6 +1,9 @@
-/* group.c: abortable barrier and value exchange among a group's rank threads. */
+/* group.c: abortable barrier with a timeout, and value exchange among a group's rank threads. */
+#include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/group.h"
 #include "util/util.h"
@@ -9,13 +12,24 @@ int rank_group_init(struct rank_group *g, uint32_t size)
 {
     memset(g, 0, sizeof(*g));
     g->size = size;
+    g->timeout_s = RANK_GROUP_DEFAULT_TIMEOUT_S;
     g->published = calloc(size, sizeof(*g->published));
     if (!g->published)
         return dcp_error(DCP_ENOMEM, "rank group of %u", size);
+    /* Deadlines are on the monotonic clock, so a clock change does not stretch a wait. */
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_mutex_init(&g->mu, NULL);
-    pthread_cond_init(&g->cv, NULL);
+    pthread_cond_init(&g->cv, &attr);
+    pthread_condattr_destroy(&attr);
     g->initialised = true;
     return DCP_OK;
+}
+
+void rank_group_set_timeout(struct rank_group *g, double seconds)
+{
+    g->timeout_s = isfinite(seconds) && seconds > 0 ? seconds : RANK_GROUP_DEFAULT_TIMEOUT_S;
 }
 
 void rank_group_fini(struct rank_group *g)
@@ -28,6 +42,29 @@ void rank_group_fini(struct rank_group *g)
     memset(g, 0, sizeof(*g));
 }
 
+static struct timespec deadline_after(double seconds)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    /* Capped at a day: a longer wait is the same as forever, and the sum stays in range. */
+    const double s = DCP_MIN(seconds, 86400.0);
+    const double whole = floor(s);
+    ts.tv_sec += (time_t)whole;
+    ts.tv_nsec += (long)((s - whole) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+/* Called with g->mu held. */
+static void abort_locked(struct rank_group *g)
+{
+    g->aborted = true;
+    pthread_cond_broadcast(&g->cv);
+}
+
 int rank_group_barrier(struct rank_group *g)
 {
     pthread_mutex_lock(&g->mu);
@@ -36,16 +73,27 @@ int rank_group_barrier(struct rank_group *g)
         return dcp_error(DCP_EABORTED, "collective abandoned: another rank failed");
     }
     const uint64_t gen = g->generation;
+    bool timed_out = false;
     if (++g->arrived == g->size) {
         g->arrived = 0;
         g->generation++;
         pthread_cond_broadcast(&g->cv);
     } else {
+        const struct timespec deadline = deadline_after(g->timeout_s);
         while (g->generation == gen && !g->aborted)
-            pthread_cond_wait(&g->cv, &g->mu);
+            if (pthread_cond_timedwait(&g->cv, &g->mu, &deadline) == ETIMEDOUT && g->generation == gen &&
+                !g->aborted) {
+                timed_out = true;
+                abort_locked(g);
+            }
     }
     const bool aborted = g->generation == gen;
+    const uint32_t arrived = g->arrived;
     pthread_mutex_unlock(&g->mu);
+    if (timed_out)
+        return dcp_error(DCP_ETIMEOUT, "collective: waited %.3g s for the other ranks of the DCP group (%u of %u "
+                         "arrived); one failed or was not called. The group was aborted",
+                         g->timeout_s, arrived, g->size);
     return aborted ? dcp_error(DCP_EABORTED, "collective abandoned: another rank failed") : DCP_OK;
 }
 
@@ -60,7 +108,17 @@ void rank_group_abort(struct rank_group *g)
     if (!g->initialised)
         return;
     pthread_mutex_lock(&g->mu);
-    g->aborted = true;
-    pthread_cond_broadcast(&g->cv);
+    abort_locked(g);
+    pthread_mutex_unlock(&g->mu);
+}
+
+void rank_group_reset(struct rank_group *g)
+{
+    if (!g->initialised)
+        return;
+    pthread_mutex_lock(&g->mu);
+    g->aborted = false;
+    g->arrived = 0;
+    g->generation++;
     pthread_mutex_unlock(&g->mu);
 }

@@ -12,6 +12,7 @@ static const struct cli_command commands[] = {
     {"plan", "what DCP buys over TP for a deployment: memory, capacity, communication", cmd_plan},
     {"run", "run the deployment: TP baseline vs DCP concurrency, speed and a correctness check", cmd_run},
     {"bench", "decode attention bandwidth next to a copy of the same bytes, GQA and MLA", cmd_bench},
+    {"replay", "a request trace through the serving scheduler: TP vs DCP, simulated or executed", cmd_replay},
 };
 
 static void usage(FILE *out)

@@ -11,18 +11,29 @@
 
 /* ---- requests ------------------------------------------------------------- */
 
+/* A trace file through the library's loader (one length per line or Mooncake JSONL:
+ * only the prompt lengths are used), which refuses non-regular and oversized files
+ * and names the line of any bad entry. */
 static int load_trace(struct run_requests *r, const char *path, uint32_t limit)
 {
-    dcp_diag *diag = NULL;
-    int err = dcp_diag_create(&diag);
-    if (!err)
-        err = dcp_trace_load(path, limit, diag, &r->len, &r->count);
-    dcp_diag_print(diag, stderr);
-    if (err && dcp_diag_count(diag) == 0)
-        fprintf(stderr, "dcp-run: trace %s: %s\n", path, dcp_strerror(err));
-    dcp_diag_destroy(&diag);
+    const struct dcp_trace_options o = {.limit = limit};
+    struct dcp_trace *t = NULL;
+    int err = dcp_trace_load(path, &o, &t);
+    if (err) {
+        fprintf(stderr, "dcp-run: %s\n", dcp_last_error());
+        return err;
+    }
+    r->len = malloc(t->count * sizeof(*r->len));
+    if (!r->len) {
+        dcp_trace_destroy(&t);
+        return DCP_ENOMEM;
+    }
+    for (uint32_t i = 0; i < t->count; i++)
+        r->len[i] = t->requests[i].prompt_tokens;
+    r->count = t->count;
+    dcp_trace_destroy(&t);
     snprintf(r->describe, sizeof(r->describe), "trace %s", path);
-    return err;
+    return DCP_OK;
 }
 
 int run_requests_load(struct run_requests *r, const dcp_deployment *dep, uint32_t count_override)

@@ -1,4 +1,5 @@
-/* rendezvous.c: rank 0 hands a small blob to every rank, through a shared file or TCP. */
+/* rendezvous.c: rank 0 hands a small blob to every rank, through a shared file or an
+ * authenticated TCP handshake (docs/rendezvous.md). */
 #include "comm/rendezvous.h"
 
 #include <errno.h>
@@ -13,27 +14,33 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "util/sha256.h"
 #include "util/util.h"
 
-/* --- wire format: the same header in the file, in a peer's hello and in rank 0's reply --- */
+/* --- wire formats (docs/rendezvous.md) ------------------------------------------- */
 
-#define HEADER_BYTES 88
+#define RENDEZVOUS_VERSION 2u
+#define MAC_BYTES DCP_SHA256_BYTES
+#define NONCE_BYTES 32
+static const char magic[8] = {'D', 'C', 'P', '-', 'R', 'D', 'Z', 'V'};
+
+/* TCP: hello (peer -> rank 0): magic version rank world length nonce[32];
+ * challenge (rank 0 -> peer): magic version nonce[32] proof[32];
+ * then the peer's proof[32], then the blob (encrypted) and its MAC[32]. */
+#define HELLO_BYTES (8 + 16 + NONCE_BYTES)
+#define CHALLENGE_BYTES (8 + 4 + NONCE_BYTES + MAC_BYTES)
+
+/* File: magic version world length pid origin[64] tag[64], the blob, MAC[32] over both. */
+#define ORIGIN_BYTES 64
 #define TAG_BYTES 64
-#define RENDEZVOUS_VERSION 1u
-static const char header_magic[8] = {'D', 'C', 'P', '-', 'R', 'D', 'Z', 'V'};
-
-/* magic[8] version rank world length (big-endian u32) tag[64] */
-struct header {
-    uint32_t rank;   /* hello: the peer's rank; file and reply: 0 */
-    uint32_t world;  /* sender's world size */
-    uint32_t length; /* blob bytes that follow (0 in a hello) */
-    char tag[TAG_BYTES];
-};
+#define FILE_HEADER_BYTES (8 + 4 + 12 + ORIGIN_BYTES + TAG_BYTES)
 
 static void put_u32(uint8_t *p, uint32_t v)
 {
@@ -48,28 +55,16 @@ static uint32_t get_u32(const uint8_t *p)
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-static void header_encode(const struct header *h, uint8_t out[HEADER_BYTES])
+/* Writes magic and version; returns the position after them. */
+static uint8_t *put_magic(uint8_t *p)
 {
-    memcpy(out, header_magic, sizeof(header_magic));
-    put_u32(out + 8, RENDEZVOUS_VERSION);
-    put_u32(out + 12, h->rank);
-    put_u32(out + 16, h->world);
-    put_u32(out + 20, h->length);
-    memcpy(out + 24, h->tag, TAG_BYTES);
+    memcpy(p, magic, sizeof(magic));
+    put_u32(p + 8, RENDEZVOUS_VERSION);
+    return p + 12;
 }
 
-/* Decodes a header; false when it is not one of ours (magic or version). */
-static bool header_decode(const uint8_t in[HEADER_BYTES], struct header *h)
-{
-    if (memcmp(in, header_magic, sizeof(header_magic)) || get_u32(in + 8) != RENDEZVOUS_VERSION)
-        return false;
-    h->rank = get_u32(in + 12);
-    h->world = get_u32(in + 16);
-    h->length = get_u32(in + 20);
-    memcpy(h->tag, in + 24, TAG_BYTES);
-    h->tag[TAG_BYTES - 1] = '\0';
-    return true;
-}
+/* Whether p starts with our magic and version. */
+static bool has_magic(const uint8_t *p) { return !memcmp(p, magic, sizeof(magic)) && get_u32(p + 8) == RENDEZVOUS_VERSION; }
 
 /* --- spec strings ------------------------------------------------------------------ */
 
@@ -143,14 +138,19 @@ int dcp_rendezvous_parse_spec(const char *text, struct dcp_rendezvous_spec *out)
 
 /* --- handle ------------------------------------------------------------------------ */
 
+#define MAX_LISTEN 4 /* addresses of HOST rank 0 listens on */
+
 struct dcp_rendezvous {
     struct dcp_rendezvous_spec spec;
     char *text;              /* the spec string, for messages */
     uint32_t rank, world_size;
     char tag[TAG_BYTES];
+    uint8_t secret[DCP_RENDEZVOUS_MAX_SECRET];
+    size_t secret_len;
     double timeout_s;
-    int listen_fd;           /* TCP rank 0; -1 otherwise */
-    uint16_t port;           /* port listen_fd is bound to */
+    int listen_fd[MAX_LISTEN]; /* TCP rank 0; -1 otherwise */
+    size_t num_listen;
+    uint16_t port;           /* port the listening sockets are bound to */
 };
 
 /* An attempt that may succeed later: the caller waits and tries again. */
@@ -159,6 +159,11 @@ struct dcp_rendezvous {
 /* Rank 0 serves peers one at a time, so one that connects and then stalls may hold
  * it up for at most this long. */
 #define PEER_IO_LIMIT_S 5.0
+
+/* A rendezvous file older than the timeout plus this is stale: rank 0 waits at most
+ * the timeout for its peers (in NCCL's bootstrap), and clocks of a cluster differ by
+ * less than this. */
+#define STALE_SLACK_S 60.0
 
 static int ms_until(double deadline)
 {
@@ -172,28 +177,56 @@ static void sleep_seconds(double s)
     nanosleep(&ts, NULL);
 }
 
+/* Fills buf with n bytes from the kernel's random number generator. */
+static int random_bytes(void *buf, size_t n)
+{
+    for (uint8_t *p = buf; n;) {
+        ssize_t k = getrandom(p, n, 0);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return dcp_error(DCP_EIO, "rendezvous: no random numbers (getrandom: %s)", strerror(errno));
+        p += k;
+        n -= (size_t)k;
+    }
+    return DCP_OK;
+}
+
 static int check_params(const struct dcp_rendezvous_params *p)
 {
     if (!p->world_size || p->rank >= p->world_size)
         return dcp_error(DCP_EINVAL, "rendezvous: rank %u of world size %u", p->rank, p->world_size);
-    if (p->tag && strlen(p->tag) > DCP_RENDEZVOUS_MAX_TAG)
+    if (!p->tag || !*p->tag)
+        return dcp_error(DCP_EINVAL, "rendezvous: no job tag; every run needs its own (DCP_JOB_TAG, or the launcher's"
+                         " job id such as SLURM_JOB_ID), so that a file or server of another run is never taken");
+    if (strlen(p->tag) > DCP_RENDEZVOUS_MAX_TAG)
         return dcp_error(DCP_EINVAL, "rendezvous: job tag longer than %d bytes", DCP_RENDEZVOUS_MAX_TAG);
+    if (p->secret_len && (!p->secret || p->secret_len < DCP_RENDEZVOUS_MIN_SECRET ||
+                          p->secret_len > DCP_RENDEZVOUS_MAX_SECRET))
+        return dcp_error(DCP_EINVAL, "rendezvous: job secret of %zu bytes (must be %d..%d bytes)", p->secret_len,
+                         DCP_RENDEZVOUS_MIN_SECRET, DCP_RENDEZVOUS_MAX_SECRET);
     if (!(p->timeout_s >= 0) || !isfinite(p->timeout_s))
         return dcp_error(DCP_EINVAL, "rendezvous: timeout %g s (must be finite and >= 0)", p->timeout_s);
     return DCP_OK;
 }
 
-/* A listening socket on one wildcard address; -1 with errno set on failure. */
-static int listen_on(const struct addrinfo *ai)
+/* A listening socket on one address; -1 with errno set on failure. */
+static int listen_on(const struct addrinfo *ai, uint16_t port)
 {
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0)
         return -1;
-    const int one = 1, zero = 0;
+    struct sockaddr_storage addr;
+    memcpy(&addr, ai->ai_addr, ai->ai_addrlen);
+    if (addr.ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)&addr)->sin6_port = htons(port);
+    else
+        ((struct sockaddr_in *)&addr)->sin_port = htons(port);
+    const int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (ai->ai_family == AF_INET6) /* dual stack: IPv4 peers arrive as mapped addresses */
-        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-    if (!bind(fd, ai->ai_addr, ai->ai_addrlen) && !listen(fd, SOMAXCONN))
+    if (ai->ai_family == AF_INET6) /* this address only, not IPv4 through mapped addresses */
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (!bind(fd, (struct sockaddr *)&addr, ai->ai_addrlen) && !listen(fd, SOMAXCONN))
         return fd;
     int err = errno;
     close(fd);
@@ -201,33 +234,52 @@ static int listen_on(const struct addrinfo *ai)
     return -1;
 }
 
-/* Rank 0 of a TCP rendezvous listens on the spec's port on every interface: on the
- * IPv6 wildcard if the host has IPv6 (it also takes IPv4), else on the IPv4 one. */
-static int tcp_listen(struct dcp_rendezvous *r)
+static uint16_t bound_port(int fd)
 {
-    char port[8];
-    snprintf(port, sizeof(port), "%u", r->spec.port);
-    const struct addrinfo hints = {.ai_flags = AI_PASSIVE, .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-    struct addrinfo *list = NULL;
-    int gai = getaddrinfo(NULL, port, &hints, &list);
-    if (gai)
-        return dcp_error(DCP_EIO, "rendezvous %s: no address to listen on: %s", r->text, gai_strerror(gai));
-    static const int families[] = {AF_INET6, AF_INET};
-    int err = EAFNOSUPPORT;
-    for (size_t f = 0; f < DCP_ARRAY_SIZE(families) && r->listen_fd < 0; f++)
-        for (const struct addrinfo *ai = list; ai && r->listen_fd < 0; ai = ai->ai_next)
-            if (ai->ai_family == families[f] && (r->listen_fd = listen_on(ai)) < 0)
-                err = errno;
-    freeaddrinfo(list);
-    if (r->listen_fd < 0)
-        return dcp_error(DCP_EIO, "rendezvous %s: cannot listen on port %s: %s", r->text, port, strerror(err));
     struct sockaddr_storage addr;
     socklen_t len = sizeof(addr);
-    if (getsockname(r->listen_fd, (struct sockaddr *)&addr, &len))
-        return dcp_error(DCP_EIO, "rendezvous %s: getsockname: %s", r->text, strerror(errno));
-    r->port = ntohs(addr.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&addr)->sin6_port
-                                                : ((struct sockaddr_in *)&addr)->sin_port);
-    return DCP_OK;
+    if (getsockname(fd, (struct sockaddr *)&addr, &len))
+        return 0;
+    return ntohs(addr.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&addr)->sin6_port
+                                            : ((struct sockaddr_in *)&addr)->sin_port);
+}
+
+/* Rank 0 of a TCP rendezvous listens on the spec's port at the addresses its host
+ * resolves to (several for a name such as localhost), never on every interface.
+ * With port 0 it takes one ephemeral port on the first address. An address the
+ * machine does not have is skipped; one in use by another process is an error
+ * (it could feed peers a forged blob: they would refuse it, but not reach us). */
+static int tcp_listen(struct dcp_rendezvous *r)
+{
+    const struct addrinfo hints = {.ai_flags = AI_PASSIVE | AI_NUMERICSERV, .ai_family = AF_UNSPEC,
+                                   .ai_socktype = SOCK_STREAM};
+    struct addrinfo *list = NULL;
+    int gai = getaddrinfo(r->spec.host, "0", &hints, &list);
+    if (gai)
+        return dcp_error(DCP_EINVAL, "rendezvous %s: rank 0 cannot resolve its host '%s' to listen on: %s", r->text,
+                         r->spec.host, gai_strerror(gai));
+    int st = DCP_OK, err = EADDRNOTAVAIL;
+    r->port = r->spec.port;
+    for (const struct addrinfo *ai = list; ai && !st && r->num_listen < MAX_LISTEN; ai = ai->ai_next) {
+        int fd = listen_on(ai, r->port);
+        if (fd < 0 && errno == EADDRINUSE)
+            st = dcp_error(DCP_EIO, "rendezvous %s: cannot listen on port %u: %s (another process holds it)",
+                           r->text, r->port, strerror(errno));
+        if (fd < 0) {
+            err = errno;
+            continue;
+        }
+        r->listen_fd[r->num_listen++] = fd;
+        if (!r->port)
+            r->port = bound_port(fd);
+        if (!r->spec.port) /* one ephemeral port, on one address */
+            break;
+    }
+    freeaddrinfo(list);
+    if (!st && (!r->num_listen || !r->port))
+        st = dcp_error(DCP_EIO, "rendezvous %s: cannot listen on %s port %u: %s", r->text, r->spec.host,
+                       r->spec.port, strerror(err));
+    return st;
 }
 
 int dcp_rendezvous_open(const struct dcp_rendezvous_params *params, struct dcp_rendezvous **out)
@@ -239,16 +291,24 @@ int dcp_rendezvous_open(const struct dcp_rendezvous_params *params, struct dcp_r
     struct dcp_rendezvous *r = calloc(1, sizeof(*r));
     if (!r)
         return dcp_error(DCP_ENOMEM, "rendezvous");
-    r->listen_fd = -1;
+    for (size_t i = 0; i < MAX_LISTEN; i++)
+        r->listen_fd[i] = -1;
     r->rank = params->rank;
     r->world_size = params->world_size;
     r->timeout_s = params->timeout_s;
-    snprintf(r->tag, sizeof(r->tag), "%s", params->tag ? params->tag : "");
+    snprintf(r->tag, sizeof(r->tag), "%s", params->tag);
+    if (params->secret_len)
+        memcpy(r->secret, params->secret, params->secret_len);
+    r->secret_len = params->secret_len;
     st = dcp_rendezvous_parse_spec(params->spec, &r->spec);
     if (!st && !(r->text = dcp_strdup(params->spec)))
         st = dcp_error(DCP_ENOMEM, "rendezvous");
     if (!st && r->spec.kind == DCP_RENDEZVOUS_TCP) {
-        if (r->rank && !r->spec.port)
+        if (!r->secret_len)
+            st = dcp_error(DCP_EINVAL, "rendezvous %s: TCP needs a job secret known to every rank and nobody else:"
+                           " set DCP_RENDEZVOUS_SECRET or DCP_RENDEZVOUS_SECRET_FILE (see docs/rendezvous.md)",
+                           r->text);
+        else if (r->rank && !r->spec.port)
             st = dcp_error(DCP_EINVAL, "rendezvous %s: rank %u needs rank 0's real port, not 0", r->text, r->rank);
         else if (!r->rank && r->world_size > 1)
             st = tcp_listen(r);
@@ -261,39 +321,19 @@ int dcp_rendezvous_open(const struct dcp_rendezvous_params *params, struct dcp_r
     return DCP_OK;
 }
 
-uint16_t dcp_rendezvous_port(const struct dcp_rendezvous *r) { return r->listen_fd >= 0 ? r->port : 0; }
+uint16_t dcp_rendezvous_port(const struct dcp_rendezvous *r) { return r->num_listen ? r->port : 0; }
 
 void dcp_rendezvous_close(struct dcp_rendezvous **pr)
 {
     struct dcp_rendezvous *r = pr ? *pr : NULL;
     if (!r)
         return;
-    if (r->listen_fd >= 0)
-        close(r->listen_fd);
+    for (size_t i = 0; i < r->num_listen; i++)
+        close(r->listen_fd[i]);
     free(r->text);
+    dcp_wipe(r, sizeof(*r));
     free(r);
     *pr = NULL;
-}
-
-/* The header rank 0 sends (file or reply) or a peer sends (hello). */
-static struct header my_header(const struct dcp_rendezvous *r, uint32_t length)
-{
-    struct header h = {.rank = r->rank, .world = r->world_size, .length = length};
-    memcpy(h.tag, r->tag, TAG_BYTES);
-    return h;
-}
-
-/* A header from rank 0 (file or reply) that carries our tag: rejects a world size
- * or blob size that differs from ours. */
-static int check_offer(const struct dcp_rendezvous *r, const struct header *h, size_t size)
-{
-    if (h->world != r->world_size)
-        return dcp_error(DCP_EINVAL, "rendezvous %s: rank 0 runs with world size %u, rank %u with %u",
-                         r->text, h->world, r->rank, r->world_size);
-    if (h->length != size)
-        return dcp_error(DCP_EINVAL, "rendezvous %s: rank 0 offers %u bytes, rank %u expects %zu",
-                         r->text, h->length, r->rank, size);
-    return DCP_OK;
 }
 
 /* Records why an attempt failed. An attempt cut off by the deadline says less than
@@ -318,7 +358,7 @@ static int retry_until_deadline(struct dcp_rendezvous *r, attempt_fn attempt, vo
                                 double max_backoff_s)
 {
     const double deadline = dcp_now_seconds() + r->timeout_s;
-    char note[320] = "";
+    char note[400] = "";
     for (double backoff = 0.001;; backoff = DCP_MIN(backoff * 2, max_backoff_s)) {
         int st = attempt(r, blob, size, deadline, note, sizeof(note));
         if (st != RETRY)
@@ -332,7 +372,36 @@ static int retry_until_deadline(struct dcp_rendezvous *r, attempt_fn attempt, vo
     }
 }
 
+/* A trusted offer of rank 0 (file or TCP) with our tag: rejects a world size or blob
+ * size that differs from ours. */
+static int check_offer(const struct dcp_rendezvous *r, uint32_t world, uint32_t length, size_t size)
+{
+    if (world != r->world_size)
+        return dcp_error(DCP_EINVAL, "rendezvous %s: rank 0 runs with world size %u, rank %u with %u",
+                         r->text, world, r->rank, r->world_size);
+    if (length != size)
+        return dcp_error(DCP_EINVAL, "rendezvous %s: rank 0 offers %u bytes, rank %u expects %zu",
+                         r->text, length, r->rank, size);
+    return DCP_OK;
+}
+
 /* --- file transport ---------------------------------------------------------------- */
+
+const char *dcp_rendezvous_private_file_problem(const struct stat *st, char *why, size_t n)
+{
+    const mode_t type = st->st_mode & S_IFMT;
+    if (type != S_IFREG)
+        snprintf(why, n, "is not a regular file (%s)", type == S_IFIFO ? "a FIFO" : type == S_IFDIR ? "a directory"
+                 : type == S_IFCHR || type == S_IFBLK ? "a device" : type == S_IFSOCK ? "a socket" : "of another type");
+    else if (st->st_uid != geteuid())
+        snprintf(why, n, "is owned by uid %lu, not by this user (uid %lu)", (unsigned long)st->st_uid,
+                 (unsigned long)geteuid());
+    else if (st->st_mode & 077)
+        snprintf(why, n, "has mode 0%03o, not 0600 (others may read or write it)", (unsigned)(st->st_mode & 0777));
+    else
+        return NULL;
+    return why;
+}
 
 static int write_all(int fd, const void *buf, size_t n)
 {
@@ -346,32 +415,6 @@ static int write_all(int fd, const void *buf, size_t n)
         n -= (size_t)k;
     }
     return 0;
-}
-
-/* Rank 0: header and blob to a temporary name beside the target, then rename, so
- * readers see either no file, an older file, or the whole new one. */
-static int file_publish(struct dcp_rendezvous *r, const void *blob, size_t size)
-{
-    char host[64] = "host";
-    gethostname(host, sizeof(host) - 1);
-    char *tmp = dcp_asprintf("%s.tmp.%s.%ld", r->spec.path, host, (long)getpid());
-    if (!tmp)
-        return dcp_error(DCP_ENOMEM, "rendezvous");
-    uint8_t hdr[HEADER_BYTES];
-    const struct header h = my_header(r, (uint32_t)size);
-    header_encode(&h, hdr);
-    int st = DCP_OK;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0 || write_all(fd, hdr, sizeof(hdr)) || write_all(fd, blob, size) || fsync(fd))
-        st = dcp_error(DCP_EIO, "rendezvous %s: cannot write %s: %s", r->text, tmp, strerror(errno));
-    if (fd >= 0 && close(fd) && !st)
-        st = dcp_error(DCP_EIO, "rendezvous %s: cannot write %s: %s", r->text, tmp, strerror(errno));
-    if (!st && rename(tmp, r->spec.path))
-        st = dcp_error(DCP_EIO, "rendezvous %s: cannot rename %s: %s", r->text, tmp, strerror(errno));
-    if (st)
-        unlink(tmp);
-    free(tmp);
-    return st;
 }
 
 /* Reads exactly n bytes; false on a short read or an error. */
@@ -389,23 +432,158 @@ static bool read_exact(int fd, void *buf, size_t n)
     return true;
 }
 
-static int file_read_open(int fd, struct dcp_rendezvous *r, void *blob, size_t size, char *note, size_t ns)
+/* Where a file was written: the host name and the PID namespace, so that a reader
+ * can tell whether the writer's pid means anything here. */
+static void this_origin(char out[ORIGIN_BYTES])
 {
-    uint8_t hdr[HEADER_BYTES], extra;
-    struct header h;
-    if (!read_exact(fd, hdr, sizeof(hdr)) || !header_decode(hdr, &h)) {
-        snprintf(note, ns, "%s is not a rendezvous file of this version", r->spec.path);
-        return RETRY;
+    char host[48] = "?", ns[64] = "";
+    gethostname(host, sizeof(host) - 1);
+    host[sizeof(host) - 1] = '\0';
+    ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
+    ns[n > 0 ? n : 0] = '\0';
+    memset(out, 0, ORIGIN_BYTES);
+    snprintf(out, ORIGIN_BYTES, "%s %s", host, ns);
+}
+
+/* The MAC of a file: keyed with the job secret (an empty key without one). */
+static void file_mac(const struct dcp_rendezvous *r, const uint8_t *hdr, const void *blob, size_t size,
+                     uint8_t mac[MAC_BYTES])
+{
+    struct dcp_hmac m;
+    dcp_hmac_init(&m, r->secret, r->secret_len);
+    dcp_hmac_update(&m, hdr, FILE_HEADER_BYTES);
+    dcp_hmac_update(&m, blob, size);
+    dcp_hmac_final(&m, mac);
+}
+
+/* Creates a new file beside the target, exclusively (never through a link) and
+ * readable by this user only: its descriptor in *fd, its name in *tmp. */
+static int create_temporary(const struct dcp_rendezvous *r, char **tmp, int *fd)
+{
+    for (int tries = 0; tries < 16; tries++) {
+        uint8_t rnd[8];
+        int st = random_bytes(rnd, sizeof(rnd));
+        if (st)
+            return st;
+        *tmp = dcp_asprintf("%s.tmp-%02x%02x%02x%02x%02x%02x%02x%02x", r->spec.path, rnd[0], rnd[1], rnd[2], rnd[3],
+                            rnd[4], rnd[5], rnd[6], rnd[7]);
+        if (!*tmp)
+            return dcp_error(DCP_ENOMEM, "rendezvous");
+        *fd = open(*tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (*fd >= 0 && fchmod(*fd, 0600) == 0) /* whatever the umask */
+            return DCP_OK;
+        const int err = errno;
+        if (*fd >= 0) {
+            close(*fd);
+            unlink(*tmp);
+        }
+        if (*fd >= 0 || err != EEXIST)
+            st = dcp_error(DCP_EIO, "rendezvous %s: cannot write %s: %s", r->text, *tmp, strerror(err));
+        free(*tmp);
+        *tmp = NULL;
+        if (st)
+            return st;
     }
-    if (strcmp(h.tag, r->tag)) {
-        snprintf(note, ns, "%s has job tag '%s' (an earlier run?): ignored", r->spec.path, h.tag);
-        return RETRY;
-    }
-    int st = check_offer(r, &h, size);
+    return dcp_error(DCP_EIO, "rendezvous %s: cannot create a temporary file beside it", r->text);
+}
+
+/* Rank 0: header, blob and MAC to a new temporary file beside the target, then
+ * rename, so readers see either no file, an older file, or the whole new one. */
+static int file_publish(struct dcp_rendezvous *r, const void *blob, size_t size)
+{
+    uint8_t hdr[FILE_HEADER_BYTES] = {0}, mac[MAC_BYTES];
+    uint8_t *p = put_magic(hdr);
+    put_u32(p, r->world_size);
+    put_u32(p + 4, (uint32_t)size);
+    put_u32(p + 8, (uint32_t)getpid());
+    this_origin((char *)p + 12);
+    memcpy(p + 12 + ORIGIN_BYTES, r->tag, TAG_BYTES);
+    file_mac(r, hdr, blob, size, mac);
+    char *tmp = NULL;
+    int fd = -1;
+    int st = create_temporary(r, &tmp, &fd);
     if (st)
         return st;
-    if (!read_exact(fd, blob, size) || read(fd, &extra, 1) != 0) {
-        snprintf(note, ns, "%s is not %zu bytes long", r->spec.path, sizeof(hdr) + size);
+    if (write_all(fd, hdr, sizeof(hdr)) || write_all(fd, blob, size) || write_all(fd, mac, sizeof(mac)) || fsync(fd))
+        st = dcp_error(DCP_EIO, "rendezvous %s: cannot write %s: %s", r->text, tmp, strerror(errno));
+    if (close(fd) && !st)
+        st = dcp_error(DCP_EIO, "rendezvous %s: cannot write %s: %s", r->text, tmp, strerror(errno));
+    if (!st && rename(tmp, r->spec.path))
+        st = dcp_error(DCP_EIO, "rendezvous %s: cannot rename %s: %s", r->text, tmp, strerror(errno));
+    if (st)
+        unlink(tmp);
+    free(tmp);
+    return st;
+}
+
+/* Whether the writer of a file is known to be gone: same host and PID namespace,
+ * and no such process. */
+static bool writer_exited(const uint8_t *origin, uint32_t pid)
+{
+    char here[ORIGIN_BYTES];
+    this_origin(here);
+    return !memcmp(here, origin, ORIGIN_BYTES) && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Checks an opened file the way a reader must before believing it: owner, mode,
+ * size, age. RETRY with a note when it is not to be trusted (yet). */
+static int file_check_stat(struct dcp_rendezvous *r, const struct stat *st, char *note, size_t ns)
+{
+    const char *path = r->spec.path;
+    char why[160];
+    if (dcp_rendezvous_private_file_problem(st, why, sizeof(why))) {
+        snprintf(note, ns, "%s %s: not trusted", path, why);
+        return RETRY;
+    }
+    if (st->st_size < FILE_HEADER_BYTES + MAC_BYTES ||
+        st->st_size > FILE_HEADER_BYTES + DCP_RENDEZVOUS_MAX_BLOB + MAC_BYTES) {
+        snprintf(note, ns, "%s is not a rendezvous file (%lld bytes)", path, (long long)st->st_size);
+        return RETRY;
+    }
+    const double age = difftime(time(NULL), st->st_mtime);
+    if (age > r->timeout_s + STALE_SLACK_S) {
+        snprintf(note, ns, "%s was written %.0f s ago, longer than the timeout allows: stale, ignored", path, age);
+        return RETRY;
+    }
+    return DCP_OK;
+}
+
+/* Reads a file that passed file_check_stat(): header, tag, writer, sizes, then the
+ * blob and its MAC. */
+static int file_read_open(int fd, const struct stat *st, struct dcp_rendezvous *r, void *blob, size_t size,
+                          char *note, size_t ns)
+{
+    uint8_t hdr[FILE_HEADER_BYTES], mac[MAC_BYTES], want[MAC_BYTES];
+    const char *path = r->spec.path;
+    if (!read_exact(fd, hdr, sizeof(hdr)) || !has_magic(hdr)) {
+        snprintf(note, ns, "%s is not a rendezvous file of this version", path);
+        return RETRY;
+    }
+    const uint8_t *p = hdr + 12, *origin = p + 12, *tag = origin + ORIGIN_BYTES;
+    const uint32_t pid = get_u32(p + 8);
+    if (memcmp(tag, r->tag, TAG_BYTES)) {
+        snprintf(note, ns, "%s has job tag '%.*s' (an earlier run?): ignored", path, DCP_RENDEZVOUS_MAX_TAG,
+                 (const char *)tag);
+        return RETRY;
+    }
+    if (writer_exited(origin, pid)) {
+        snprintf(note, ns, "%s was written by pid %u of this host, which has exited: stale, ignored", path, pid);
+        return RETRY;
+    }
+    int status = check_offer(r, get_u32(p), get_u32(p + 4), size);
+    if (status)
+        return status;
+    if (st->st_size != (off_t)(FILE_HEADER_BYTES + size + MAC_BYTES) || !read_exact(fd, blob, size) ||
+        !read_exact(fd, mac, sizeof(mac))) {
+        snprintf(note, ns, "%s is %lld bytes, not the %zu its header announces", path, (long long)st->st_size,
+                 FILE_HEADER_BYTES + size + MAC_BYTES);
+        return RETRY;
+    }
+    file_mac(r, hdr, blob, size, want);
+    if (!dcp_mac_equal(mac, want, MAC_BYTES)) {
+        snprintf(note, ns, "%s failed its integrity check (written with another job secret, or damaged): not"
+                 " trusted", path);
+        memset(blob, 0, size);
         return RETRY;
     }
     return DCP_OK;
@@ -413,17 +591,25 @@ static int file_read_open(int fd, struct dcp_rendezvous *r, void *blob, size_t s
 
 static int file_try_read(struct dcp_rendezvous *r, void *blob, size_t size, double deadline, char *note, size_t ns)
 {
-    (void)deadline; /* reading a local or shared file does not block for long */
-    int fd = open(r->spec.path, O_RDONLY | O_CLOEXEC);
+    (void)deadline; /* a regular local or shared file does not block for long; a FIFO is refused unopened */
+    int fd = open(r->spec.path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0 && errno == ENOENT) {
         snprintf(note, ns, "no file %s", r->spec.path);
         return RETRY;
     }
+    if (fd < 0 && errno == ELOOP) {
+        snprintf(note, ns, "%s is a symbolic link: not trusted", r->spec.path);
+        return RETRY;
+    }
     if (fd < 0)
         return dcp_error(DCP_EIO, "rendezvous %s: cannot open: %s", r->text, strerror(errno));
-    int st = file_read_open(fd, r, blob, size, note, ns);
+    struct stat st;
+    int rc = fstat(fd, &st) ? dcp_error(DCP_EIO, "rendezvous %s: cannot stat: %s", r->text, strerror(errno))
+                            : file_check_stat(r, &st, note, ns);
+    if (!rc)
+        rc = file_read_open(fd, &st, r, blob, size, note, ns);
     close(fd);
-    return st;
+    return rc;
 }
 
 /* --- TCP transport ----------------------------------------------------------------- */
@@ -454,34 +640,94 @@ static const char *transfer_all(int fd, void *buf, size_t n, bool sending, doubl
     return NULL;
 }
 
-/* Rank 0: reads one peer's hello and answers it. Counts the peer (sets *served to
- * its rank) only when its tag, world size and rank fit; notes anything odd. */
-static void serve_peer(struct dcp_rendezvous *r, int fd, const void *blob, size_t size, double deadline,
-                       uint32_t *served, char *note, size_t ns)
+/* The session key of one connection: both nonces, the hello's claims and the job
+ * tag, keyed with the job secret. Everything after the hello is derived from it. */
+static void session_key(const struct dcp_rendezvous *r, const uint8_t hello[HELLO_BYTES],
+                        const uint8_t server_nonce[NONCE_BYTES], uint8_t key[MAC_BYTES])
+{
+    static const char label[] = "dcp-rendezvous v2 session";
+    uint8_t tag_len[4];
+    put_u32(tag_len, (uint32_t)strlen(r->tag));
+    struct dcp_hmac m;
+    dcp_hmac_init(&m, r->secret, r->secret_len);
+    dcp_hmac_update(&m, label, sizeof(label));
+    dcp_hmac_update(&m, tag_len, sizeof(tag_len));
+    dcp_hmac_update(&m, r->tag, strlen(r->tag));
+    dcp_hmac_update(&m, hello, HELLO_BYTES);
+    dcp_hmac_update(&m, server_nonce, NONCE_BYTES);
+    dcp_hmac_final(&m, key);
+}
+
+/* HMAC(key, label || data): the proofs, the keystream blocks and the blob's MAC. */
+static void keyed(const uint8_t key[MAC_BYTES], const char *label, const void *data, size_t n, uint8_t out[MAC_BYTES])
+{
+    struct dcp_hmac m;
+    dcp_hmac_init(&m, key, MAC_BYTES);
+    dcp_hmac_update(&m, label, strlen(label) + 1);
+    dcp_hmac_update(&m, data, n);
+    dcp_hmac_final(&m, out);
+}
+
+/* XORs n bytes with the connection's keystream (HMAC in counter mode). */
+static void apply_keystream(const uint8_t key[MAC_BYTES], uint8_t *buf, size_t n)
+{
+    uint8_t block[MAC_BYTES], counter[4];
+    for (size_t off = 0, i = 0; off < n; off += MAC_BYTES, i++) {
+        put_u32(counter, (uint32_t)i);
+        keyed(key, "stream", counter, sizeof(counter), block);
+        for (size_t k = 0; k < MAC_BYTES && off + k < n; k++)
+            buf[off + k] ^= block[k];
+    }
+    dcp_wipe(block, sizeof(block));
+}
+
+/* Rank 0: one peer's handshake. Sends nothing until the hello's claims fit (rank
+ * in range and not served yet, our world and blob size), and the blob only to a
+ * peer that proved it knows the secret and tag; sets *served to its rank then. */
+static void serve_peer(struct dcp_rendezvous *r, int fd, const void *blob, size_t size, const bool *seen,
+                       double deadline, uint32_t *served, char *note, size_t ns)
 {
     const double io_deadline = DCP_MIN(deadline, dcp_now_seconds() + PEER_IO_LIMIT_S);
-    uint8_t buf[HEADER_BYTES];
-    struct header h;
-    const char *why = transfer_all(fd, buf, sizeof(buf), false, io_deadline);
-    if (why || !header_decode(buf, &h)) {
-        snprintf(note, ns, "a connection sent no rendezvous hello (%s)", why ? why : "bad magic or version");
+    uint8_t hello[HELLO_BYTES], challenge[CHALLENGE_BYTES], key[MAC_BYTES], proof[MAC_BYTES], want[MAC_BYTES];
+    const char *why = transfer_all(fd, hello, sizeof(hello), false, io_deadline);
+    if (why || !has_magic(hello)) {
+        snprintf(note, ns, "a connection sent no rendezvous hello of this version (%s)", why ? why : "bad magic");
         return;
     }
-    const bool same_tag = !strcmp(h.tag, r->tag);
-    const struct header reply = my_header(r, same_tag ? (uint32_t)size : 0);
-    header_encode(&reply, buf);
-    /* A peer of another job only learns our tag, not the blob. */
-    why = transfer_all(fd, buf, sizeof(buf), true, io_deadline);
-    if (!why && same_tag)
-        why = transfer_all(fd, (void *)blob, size, true, io_deadline);
-    if (!same_tag)
-        snprintf(note, ns, "turned away a peer with job tag '%s'", h.tag);
-    else if (h.world != r->world_size || !h.rank || h.rank >= r->world_size)
-        snprintf(note, ns, "a peer claimed rank %u of world size %u", h.rank, h.world);
-    else if (why)
-        snprintf(note, ns, "sending to rank %u failed: %s", h.rank, why);
+    const uint32_t rank = get_u32(hello + 12), world = get_u32(hello + 16), length = get_u32(hello + 20);
+    if (world != r->world_size || length != size || !rank || rank >= r->world_size || seen[rank]) {
+        snprintf(note, ns, "refused a peer claiming rank %u of world size %u with a %u-byte blob%s", rank, world,
+                 length, rank && rank < r->world_size && seen[rank] ? " (that rank is served already)" : "");
+        return;
+    }
+    uint8_t *nonce = put_magic(challenge);
+    if (random_bytes(nonce, NONCE_BYTES)) {
+        snprintf(note, ns, "%s", dcp_last_error());
+        return;
+    }
+    session_key(r, hello, nonce, key);
+    keyed(key, "rank 0", NULL, 0, nonce + NONCE_BYTES);
+    why = transfer_all(fd, challenge, sizeof(challenge), true, io_deadline);
+    if (!why)
+        why = transfer_all(fd, proof, sizeof(proof), false, io_deadline);
+    keyed(key, "peer", NULL, 0, want);
+    if (!why && !dcp_mac_equal(proof, want, MAC_BYTES))
+        why = "it does not know the job secret and tag";
+    uint8_t *msg = why ? NULL : malloc(size + MAC_BYTES);
+    if (!why && !msg)
+        why = "out of memory";
+    if (!why) {
+        memcpy(msg, blob, size);
+        apply_keystream(key, msg, size);
+        keyed(key, "blob", msg, size, msg + size);
+        why = transfer_all(fd, msg, size + MAC_BYTES, true, io_deadline);
+    }
+    free(msg);
+    dcp_wipe(key, sizeof(key));
+    if (why)
+        snprintf(note, ns, "a peer claiming rank %u failed: %s", rank, why);
     else
-        *served = h.rank;
+        *served = rank;
 }
 
 /* Lists up to a few ranks that have not arrived, for the timeout message. */
@@ -511,9 +757,11 @@ static int tcp_serve(struct dcp_rendezvous *r, const void *blob, size_t size)
     char note[320] = "";
     uint32_t arrived = 0;
     int st = DCP_OK;
+    struct pollfd pfd[MAX_LISTEN];
     while (arrived < r->world_size - 1) {
-        struct pollfd pfd = {r->listen_fd, POLLIN, 0};
-        int n = poll(&pfd, 1, ms_until(deadline));
+        for (size_t i = 0; i < r->num_listen; i++)
+            pfd[i] = (struct pollfd){r->listen_fd[i], POLLIN, 0};
+        int n = poll(pfd, r->num_listen, ms_until(deadline));
         if (n == 0) {
             char missing[96];
             list_missing(seen, r->world_size, missing, sizeof(missing));
@@ -526,15 +774,19 @@ static int tcp_serve(struct dcp_rendezvous *r, const void *blob, size_t size)
             st = dcp_error(DCP_EIO, "rendezvous %s: poll: %s", r->text, strerror(errno));
             break;
         }
-        int fd = n > 0 ? accept4(r->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC) : -1;
-        if (fd < 0)
-            continue; /* interrupted, or the peer gave up before we accepted it */
-        uint32_t peer = 0;
-        serve_peer(r, fd, blob, size, deadline, &peer, note, sizeof(note));
-        close(fd);
-        if (peer && !seen[peer]) {
-            seen[peer] = true;
-            arrived++;
+        for (size_t i = 0; n > 0 && i < r->num_listen; i++) {
+            if (!(pfd[i].revents & POLLIN))
+                continue;
+            int fd = accept4(r->listen_fd[i], NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd < 0)
+                continue; /* interrupted, or the peer gave up before we accepted it */
+            uint32_t peer = 0;
+            serve_peer(r, fd, blob, size, seen, deadline, &peer, note, sizeof(note));
+            close(fd);
+            if (peer && !seen[peer]) {
+                seen[peer] = true;
+                arrived++;
+            }
         }
     }
     free(seen);
@@ -565,14 +817,70 @@ static int connect_before(const struct addrinfo *ai, double deadline)
     return -1;
 }
 
-/* Connects to rank 0 trying each address of the host; -1 and a note on failure. */
-static int tcp_connect(struct dcp_rendezvous *r, double deadline, int *fd, char *note, size_t ns)
+/* A peer's handshake over one connection: hello out; challenge in and checked;
+ * proof out; blob in, checked and decrypted. */
+static int tcp_request(struct dcp_rendezvous *r, int fd, void *blob, size_t size, double deadline, char *note,
+                       size_t ns)
+{
+    uint8_t hello[HELLO_BYTES], challenge[CHALLENGE_BYTES], key[MAC_BYTES], want[MAC_BYTES];
+    uint8_t *p = put_magic(hello);
+    put_u32(p, r->rank);
+    put_u32(p + 4, r->world_size);
+    put_u32(p + 8, (uint32_t)size);
+    int st = random_bytes(p + 12, NONCE_BYTES);
+    if (st)
+        return st;
+    const char *why = transfer_all(fd, hello, sizeof(hello), true, deadline);
+    if (!why)
+        why = transfer_all(fd, challenge, sizeof(challenge), false, deadline);
+    if (why && !strcmp(why, "connection closed")) {
+        snprintf(note, ns, "rank 0 at %s:%u closed the connection without a challenge: it refuses rank %u of world"
+                 " size %u with a %zu-byte blob (another process took that rank, or the sizes differ)",
+                 r->spec.host, r->spec.port, r->rank, r->world_size, size);
+        return RETRY;
+    }
+    if (why) {
+        note_failure(note, ns, why == reason_timed_out, "exchange with rank 0: %s", why);
+        return RETRY;
+    }
+    const uint8_t *nonce = challenge + 12;
+    session_key(r, hello, nonce, key);
+    keyed(key, "rank 0", NULL, 0, want);
+    if (!has_magic(challenge) || !dcp_mac_equal(nonce + NONCE_BYTES, want, MAC_BYTES)) {
+        snprintf(note, ns, "the server at %s:%u did not authenticate as rank 0 of this job (another job, a different"
+                 " job secret or tag, or a process squatting on the port): ignored", r->spec.host, r->spec.port);
+        dcp_wipe(key, sizeof(key));
+        return RETRY;
+    }
+    keyed(key, "peer", NULL, 0, want);
+    why = transfer_all(fd, want, sizeof(want), true, deadline);
+    if (!why)
+        why = transfer_all(fd, blob, size, false, deadline);
+    if (!why)
+        why = transfer_all(fd, want, sizeof(want), false, deadline);
+    if (why) {
+        dcp_wipe(key, sizeof(key));
+        note_failure(note, ns, why == reason_timed_out, "receiving the blob: %s", why);
+        return RETRY;
+    }
+    uint8_t mac[MAC_BYTES];
+    keyed(key, "blob", blob, size, mac);
+    st = dcp_mac_equal(mac, want, MAC_BYTES) ? DCP_OK : RETRY;
+    if (!st)
+        apply_keystream(key, blob, size);
+    else
+        snprintf(note, ns, "the blob from %s:%u failed its integrity check", r->spec.host, r->spec.port);
+    dcp_wipe(key, sizeof(key));
+    return st;
+}
+
+/* One attempt: each address of the host in turn, until one serves us. */
+static int tcp_try_fetch(struct dcp_rendezvous *r, void *blob, size_t size, double deadline, char *note, size_t ns)
 {
     char port[8];
     snprintf(port, sizeof(port), "%u", r->spec.port);
     const struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
     struct addrinfo *list = NULL;
-    *fd = -1;
     int gai = getaddrinfo(r->spec.host, port, &hints, &list);
     if (gai == EAI_AGAIN) {
         snprintf(note, ns, "resolving %s: %s", r->spec.host, gai_strerror(gai));
@@ -581,55 +889,18 @@ static int tcp_connect(struct dcp_rendezvous *r, double deadline, int *fd, char 
     if (gai)
         return dcp_error(DCP_EINVAL, "rendezvous %s: cannot resolve host '%s': %s", r->text, r->spec.host,
                          gai_strerror(gai));
-    for (const struct addrinfo *ai = list; ai && *fd < 0; ai = ai->ai_next)
-        if ((*fd = connect_before(ai, deadline)) < 0)
+    int st = RETRY;
+    for (const struct addrinfo *ai = list; ai && st == RETRY; ai = ai->ai_next) {
+        int fd = connect_before(ai, deadline);
+        if (fd < 0) {
             note_failure(note, ns, errno == ETIMEDOUT, "connecting to %s:%s: %s", r->spec.host, port,
                          strerror(errno));
+            continue;
+        }
+        st = tcp_request(r, fd, blob, size, deadline, note, ns);
+        close(fd);
+    }
     freeaddrinfo(list);
-    return *fd < 0 ? RETRY : DCP_OK;
-}
-
-/* A peer's exchange over one connection: hello out, header and blob in. */
-static int tcp_request(struct dcp_rendezvous *r, int fd, void *blob, size_t size, double deadline, char *note,
-                       size_t ns)
-{
-    uint8_t buf[HEADER_BYTES];
-    struct header h = my_header(r, 0);
-    header_encode(&h, buf);
-    const char *why = transfer_all(fd, buf, sizeof(buf), true, deadline);
-    if (!why)
-        why = transfer_all(fd, buf, sizeof(buf), false, deadline);
-    if (why) {
-        note_failure(note, ns, why == reason_timed_out, "exchange with rank 0: %s", why);
-        return RETRY;
-    }
-    if (!header_decode(buf, &h)) {
-        snprintf(note, ns, "%s:%u answered, but not as a rendezvous of this version", r->spec.host, r->spec.port);
-        return RETRY;
-    }
-    if (strcmp(h.tag, r->tag)) {
-        snprintf(note, ns, "the server at %s:%u has job tag '%s' (another run?)", r->spec.host, r->spec.port, h.tag);
-        return RETRY;
-    }
-    int st = check_offer(r, &h, size);
-    if (st)
-        return st;
-    why = transfer_all(fd, blob, size, false, deadline);
-    if (why) {
-        note_failure(note, ns, why == reason_timed_out, "receiving the blob: %s", why);
-        return RETRY;
-    }
-    return DCP_OK;
-}
-
-static int tcp_try_fetch(struct dcp_rendezvous *r, void *blob, size_t size, double deadline, char *note, size_t ns)
-{
-    int fd;
-    int st = tcp_connect(r, deadline, &fd, note, ns);
-    if (st)
-        return st;
-    st = tcp_request(r, fd, blob, size, deadline, note, ns);
-    close(fd);
     return st;
 }
 

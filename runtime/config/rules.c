@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "config/config_internal.h"
+#include "dcp/serve.h"
 #include "util/file.h"
 
 struct rule_ctx {
@@ -279,7 +280,7 @@ static void rule_trace_readable(struct rule_ctx *c)
     const char *trace = c->cfg->workload.trace;
     if (!trace)
         return;
-    const int fd = dcp_file_open(trace, "trace", DCP_TRACE_MAX_BYTES, 0);
+    const int fd = dcp_file_open(trace, "trace", DCP_TRACE_MAX_FILE_BYTES, 0);
     if (fd >= 0)
         close(fd);
     else
@@ -296,6 +297,19 @@ static void rule_kv_scale_used(struct rule_ctx *c)
                     dcp_dtype_name(m->kv_dtype));
 }
 
+/* MoE fields (serving step-time model): a token cannot use more experts or
+ * parameters than the model has. */
+static void rule_moe(struct rule_ctx *c)
+{
+    const struct dcp_model_config *m = &c->cfg->model;
+    if (m->experts_per_token > m->experts)
+        rule_report(c, DCP_DIAG_ERROR, "model.experts_per_token", "experts_per_token=%u exceeds experts=%u",
+                    m->experts_per_token, m->experts);
+    if (m->active_params > m->num_params)
+        rule_report(c, DCP_DIAG_ERROR, "model.active_parameters",
+                    "active_parameters=%g exceeds parameters=%g", m->active_params, m->num_params);
+}
+
 static const struct config_rule {
     void (*check)(struct rule_ctx *c);
     const char *keys[8]; ///< Keys the rule reads; it is skipped if any is bad.
@@ -310,6 +324,7 @@ static const struct config_rule {
       "model.weight_dtype", "parallel.tp"}},
     {rule_trace_readable, {"workload.trace"}},
     {rule_kv_scale_used, {"model.kv_scale", "model.kv_dtype"}},
+    {rule_moe, {"model.experts", "model.experts_per_token", "model.active_parameters", "model.parameters"}},
 };
 
 static bool rule_inputs_ok(const struct rule_ctx *c, const struct config_rule *rule)

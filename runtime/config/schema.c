@@ -55,6 +55,11 @@ const struct config_key config_keys[] = {
      .applies = ALL, .min = 0, .max = DBL_MAX, .scale = 1},
     ENUM("model.weight_dtype", model.weight_dtype, DCP_WEIGHT_BF16,
          config_weight_dtype_names),
+    INT("model.experts", model.experts, 0, ALL, 0, 0, 1u << 20),
+    INT("model.experts_per_token", model.experts_per_token, 0, ALL, 0, 0, 1u << 20),
+    {.path = "model.active_parameters", .kind = CONFIG_PARAM_COUNT, FIELD(model.active_params),
+     .applies = ALL, .min = 0, .max = DBL_MAX, .scale = 1},
+    INT("model.hidden_size", model.hidden_size, 0, ALL, 0, 0, 1u << 20),
 
     SECTION("hardware", ALL),
     STRING("hardware.gpu", hardware.gpu, ALL),

@@ -16,6 +16,14 @@
 /* Workspace for split-KV partials is capped so huge shapes fall back to fewer splits. */
 #define SPLIT_WORKSPACE_CAP (256ull << 20)
 
+/* Every entry clears the thread's last error, so after a success dcp_last_error()
+ * is "" and after a failure it is that failure's message. */
+static int need_engine(const struct dcp_engine *e, const char *op)
+{
+    dcp_clear_error();
+    return e ? DCP_OK : dcp_error(DCP_EINVAL, "%s: engine is NULL", op);
+}
+
 DCP_API void dcp_engine_default_params(struct dcp_engine_params *p)
 {
     if (!p)
@@ -102,53 +110,104 @@ static int resolve_shape(struct dcp_engine *e)
     return DCP_OK;
 }
 
+/* Largest KV budget accepted (8 PiB): doubles are exact integers up to here, and
+ * a larger figure is a mistake, not a memory size. */
+#define KV_BUDGET_MAX 9007199254740992.0 /* 2^53 */
+/* Most tokens one step may append or attend: beyond this a request is a mistake
+ * (and T * heads must fit the kernels' 32-bit row counts). */
+#define STEP_TOKENS_MAX (1u << 24)
+
 /* KV budget per rank: explicit, else the host's emulated memory, else the plan's budget. */
-static double kv_budget(const struct dcp_engine *e, bool host)
+static int kv_budget(const struct dcp_engine *e, bool host, double *out)
 {
-    if (e->params.kv_budget_bytes > 0)
-        return e->params.kv_budget_bytes;
+    const double asked = e->params.kv_budget_bytes;
+    if (!isfinite(asked) || asked < 0 || asked > KV_BUDGET_MAX)
+        return dcp_error(DCP_EINVAL, "kv_budget_bytes=%g: expected 0 (from the deployment) or a byte count "
+                         "up to 2^53", asked);
     const struct dcp_config *cfg = e->cfg;
-    if (host && cfg->runtime.host.memory_bytes > 0)
-        return cfg->runtime.host.memory_bytes * cfg->memory.gpu_fraction;
-    const double usable = cfg->hardware.memory_bytes * cfg->memory.gpu_fraction;
-    const double weights = cfg->model.num_params * dcp_weight_dtype_bytes(cfg->model.weight_dtype) /
-                           cfg->parallel.tp;
-    return usable - weights - cfg->memory.reserve_bytes;
+    double budget;
+    if (asked > 0)
+        budget = asked;
+    else if (host && cfg->runtime.host.memory_bytes > 0)
+        budget = cfg->runtime.host.memory_bytes * cfg->memory.gpu_fraction;
+    else
+        budget = cfg->hardware.memory_bytes * cfg->memory.gpu_fraction -
+                 cfg->model.num_params * dcp_weight_dtype_bytes(cfg->model.weight_dtype) / cfg->parallel.tp -
+                 cfg->memory.reserve_bytes;
+    if (!isfinite(budget) || budget > KV_BUDGET_MAX)
+        return dcp_error(DCP_EINVAL, "the deployment's KV budget of %g bytes per rank is not a usable size",
+                         budget);
+    *out = budget;
+    return DCP_OK;
 }
 
-static int size_pools(struct dcp_engine *e, bool host)
+/* Pages: bytes of one page per layer, and how many pages the budget holds. */
+static int size_pages(struct dcp_engine *e, bool host)
 {
-    const struct dcp_config *cfg = e->cfg;
+    bool ovf = false;
     const uint64_t esize = dcpk_dtype_size(e->dtype);
-    e->k_page_bytes = (uint64_t)e->kv_heads_per_rank * e->block_size * e->qk_dim * esize;
-    e->v_page_bytes = e->mla ? 0 : (uint64_t)e->kv_heads_per_rank * e->block_size * e->v_dim * esize;
-    const uint64_t page_all_layers = (e->k_page_bytes + e->v_page_bytes) * e->num_layers;
-    const double budget = kv_budget(e, host);
+    const uint64_t rows = dcp_mul_u64(dcp_mul_u64(e->kv_heads_per_rank, e->block_size, &ovf), esize, &ovf);
+    e->k_page_bytes = dcp_mul_u64(rows, e->qk_dim, &ovf);
+    e->v_page_bytes = e->mla ? 0 : dcp_mul_u64(rows, e->v_dim, &ovf);
+    const uint64_t page_all_layers =
+        dcp_mul_u64(dcp_add_u64(e->k_page_bytes, e->v_page_bytes, &ovf), e->num_layers, &ovf);
+    if (ovf || page_all_layers == 0)
+        return dcp_error(DCP_EINVAL, "a KV page of %u layers x %u tokens has no representable size",
+                         e->num_layers, e->block_size);
+    double budget = 0;
+    int err = kv_budget(e, host, &budget);
+    if (err)
+        return err;
     if (budget < (double)page_all_layers)
         return dcp_error(DCP_ENOSPC, "KV budget of %.0f bytes per rank holds no page of %llu bytes "
                          "(%u layers x %u tokens)", budget, (unsigned long long)page_all_layers,
                          e->num_layers, e->block_size);
-    e->num_blocks = (uint64_t)(budget / (double)page_all_layers);
-    if (e->num_blocks > INT32_MAX)
-        e->num_blocks = INT32_MAX;
+    /* budget <= 2^53, so the quotient is below 2^53 and converts exactly. */
+    e->num_blocks = DCP_MIN((uint64_t)(budget / (double)page_all_layers), (uint64_t)INT32_MAX);
+    /* num_blocks * page_all_layers <= budget: these products cannot overflow. */
     e->layer_bytes = (e->k_page_bytes + e->v_page_bytes) * e->num_blocks;
     e->kv_bytes = e->layer_bytes * e->num_layers;
+    return DCP_OK;
+}
 
+/* Limits of a step and of the scheduler, each checked against what the device
+ * formats can hold (int32 positions and block ids, 32-bit row counts). */
+static int size_limits(struct dcp_engine *e)
+{
+    const struct dcp_config *cfg = e->cfg;
+    bool ovf = false;
     uint64_t longest = 0;
     for (uint32_t i = 0; i < cfg->workload.num_context_lengths; i++)
         longest = DCP_MAX(longest, cfg->workload.context_lengths[i]);
-    e->max_context = e->params.max_context ? e->params.max_context : longest + 1024;
+    e->max_context = e->params.max_context ? e->params.max_context : dcp_add_u64(longest, 1024, &ovf);
+    if (ovf || e->max_context > INT32_MAX)
+        return dcp_error(DCP_EINVAL, "max_context=%llu%s: positions are 32-bit on the device, at most %d tokens",
+                         (unsigned long long)e->max_context, ovf ? " (longest workload context + 1024)" : "",
+                         INT32_MAX);
+    /* A block table holds distinct blocks, so it never needs more than num_blocks entries. */
     const uint64_t per_block = (uint64_t)e->block_size * e->dcp;
-    const uint64_t mb = dcp_div_ceil_u64(e->max_context, per_block);
-    if (mb > INT32_MAX)
-        return dcp_error(DCP_EINVAL, "max_context=%llu is too long", (unsigned long long)e->max_context);
-    e->max_blocks_per_seq = (uint32_t)mb;
-    e->max_batch = e->params.max_batch ? e->params.max_batch : 64;
-    e->max_qtokens = e->params.max_query_tokens ? e->params.max_query_tokens
-                                                : e->max_batch * DCP_MAX(1u, cfg->workload.q_len);
-    e->max_tokens = DCP_MAX(e->params.max_step_tokens, e->max_qtokens);
+    e->max_blocks_per_seq = (uint32_t)DCP_MIN(dcp_div_ceil_u64(e->max_context, per_block), e->num_blocks);
     e->max_seqs = e->params.max_seqs ? e->params.max_seqs : 4096;
+    if (e->max_seqs > DCP_KV_MAX_SEQS)
+        return dcp_error(DCP_EINVAL, "max_seqs=%u: at most %u live sequences", e->max_seqs, DCP_KV_MAX_SEQS);
+    /* A batch holds distinct live sequences. */
+    e->max_batch = DCP_MIN(e->params.max_batch ? e->params.max_batch : 64, e->max_seqs);
+    const uint64_t qtokens = e->params.max_query_tokens
+                                 ? e->params.max_query_tokens
+                                 : dcp_mul_u64(e->max_batch, DCP_MAX(1u, cfg->workload.q_len), &ovf);
+    const uint64_t tokens = DCP_MAX(e->params.max_step_tokens, qtokens);
+    if (ovf || tokens > STEP_TOKENS_MAX)
+        return dcp_error(DCP_EINVAL, "max_query_tokens=%llu, max_step_tokens=%u: a step holds at most %u tokens",
+                         (unsigned long long)qtokens, e->params.max_step_tokens, STEP_TOKENS_MAX);
+    e->max_qtokens = (uint32_t)qtokens;
+    e->max_tokens = (uint32_t)tokens;
     return DCP_OK;
+}
+
+static int size_pools(struct dcp_engine *e, bool host)
+{
+    int err = size_pages(e, host);
+    return err ? err : size_limits(e);
 }
 
 /* ---- per-rank buffers --------------------------------------------------- */
@@ -157,11 +216,14 @@ struct buffer_plan {
     size_t bytes[12];
     uint64_t *dst[12];
     int n;
+    bool overflow; ///< Some size did not fit 64 bits.
 };
 
-static void plan_buffer(struct buffer_plan *bp, uint64_t *dst, size_t bytes)
+/* Adds a buffer of a * b * c * d bytes (each factor a count or an element size). */
+static void plan_buffer(struct buffer_plan *bp, uint64_t *dst, uint64_t a, uint64_t b, uint64_t c, uint64_t d)
 {
-    bp->bytes[bp->n] = bytes;
+    bp->bytes[bp->n] = dcp_mul_u64(dcp_mul_u64(dcp_mul_u64(a, b, &bp->overflow), c, &bp->overflow), d,
+                                   &bp->overflow);
     bp->dst[bp->n] = dst;
     bp->n++;
 }
@@ -169,26 +231,30 @@ static void plan_buffer(struct buffer_plan *bp, uint64_t *dst, size_t bytes)
 /* Lays out every per-rank buffer; the same plan sizes the workspace figure. */
 static void plan_rank_buffers(struct dcp_engine *e, struct dcp_rank_buffers *b, struct buffer_plan *bp)
 {
-    const size_t T = e->max_qtokens, H = e->q_heads_per_rank, N = e->dcp;
-    const size_t Hg = e->gathered_heads, v = e->v_dim, f = sizeof(float);
+    const uint64_t T = e->max_qtokens, H = e->q_heads_per_rank, N = e->dcp;
+    const uint64_t Hg = e->gathered_heads, v = e->v_dim, f = sizeof(float);
     const bool a2a = e->comm == DCP_COMM_A2A;
     bp->n = 0;
-    plan_buffer(bp, &b->block_table, (size_t)e->max_batch * e->max_blocks_per_seq * sizeof(int32_t));
-    plan_buffer(bp, &b->seq_lens, e->max_batch * sizeof(int32_t));
-    plan_buffer(bp, &b->q_start, (e->max_batch + 1) * sizeof(int32_t));
-    plan_buffer(bp, &b->slots, e->max_tokens * sizeof(int64_t));
-    plan_buffer(bp, &b->token_keys, e->max_tokens * sizeof(uint64_t));
-    plan_buffer(bp, &b->lse_scratch, T * H * f);
+    bp->overflow = false;
+    plan_buffer(bp, &b->block_table, e->max_batch, e->max_blocks_per_seq, sizeof(int32_t), 1);
+    plan_buffer(bp, &b->seq_lens, e->max_batch, sizeof(int32_t), 1, 1);
+    plan_buffer(bp, &b->q_start, (uint64_t)e->max_batch + 1, sizeof(int32_t), 1, 1);
+    plan_buffer(bp, &b->slots, e->max_tokens, sizeof(int64_t), 1, 1);
+    plan_buffer(bp, &b->token_keys, e->max_tokens, sizeof(uint64_t), 1, 1);
+    plan_buffer(bp, &b->lse_scratch, T, H, f, 1);
     if (N > 1) {
-        plan_buffer(bp, &b->q_gathered, N * T * H * e->qk_dim * f);
-        plan_buffer(bp, &b->part, N * T * H * (a2a ? v + 1 : v) * f);
+        plan_buffer(bp, &b->q_gathered, N * T, H, e->qk_dim, f);
+        plan_buffer(bp, &b->part, N * T, H, a2a ? v + 1 : v, f);
         if (!a2a)
-            plan_buffer(bp, &b->part_lse, N * T * H * f);
-        plan_buffer(bp, &b->recv, (a2a ? N * T * H * (v + 1) : N * N * T * H) * f);
+            plan_buffer(bp, &b->part_lse, N * T, H, f, 1);
+        if (a2a)
+            plan_buffer(bp, &b->recv, N * T, H, v + 1, f);
+        else
+            plan_buffer(bp, &b->recv, N * N, T, H, f);
     }
     if (e->shape.max_splits > 1) {
-        plan_buffer(bp, &b->ws_o, e->shape.max_splits * T * Hg * v * f);
-        plan_buffer(bp, &b->ws_lse, e->shape.max_splits * T * Hg * f);
+        plan_buffer(bp, &b->ws_o, e->shape.max_splits, T * Hg, v, f);
+        plan_buffer(bp, &b->ws_lse, e->shape.max_splits, T * Hg, f, 1);
     }
 }
 
@@ -220,11 +286,18 @@ static void free_rank_buffers(struct dcp_rank *r)
     r->kv_arena = 0;
 }
 
-static void size_workspace(struct dcp_engine *e)
+/* Sizes the workspace once (split-KV capped so its partials stay within
+ * SPLIT_WORKSPACE_CAP); every size is checked, so later plans cannot overflow. */
+static int size_workspace(struct dcp_engine *e)
 {
-    /* Cap split-KV so its partials stay within SPLIT_WORKSPACE_CAP. */
-    const uint64_t per_split = (uint64_t)e->max_qtokens * e->gathered_heads * (e->v_dim + 1) * sizeof(float);
-    uint64_t cap = per_split ? SPLIT_WORKSPACE_CAP / per_split : 1;
+    /* Rows of one attention call (T * gathered heads) are 32-bit in the kernels. */
+    const uint64_t rows = (uint64_t)e->max_qtokens * e->gathered_heads;
+    if (rows > INT32_MAX)
+        return dcp_error(DCP_EINVAL, "max_query_tokens=%u x %u gathered heads = %llu rows: at most %d",
+                         e->max_qtokens, e->gathered_heads, (unsigned long long)rows, INT32_MAX);
+    bool ovf = false;
+    const uint64_t per_split = dcp_mul_u64(rows, ((uint64_t)e->v_dim + 1) * sizeof(float), &ovf);
+    const uint64_t cap = per_split ? SPLIT_WORKSPACE_CAP / per_split : 1;
     if (e->shape.max_splits > cap)
         e->shape.max_splits = (uint32_t)DCP_MAX(cap, 1);
     if (e->shape.max_splits == 0)
@@ -234,7 +307,12 @@ static void size_workspace(struct dcp_engine *e)
     plan_rank_buffers(e, &b, &bp);
     e->workspace_bytes = 0;
     for (int i = 0; i < bp.n; i++)
-        e->workspace_bytes += bp.bytes[i];
+        e->workspace_bytes = dcp_add_u64(e->workspace_bytes, bp.bytes[i], &bp.overflow);
+    if (bp.overflow)
+        return dcp_error(DCP_EINVAL, "the per-rank workspace for max_batch=%u, max_query_tokens=%u, "
+                         "max_step_tokens=%u and %u gathered heads does not fit 64 bits",
+                         e->max_batch, e->max_qtokens, e->max_tokens, e->gathered_heads);
+    return DCP_OK;
 }
 
 /* ---- step host arrays --------------------------------------------------- */
@@ -293,9 +371,11 @@ static int init_backend(struct dcp_engine *e)
 
 DCP_API int dcp_engine_create(const struct dcp_engine_params *params, dcp_engine **out)
 {
+    dcp_clear_error();
+    if (out)
+        *out = NULL;
     if (!params || !out || !params->deployment)
-        return dcp_error(DCP_EINVAL, "dcp_engine_create: params, deployment and out are required");
-    *out = NULL;
+        return dcp_error(DCP_EINVAL, "engine_create: params, params->deployment and out are required");
     struct dcp_engine *e = calloc(1, sizeof(*e));
     if (!e)
         return dcp_error(DCP_ENOMEM, "engine");
@@ -310,7 +390,9 @@ DCP_API int dcp_engine_create(const struct dcp_engine_params *params, dcp_engine
     err = size_pools(e, e->ops == &dcp_host_backend);
     if (err)
         goto fail;
-    size_workspace(e);
+    err = size_workspace(e);
+    if (err)
+        goto fail;
     struct dcp_kv_manager_params kp = {
         .num_blocks = e->num_blocks,
         .block_size = e->block_size,
@@ -347,6 +429,7 @@ DCP_API int dcp_engine_create(const struct dcp_engine_params *params, dcp_engine
     if (e->ops->engine_start && (err = e->ops->engine_start(e)))
         goto fail;
     *out = e;
+    dcp_clear_error(); /* a CUDA backend that fell back to host left its reason */
     return DCP_OK;
 fail:
     dcp_engine_destroy(&e);
@@ -375,7 +458,7 @@ DCP_API void dcp_engine_destroy(dcp_engine **engine)
 
 DCP_API void dcp_engine_get_info(const dcp_engine *e, struct dcp_engine_info *info)
 {
-    if (!e || !info)
+    if (need_engine(e, "engine_get_info") || !info)
         return;
     *info = (struct dcp_engine_info){
         .backend = e->ops->name,
@@ -405,61 +488,133 @@ DCP_API void dcp_engine_get_info(const dcp_engine *e, struct dcp_engine_info *in
 
 DCP_API dcp_rank *dcp_engine_rank(dcp_engine *e, uint32_t i)
 {
-    return e && i < e->num_ranks ? &e->ranks[i] : NULL;
+    dcp_clear_error();
+    if (!e || i >= e->num_ranks) {
+        dcp_error(DCP_EINVAL, "engine_rank: no local rank %u (%u local ranks)", i, e ? e->num_ranks : 0);
+        return NULL;
+    }
+    return &e->ranks[i];
+}
+
+/* ---- failure, abort and recovery ------------------------------------------ */
+
+DCP_API void dcp_engine_abort(dcp_engine *e)
+{
+    if (!e)
+        return;
+    atomic_store(&e->aborted, 1);
+    if (e->ops && e->ops->abort)
+        e->ops->abort(e);
+}
+
+/* Called between steps (no rank function runs): an engine whose step was aborted
+ * is made usable again when the backend can restart its collectives; otherwise,
+ * or when it failed before, every call from now on is refused. */
+static int settle(struct dcp_engine *e)
+{
+    if (!atomic_load(&e->failed) && atomic_exchange(&e->aborted, 0)) {
+        int err = e->ops->recover ? e->ops->recover(e)
+                                  : dcp_error(DCP_EABORTED, "the %s backend cannot restart its collectives",
+                                              e->ops->name);
+        if (err) {
+            snprintf(e->failure, sizeof(e->failure), "%s", dcp_last_error()[0] ? dcp_last_error()
+                                                                               : dcp_strerror(err));
+            atomic_store(&e->failed, 1);
+        }
+    }
+    if (atomic_load(&e->failed))
+        return dcp_error(DCP_EABORTED, "the engine failed after an abort (%s): destroy it", e->failure);
+    return DCP_OK;
+}
+
+int dcp_engine_check_usable(const struct dcp_engine *e)
+{
+    return atomic_load(&e->failed) ? dcp_error(DCP_EABORTED, "the engine failed after an abort (%s): destroy it",
+                                               e->failure)
+                                   : DCP_OK;
 }
 
 /* ---- scheduler front end -------------------------------------------------- */
 
 DCP_API int dcp_seq_create(dcp_engine *e, uint32_t *seq_id)
 {
-    return e && seq_id ? dcp_kv_seq_create(e->kv, seq_id) : DCP_EINVAL;
+    int err = need_engine(e, "seq_create");
+    if (!err && !seq_id)
+        err = dcp_error(DCP_EINVAL, "seq_create: seq_id is NULL");
+    return err ? err : dcp_kv_seq_create(e->kv, seq_id);
 }
 
+/* Changing a sequence invalidates the step (its block tables and slots). */
 DCP_API int dcp_seq_extend(dcp_engine *e, uint32_t seq_id, uint32_t n)
 {
-    if (!e)
-        return DCP_EINVAL;
+    int err = need_engine(e, "seq_extend");
+    if (err)
+        return err;
     e->step.valid = false;
     return dcp_kv_seq_extend(e->kv, seq_id, n);
 }
 
 DCP_API int dcp_seq_truncate(dcp_engine *e, uint32_t seq_id, uint64_t len)
 {
-    if (!e)
-        return DCP_EINVAL;
+    int err = need_engine(e, "seq_truncate");
+    if (err)
+        return err;
     e->step.valid = false;
     return dcp_kv_seq_truncate(e->kv, seq_id, len);
 }
 
 DCP_API int dcp_seq_fork(dcp_engine *e, uint32_t src, uint32_t *seq_id)
 {
-    return e && seq_id ? dcp_kv_seq_fork(e->kv, src, seq_id) : DCP_EINVAL;
+    int err = need_engine(e, "seq_fork");
+    if (!err && !seq_id)
+        err = dcp_error(DCP_EINVAL, "seq_fork: seq_id is NULL");
+    return err ? err : dcp_kv_seq_fork(e->kv, src, seq_id);
 }
 
 DCP_API int dcp_seq_release(dcp_engine *e, uint32_t seq_id)
 {
-    if (!e)
-        return DCP_EINVAL;
+    int err = need_engine(e, "seq_release");
+    if (err)
+        return err;
     e->step.valid = false;
     return dcp_kv_seq_release(e->kv, seq_id);
 }
 
 DCP_API uint64_t dcp_seq_length(const dcp_engine *e, uint32_t seq_id)
 {
-    return e ? dcp_kv_seq_length(e->kv, seq_id) : 0;
+    if (need_engine(e, "seq_length") || dcp_kv_seq_check(e->kv, seq_id, "seq_length"))
+        return 0;
+    return dcp_kv_seq_length(e->kv, seq_id);
 }
 
 DCP_API uint64_t dcp_engine_free_blocks(const dcp_engine *e)
 {
-    return e ? dcp_kv_free_blocks(e->kv) : 0;
+    return need_engine(e, "engine_free_blocks") ? 0 : dcp_kv_free_blocks(e->kv);
 }
 
 DCP_API uint64_t dcp_engine_blocks_for(const dcp_engine *e, uint64_t len)
 {
-    return e ? dcp_kv_blocks_for(e->kv, len) : 0;
+    return need_engine(e, "engine_blocks_for") ? 0 : dcp_kv_blocks_for(e->kv, len);
 }
 
 /* ---- step metadata -------------------------------------------------------- */
+
+/* The step writes positions [from, len) of sequence id: refuse when one lies in a
+ * block that another sequence shares (a fork's prefix) or that the prefix cache
+ * published, whose KV others read. */
+static int check_writable(const struct dcp_engine *e, uint32_t id, uint64_t from, uint64_t len)
+{
+    const int32_t *blocks = dcp_kv_seq_blocks(e->kv, id, NULL);
+    const uint64_t per_block = dcp_kv_tokens_per_block(e->kv);
+    for (uint64_t i = from / per_block; i <= (len - 1) / per_block; i++)
+        if (dcp_kv_block_refcount(e->kv, blocks[i]) > 1 || dcp_kv_block_published(e->kv, blocks[i]))
+            return dcp_error(DCP_EINVAL, "begin_step: sequence %u would write positions %llu..%llu, but positions "
+                             "%llu..%llu are in a block it shares with a fork or the prefix cache (a shared "
+                             "prefix is read-only; query only positions from %llu on)", id, (unsigned long long)from,
+                             (unsigned long long)(len - 1), (unsigned long long)(i * per_block),
+                             (unsigned long long)((i + 1) * per_block - 1), (unsigned long long)((i + 1) * per_block));
+    return DCP_OK;
+}
 
 static int check_batch(struct dcp_engine *e, const struct dcp_batch *b)
 {
@@ -476,22 +631,24 @@ static int check_batch(struct dcp_engine *e, const struct dcp_batch *b)
     uint64_t tokens = 0;
     for (uint32_t i = 0; i < b->num_seqs; i++) {
         const uint32_t id = b->seq_ids[i];
-        if (!dcp_kv_seq_exists(e->kv, id))
-            return dcp_error(DCP_EINVAL, "begin_step: no sequence %u", id);
-        if (s->seen[id] == s->stamp)
+        int err = dcp_kv_seq_check(e->kv, id, "begin_step");
+        if (err)
+            return err;
+        const uint32_t slot = dcp_kv_seq_slot(e->kv, id);
+        if (s->seen[slot] == s->stamp)
             return dcp_error(DCP_EINVAL, "begin_step: sequence %u appears twice", id);
-        s->seen[id] = s->stamp;
+        s->seen[slot] = s->stamp;
         const uint64_t len = dcp_kv_seq_length(e->kv, id);
         if (b->q_lens[i] == 0 || b->q_lens[i] > len)
             return dcp_error(DCP_EINVAL, "begin_step: sequence %u has %llu tokens, q_len %u", id,
                              (unsigned long long)len, b->q_lens[i]);
-        if (len > INT32_MAX)
-            return dcp_error(DCP_EINVAL, "begin_step: sequence %u is longer than 2^31 tokens", id);
         tokens += b->q_lens[i];
+        if (tokens > e->max_tokens)
+            return dcp_error(DCP_EINVAL, "begin_step: more than max_step_tokens=%u query tokens (%llu up to "
+                             "sequence %u)", e->max_tokens, (unsigned long long)tokens, id);
+        if ((err = check_writable(e, id, len - b->q_lens[i], len)))
+            return err;
     }
-    if (tokens > e->max_tokens)
-        return dcp_error(DCP_EINVAL, "begin_step: %llu query tokens, max_step_tokens is %u",
-                         (unsigned long long)tokens, e->max_tokens);
     return DCP_OK;
 }
 
@@ -554,11 +711,11 @@ static uint32_t choose_splits(const struct dcp_engine *e)
 
 DCP_API int dcp_engine_begin_step(dcp_engine *e, const struct dcp_batch *b)
 {
-    if (!e)
-        return DCP_EINVAL;
-    e->step.valid = false;
-    int err = check_batch(e, b);
+    int err = need_engine(e, "begin_step");
     if (err)
+        return err;
+    e->step.valid = false;
+    if ((err = settle(e)) || (err = check_batch(e, b)))
         return err;
     build_step(e, b);
     struct dcp_step *s = &e->step;
@@ -581,77 +738,119 @@ DCP_API int dcp_engine_begin_step(dcp_engine *e, const struct dcp_batch *b)
 
 /* ---- rank threads --------------------------------------------------------- */
 
+/* Rank threads start only once all of them exist, so a failed pthread_create
+ * cancels the run before any rank function ran. */
+struct run_gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int state; /* 0: wait, 1: run, -1: cancelled */
+};
+
 struct rank_job {
     dcp_rank_fn fn;
     void *arg;
     struct dcp_rank *rank;
+    struct run_gate *gate;
     int result;
     char message[256]; /* the rank thread's dcp_last_error() when it failed */
 };
 
-static void *rank_thread(void *p)
+/* A rank function failed inside dcp_engine_run: its peers may wait for it in a
+ * collective, so the step is aborted (they return DCP_EABORTED). */
+static int run_rank(struct rank_job *job)
 {
-    struct rank_job *job = p;
     job->result = job->fn(job->rank, job->arg);
     if (job->result) {
         snprintf(job->message, sizeof(job->message), "%s", dcp_last_error());
         if (job->result != DCP_EABORTED)
-            dcp_engine_fail(job->rank->engine);
+            dcp_engine_abort(job->rank->engine);
     }
+    return job->result;
+}
+
+static void *rank_thread(void *p)
+{
+    struct rank_job *job = p;
+    pthread_mutex_lock(&job->gate->mu);
+    while (job->gate->state == 0)
+        pthread_cond_wait(&job->gate->cv, &job->gate->mu);
+    const bool run = job->gate->state > 0;
+    pthread_mutex_unlock(&job->gate->mu);
+    if (run)
+        run_rank(job);
     return NULL;
 }
 
-void dcp_engine_fail(struct dcp_engine *e)
+static void open_gate(struct run_gate *g, int state)
 {
-    atomic_store(&e->failed, 1);
-    if (e->ops && e->ops->abort)
-        e->ops->abort(e);
+    pthread_mutex_lock(&g->mu);
+    g->state = state;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* The root cause among the jobs: the first failure that is not a consequence of
+ * another, with its message carried over to the calling thread. */
+static int report_jobs(const struct rank_job *jobs, uint32_t n)
+{
+    int culprit = -1;
+    for (uint32_t i = 0; i < n && culprit < 0; i++)
+        if (jobs[i].result && jobs[i].result != DCP_EABORTED)
+            culprit = (int)i;
+    for (uint32_t i = 0; i < n && culprit < 0; i++)
+        if (jobs[i].result)
+            culprit = (int)i;
+    if (culprit < 0)
+        return DCP_OK;
+    const struct rank_job *j = &jobs[culprit];
+    return dcp_error(j->result, "rank %u: %s", j->rank->tp_rank, j->message[0] ? j->message : dcp_strerror(j->result));
+}
+
+static int run_threads(struct dcp_engine *e, struct rank_job *jobs, pthread_t *threads)
+{
+    struct run_gate gate = {.state = 0};
+    pthread_mutex_init(&gate.mu, NULL);
+    pthread_cond_init(&gate.cv, NULL);
+    uint32_t started = 0;
+    int create_err = 0;
+    for (; started < e->num_ranks; started++) {
+        jobs[started].gate = &gate;
+        if ((create_err = pthread_create(&threads[started], NULL, rank_thread, &jobs[started])))
+            break;
+    }
+    open_gate(&gate, create_err ? -1 : 1);
+    for (uint32_t i = 0; i < started; i++)
+        pthread_join(threads[i], NULL);
+    pthread_cond_destroy(&gate.cv);
+    pthread_mutex_destroy(&gate.mu);
+    if (create_err)
+        return dcp_error(DCP_ENOMEM, "engine_run: cannot start a thread for rank %u (pthread_create: %s); "
+                         "no rank function ran", e->ranks[started].tp_rank, strerror(create_err));
+    return report_jobs(jobs, e->num_ranks);
 }
 
 DCP_API int dcp_engine_run(dcp_engine *e, dcp_rank_fn fn, void *arg)
 {
+    dcp_clear_error();
     if (!e || !fn)
-        return DCP_EINVAL;
-    if (atomic_load(&e->failed))
-        return dcp_error(DCP_EABORTED, "a rank failed earlier; destroy the engine");
-    if (e->num_ranks == 1) {
-        int err = fn(&e->ranks[0], arg);
-        if (err && err != DCP_EABORTED)
-            dcp_engine_fail(e);
+        return dcp_error(DCP_EINVAL, "engine_run: engine and fn are required");
+    int err = settle(e);
+    if (err)
         return err;
-    }
     struct rank_job *jobs = calloc(e->num_ranks, sizeof(*jobs));
-    pthread_t *threads = calloc(e->num_ranks, sizeof(*threads));
-    if (!jobs || !threads) {
-        free(jobs);
+    if (!jobs)
+        return dcp_error(DCP_ENOMEM, "engine_run: rank jobs");
+    for (uint32_t i = 0; i < e->num_ranks; i++)
+        jobs[i] = (struct rank_job){.fn = fn, .arg = arg, .rank = &e->ranks[i]};
+    if (e->num_ranks == 1) {
+        err = run_rank(&jobs[0]) ? report_jobs(jobs, 1) : DCP_OK;
+    } else {
+        pthread_t *threads = calloc(e->num_ranks, sizeof(*threads));
+        err = threads ? run_threads(e, jobs, threads) : dcp_error(DCP_ENOMEM, "engine_run: rank threads");
         free(threads);
-        return dcp_error(DCP_ENOMEM, "rank threads");
     }
-    uint32_t started = 0;
-    int err = DCP_OK;
-    for (; started < e->num_ranks; started++) {
-        jobs[started] = (struct rank_job){.fn = fn, .arg = arg, .rank = &e->ranks[started]};
-        if (pthread_create(&threads[started], NULL, rank_thread, &jobs[started])) {
-            err = dcp_error(DCP_ENOMEM, "pthread_create failed for rank %u", started);
-            dcp_engine_fail(e);
-            break;
-        }
-    }
-    for (uint32_t i = 0; i < started; i++)
-        pthread_join(threads[i], NULL);
-    /* Report the root cause: the first failure that is not a consequence of another,
-     * with its message carried over to the calling thread. */
-    int culprit = -1;
-    for (uint32_t i = 0; i < started && culprit < 0; i++)
-        if (jobs[i].result && jobs[i].result != DCP_EABORTED)
-            culprit = (int)i;
-    for (uint32_t i = 0; i < started && culprit < 0; i++)
-        if (jobs[i].result)
-            culprit = (int)i;
-    if (!err && culprit >= 0)
-        err = dcp_error(jobs[culprit].result, "rank %u: %s", jobs[culprit].rank->tp_rank,
-                        jobs[culprit].message[0] ? jobs[culprit].message : dcp_strerror(jobs[culprit].result));
     free(jobs);
-    free(threads);
+    if (!err)
+        dcp_clear_error();
     return err;
 }

@@ -59,8 +59,12 @@ struct dcp_backend_ops {
     int (*all_to_all)(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes);
     /** Waits for all queued work of the rank. */
     int (*synchronize)(struct dcp_rank *r);
-    /** Wakes every rank blocked in a collective after a failure (they return DCP_EABORTED). */
+    /** Wakes every rank blocked in a collective after a failure (they return DCP_EABORTED).
+     *  Any thread, any time. */
     void (*abort)(struct dcp_engine *e);
+    /** Optional: after an abort, while no rank function runs, makes the collectives usable
+     *  again; an error (or no recover) leaves the engine failed for good. */
+    int (*recover)(struct dcp_engine *e);
 
     /* Profiling (only called when the engine was created with profile = true). */
     /** Marks the start of a timed operation; *token identifies it. */
@@ -165,7 +169,9 @@ struct dcp_engine {
     uint32_t num_ranks;
     uint32_t ranks_initialised;
 
-    atomic_int failed;              ///< Set when a rank failed inside dcp_engine_run().
+    atomic_int aborted;             ///< The step was aborted; recover at the next begin_step or run.
+    atomic_int failed;              ///< Recovery failed: the engine refuses every step (destroy it).
+    char failure[256];              ///< Why it failed.
     char detail[512];               ///< Backend detail for dcp_engine_info.
     char notice[512];               ///< Why auto fell back to host ("" if it did not).
 };
@@ -176,7 +182,7 @@ static inline uint64_t dcp_layer_k(const struct dcp_rank *r, uint32_t layer)
     return r->kv_arena + (uint64_t)layer * r->engine->layer_bytes;
 }
 
-/** Marks the engine failed and wakes ranks blocked in collectives. */
-void dcp_engine_fail(struct dcp_engine *e);
+/** DCP_OK, or DCP_EABORTED with a message when the engine failed for good. */
+int dcp_engine_check_usable(const struct dcp_engine *e);
 
 #endif /* DCP_ENGINE_INTERNAL_H */

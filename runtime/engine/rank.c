@@ -12,13 +12,26 @@
 
 #define ADDR(p) ((uint64_t)(uintptr_t)(p))
 
-static int check_step(const struct dcp_rank *r, uint32_t layer)
+/* Every public entry clears the thread's last error first, so after a success
+ * dcp_last_error() is "" and after a failure it is that failure's message. */
+static int need_rank(const struct dcp_rank *r, const char *op)
+{
+    dcp_clear_error();
+    return r ? DCP_OK : dcp_error(DCP_EINVAL, "%s: rank is NULL", op);
+}
+
+/* Argument checks of a step's rank function. They depend on the engine's state
+ * and the caller's arguments only, and fail before anything is queued. */
+static int check_step(const struct dcp_rank *r, const char *op, uint32_t layer)
 {
     const struct dcp_engine *e = r->engine;
+    int err = dcp_engine_check_usable(e);
+    if (err)
+        return err;
     if (!e->step.valid)
-        return dcp_error(DCP_EINVAL, "no step: call dcp_engine_begin_step() after changing sequences");
+        return dcp_error(DCP_EINVAL, "%s: no step: call dcp_engine_begin_step() after changing sequences", op);
     if (layer >= e->num_layers)
-        return dcp_error(DCP_EINVAL, "layer %u out of range (%u layers)", layer, e->num_layers);
+        return dcp_error(DCP_EINVAL, "%s: layer %u out of range (%u layers)", op, layer, e->num_layers);
     return DCP_OK;
 }
 
@@ -62,15 +75,18 @@ static int collective(struct dcp_rank *r, enum collective kind, uint64_t send, u
     return timer_end(r, t, PROF_COMM, err);
 }
 
-DCP_API uint32_t dcp_rank_tp_rank(const dcp_rank *r) { return r ? r->tp_rank : 0; }
+DCP_API uint32_t dcp_rank_tp_rank(const dcp_rank *r) { return need_rank(r, "rank_tp_rank") ? 0 : r->tp_rank; }
 
-DCP_API uint32_t dcp_rank_group_rank(const dcp_rank *r) { return r ? r->group_rank : 0; }
+DCP_API uint32_t dcp_rank_group_rank(const dcp_rank *r)
+{
+    return need_rank(r, "rank_group_rank") ? 0 : r->group_rank;
+}
 
-DCP_API dcp_engine *dcp_rank_engine(dcp_rank *r) { return r ? r->engine : NULL; }
+DCP_API dcp_engine *dcp_rank_engine(dcp_rank *r) { return need_rank(r, "rank_engine") ? NULL : r->engine; }
 
 DCP_API void dcp_rank_head_offsets(const dcp_rank *r, uint32_t *q_head0, uint32_t *kv_head0)
 {
-    if (!r)
+    if (need_rank(r, "rank_head_offsets"))
         return;
     const struct dcp_engine *e = r->engine;
     const uint32_t kv = e->mla ? 1 : e->cfg->model.num_kv_heads;
@@ -82,18 +98,18 @@ DCP_API void dcp_rank_head_offsets(const dcp_rank *r, uint32_t *q_head0, uint32_
 
 DCP_API const void *dcp_rank_step_token_keys(const dcp_rank *r)
 {
-    return r ? (const void *)(uintptr_t)r->buf.token_keys : NULL;
+    return need_rank(r, "rank_step_token_keys") ? NULL : (const void *)(uintptr_t)r->buf.token_keys;
 }
 
 /* ---- append ---------------------------------------------------------------- */
 
 DCP_API int dcp_rank_append_kv(dcp_rank *r, uint32_t layer, const void *k, const void *v)
 {
-    if (!r || !k)
-        return dcp_error(DCP_EINVAL, "append_kv: rank and k are required");
-    int err = check_step(r, layer);
-    if (err)
+    int err = need_rank(r, "append_kv");
+    if (err || (err = check_step(r, "append_kv", layer)))
         return err;
+    if (!k)
+        return dcp_error(DCP_EINVAL, "append_kv: k is NULL");
     const struct dcp_engine *e = r->engine;
     if (!e->mla && !v)
         return dcp_error(DCP_EINVAL, "append_kv: v is required for %s",
@@ -243,27 +259,18 @@ static int merge_a2a(struct dcp_rank *r, uint64_t out, uint64_t lse)
     return launch(r, PROF_MERGE, DCPK_KERNEL_merge, &m);
 }
 
-DCP_API int dcp_rank_attention(dcp_rank *r, uint32_t layer, const void *q, void *out, void *lse)
+/* The attention flow once its arguments are checked; its failures are the backend's. */
+static int attention(struct dcp_rank *r, uint32_t layer, const void *q, void *out, void *lse)
 {
-    if (!r || !q || !out)
-        return dcp_error(DCP_EINVAL, "attention: rank, q and out are required");
-    int err = check_step(r, layer);
-    if (err)
-        return err;
     const struct dcp_engine *e = r->engine;
     const uint64_t T = e->step.tokens, H = e->q_heads_per_rank, v = e->v_dim, qk = e->qk_dim;
-    if (T == 0)
-        return DCP_OK;
-    if (T > e->max_qtokens)
-        return dcp_error(DCP_EINVAL, "attention: the step has %llu query tokens, max_query_tokens is %u",
-                         (unsigned long long)T, e->max_qtokens);
     const uint64_t out_lse = lse ? ADDR(lse) : r->buf.lse_scratch;
     if (e->dcp == 1) {
         const struct attn_target t = {.out = ADDR(out), .lse = out_lse};
         return launch_attention(r, layer, ADDR(q), 0, &t);
     }
     /* Every rank gets all N * H_l heads' queries, laid out [N][T][H_l][qk]. */
-    err = collective(r, ALL_GATHER, ADDR(q), r->buf.q_gathered, T * H * qk * sizeof(float));
+    int err = collective(r, ALL_GATHER, ADDR(q), r->buf.q_gathered, T * H * qk * sizeof(float));
     if (err)
         return err;
     const bool a2a = e->comm == DCP_COMM_A2A;
@@ -285,45 +292,78 @@ DCP_API int dcp_rank_attention(dcp_rank *r, uint32_t layer, const void *q, void 
     return a2a ? merge_a2a(r, ADDR(out), out_lse) : merge_ag_rs(r, ADDR(out), out_lse);
 }
 
+DCP_API int dcp_rank_attention(dcp_rank *r, uint32_t layer, const void *q, void *out, void *lse)
+{
+    int err = need_rank(r, "attention");
+    if (err || (err = check_step(r, "attention", layer)))
+        return err;
+    if (!q || !out)
+        return dcp_error(DCP_EINVAL, "attention: q and out are required");
+    const struct dcp_engine *e = r->engine;
+    if (e->step.tokens == 0)
+        return DCP_OK;
+    if (e->step.tokens > e->max_qtokens)
+        return dcp_error(DCP_EINVAL, "attention: the step has %u query tokens, more than max_query_tokens=%u: "
+                         "dcp_engine_begin_step() accepted it as an append-only step (prefill chunk)",
+                         e->step.tokens, e->max_qtokens);
+    /* A failed launch or collective aborts the step, so that peers waiting for this
+     * rank in a collective return DCP_EABORTED instead of waiting for the timeout. */
+    err = attention(r, layer, q, out, lse);
+    if (err && err != DCP_EABORTED)
+        dcp_engine_abort(r->engine);
+    return err;
+}
+
 DCP_API int dcp_rank_synchronize(dcp_rank *r)
 {
-    return r ? r->engine->ops->synchronize(r) : DCP_EINVAL;
+    int err = need_rank(r, "rank_synchronize");
+    return err ? err : r->engine->ops->synchronize(r);
 }
 
 /* ---- buffers ------------------------------------------------------------------ */
 
 DCP_API int dcp_rank_alloc(dcp_rank *r, size_t bytes, void **ptr)
 {
-    if (!r || !ptr || !bytes)
-        return dcp_error(DCP_EINVAL, "rank_alloc: rank, ptr and a size are required");
+    int err = need_rank(r, "rank_alloc");
+    if (err)
+        return err;
+    if (!ptr || !bytes)
+        return dcp_error(DCP_EINVAL, "rank_alloc: ptr and a size of at least one byte are required");
     uint64_t addr = 0;
-    int err = r->engine->ops->alloc(r, bytes, &addr);
+    err = r->engine->ops->alloc(r, bytes, &addr);
     *ptr = err ? NULL : (void *)(uintptr_t)addr;
     return err;
 }
 
 DCP_API void dcp_rank_free(dcp_rank *r, void *ptr)
 {
-    if (r && ptr)
+    if (!need_rank(r, "rank_free") && ptr)
         r->engine->ops->free(r, ADDR(ptr));
 }
 
 DCP_API int dcp_rank_upload(dcp_rank *r, void *dst, const void *src, size_t bytes)
 {
-    if (!r || (bytes && (!dst || !src)))
-        return dcp_error(DCP_EINVAL, "rank_upload: arguments");
+    int err = need_rank(r, "rank_upload");
+    if (err)
+        return err;
+    if (bytes && (!dst || !src))
+        return dcp_error(DCP_EINVAL, "rank_upload: dst and src are required (%zu bytes)", bytes);
     return bytes ? r->engine->ops->upload(r, ADDR(dst), src, bytes) : DCP_OK;
 }
 
 DCP_API int dcp_rank_download(dcp_rank *r, void *dst, const void *src, size_t bytes)
 {
-    if (!r || (bytes && (!dst || !src)))
-        return dcp_error(DCP_EINVAL, "rank_download: arguments");
+    int err = need_rank(r, "rank_download");
+    if (err)
+        return err;
+    if (bytes && (!dst || !src))
+        return dcp_error(DCP_EINVAL, "rank_download: dst and src are required (%zu bytes)", bytes);
     return bytes ? r->engine->ops->download(r, dst, ADDR(src), bytes) : DCP_OK;
 }
 
 DCP_API void dcp_rank_kv_arena(const dcp_rank *r, void **ptr, size_t *bytes)
 {
+    need_rank(r, "rank_kv_arena");
     if (ptr)
         *ptr = r ? (void *)(uintptr_t)r->kv_arena : NULL;
     if (bytes)
@@ -332,12 +372,15 @@ DCP_API void dcp_rank_kv_arena(const dcp_rank *r, void **ptr, size_t *bytes)
 
 DCP_API int dcp_rank_copy(dcp_rank *r, void *dst, const void *src, size_t bytes)
 {
-    if (!r || (bytes && (!dst || !src)))
-        return dcp_error(DCP_EINVAL, "rank_copy: arguments");
+    int err = need_rank(r, "rank_copy");
+    if (err)
+        return err;
+    if (bytes && (!dst || !src))
+        return dcp_error(DCP_EINVAL, "rank_copy: dst and src are required (%zu bytes)", bytes);
     if (!bytes)
         return DCP_OK;
     uint32_t t = 0;
-    int err = timer_begin(r, &t);
+    err = timer_begin(r, &t);
     if (!err)
         err = r->engine->ops->copy(r, ADDR(dst), ADDR(src), bytes);
     return timer_end(r, t, PROF_OTHER, err);
@@ -345,8 +388,11 @@ DCP_API int dcp_rank_copy(dcp_rank *r, void *dst, const void *src, size_t bytes)
 
 DCP_API int dcp_rank_fill_synthetic(dcp_rank *r, void *dst, const struct dcp_synth_desc *d)
 {
-    if (!r || !dst || !d)
-        return dcp_error(DCP_EINVAL, "fill_synthetic: arguments");
+    int err = need_rank(r, "fill_synthetic");
+    if (err)
+        return err;
+    if (!dst || !d)
+        return dcp_error(DCP_EINVAL, "fill_synthetic: dst and desc are required");
     if (d->rows == 0)
         return DCP_OK;
     const struct dcpk_fill_params p = {
@@ -382,12 +428,14 @@ DCP_API float dcp_dtype_round(enum dcp_dtype dtype, float value, float scale)
 
 DCP_API int dcp_rank_get_profile(dcp_rank *r, struct dcp_profile *out)
 {
-    if (!r || !out)
-        return dcp_error(DCP_EINVAL, "get_profile: arguments");
+    int err = need_rank(r, "get_profile");
+    if (err)
+        return err;
+    if (!out)
+        return dcp_error(DCP_EINVAL, "get_profile: out is NULL");
     if (!r->engine->params.profile)
         return dcp_error(DCP_ENOTSUP, "the engine was created without profile = true");
-    int err = r->engine->ops->timer_collect(r);
-    if (err)
+    if ((err = r->engine->ops->timer_collect(r)))
         return err;
     *out = (struct dcp_profile){
         .append_seconds = r->prof_seconds[PROF_APPEND],
@@ -406,7 +454,7 @@ DCP_API int dcp_rank_get_profile(dcp_rank *r, struct dcp_profile *out)
 
 DCP_API void dcp_rank_reset_profile(dcp_rank *r)
 {
-    if (!r)
+    if (need_rank(r, "reset_profile"))
         return;
     if (r->engine->params.profile)
         r->engine->ops->timer_collect(r);

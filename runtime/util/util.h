@@ -5,6 +5,7 @@
 #define DCP_UTIL_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,8 +37,34 @@ int dcp_verror(int status, const char *fmt, va_list ap);
 /** Clears the thread's last error detail. */
 void dcp_clear_error(void);
 
-/** Integer ceil(a / b) for b > 0. */
-static inline uint64_t dcp_div_ceil_u64(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+/** Integer ceil(a / b) for b > 0, for every a (no overflow near UINT64_MAX). */
+static inline uint64_t dcp_div_ceil_u64(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
+
+/**
+ * a * b, or UINT64_MAX with *overflow set when the product does not fit. Chains
+ * (the flag only ever goes up), so a size is computed in one expression and
+ * checked once: `bytes = dcp_mul_u64(dcp_mul_u64(n, h, &ovf), d, &ovf); if (ovf) ...`.
+ */
+static inline uint64_t dcp_mul_u64(uint64_t a, uint64_t b, bool *overflow)
+{
+    uint64_t r;
+    if (__builtin_mul_overflow(a, b, &r)) {
+        *overflow = true;
+        return UINT64_MAX;
+    }
+    return r;
+}
+
+/** a + b, or UINT64_MAX with *overflow set when the sum does not fit (chains like dcp_mul_u64). */
+static inline uint64_t dcp_add_u64(uint64_t a, uint64_t b, bool *overflow)
+{
+    uint64_t r;
+    if (__builtin_add_overflow(a, b, &r)) {
+        *overflow = true;
+        return UINT64_MAX;
+    }
+    return r;
+}
 
 /** strdup that returns NULL for NULL input. */
 char *dcp_strdup(const char *s);

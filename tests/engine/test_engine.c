@@ -181,9 +181,9 @@ static void test_failure_propagates(void **state)
     float *bufs[4] = {q0, q1, o0, o1};
     int err = dcp_engine_run(e, fail_on_rank1, bufs);
     assert_int_equal(err, DCP_EINVAL);
-    assert_non_null(strstr(dcp_last_error(), "rank 1: layer 7 out of range"));
-    /* The engine refuses further runs. */
-    assert_int_equal(dcp_engine_run(e, fail_on_rank1, bufs), DCP_EABORTED);
+    assert_non_null(strstr(dcp_last_error(), "rank 1: attention: layer 7 out of range"));
+    /* An argument error fails that run only: the next one meets the same error, not a dead engine. */
+    assert_int_equal(dcp_engine_run(e, fail_on_rank1, bufs), DCP_EINVAL);
     dcp_engine_destroy(&e);
     dcp_deployment_destroy(&dep);
 }

@@ -177,7 +177,10 @@ static void test_free_and_reuse(void **state)
     assert_int_equal(dcp_kv_live_seqs(m), 1);
 
     uint32_t c = new_seq(m);
-    assert_int_equal(c, a); /* the released id is reused */
+    assert_int_not_equal(c, a); /* a's slot is reused under a new id: a is stale */
+    assert_false(dcp_kv_seq_exists(m, a));
+    assert_int_equal(dcp_kv_seq_extend(m, a, 1), DCP_EINVAL);
+    assert_error_mentions("stale");
     assert_int_equal(dcp_kv_seq_length(m, c), 0);
     assert_int_equal(dcp_kv_seq_extend(m, c, 16 * 3), DCP_OK);
     t = dcp_kv_seq_blocks(m, c, &count);
@@ -337,8 +340,52 @@ static void test_max_seqs(void **state)
     assert_int_equal(dcp_kv_live_seqs(m), 3);
     assert_int_equal(dcp_kv_seq_release(m, ids[1]), DCP_OK);
     assert_int_equal(dcp_kv_live_seqs(m), 2);
-    assert_int_equal(new_seq(m), ids[1]);
+    const uint32_t again = new_seq(m);
+    assert_int_not_equal(again, ids[1]); /* ids[1]'s slot, a new generation */
+    assert_int_equal(again & 3, ids[1]);
     dcp_kv_manager_destroy(&m);
+}
+
+/* Ids carry a generation: a released id stays refused until its slot has been
+ * reused 2^(32 - slot bits) times. */
+static void test_generations(void **state)
+{
+    (void)state;
+    /* One slot: no slot bits, all 32 bits are generation. */
+    struct dcp_kv_manager *m = make(8, 4, 1, 1, 64);
+    uint32_t a = new_seq(m);
+    assert_int_equal(a, 0);
+    assert_int_equal(dcp_kv_seq_release(m, a), DCP_OK);
+    uint32_t b = new_seq(m);
+    assert_int_equal(b, 1);
+    assert_int_equal(dcp_kv_seq_check(m, a, "op"), DCP_EINVAL);
+    assert_error_mentions("op: sequence id 0 is stale");
+    assert_int_equal(dcp_kv_seq_check(m, b, "op"), DCP_OK);
+    assert_int_equal(dcp_kv_seq_slot(m, b), 0);
+    assert_int_equal(dcp_kv_seq_slot(m, a), UINT32_MAX);
+    dcp_kv_manager_destroy(&m);
+
+    /* The most slots: 24 slot bits leave 8 bits, 256 generations per slot. */
+    m = make(8, 4, 1, DCP_KV_MAX_SEQS, 64);
+    a = new_seq(m);
+    assert_int_equal(a, 0);
+    uint32_t id = a;
+    for (uint32_t i = 1; i < 256; i++) {
+        assert_int_equal(dcp_kv_seq_release(m, id), DCP_OK);
+        id = new_seq(m);
+        assert_int_equal(id, i << 24);
+        assert_false(dcp_kv_seq_exists(m, a));
+    }
+    assert_int_equal(dcp_kv_seq_release(m, id), DCP_OK);
+    assert_int_equal(new_seq(m), a); /* wrapped around */
+    dcp_kv_manager_destroy(&m);
+
+    const struct dcp_kv_manager_params p = {
+        .num_blocks = 8, .block_size = 4, .group_size = 1, .max_seqs = DCP_KV_MAX_SEQS + 1, .max_context = 64,
+    };
+    assert_int_equal(dcp_kv_manager_create(&p, &m), DCP_EINVAL);
+    assert_error_mentions("max_seqs");
+    assert_null(m);
 }
 
 static void test_unknown_ids(void **state)
@@ -352,7 +399,7 @@ static void test_unknown_ids(void **state)
     for (size_t i = 0; i < DCP_ARRAY_SIZE(unknown); i++) {
         const uint32_t id = unknown[i];
         assert_int_equal(dcp_kv_seq_extend(m, id, 1), DCP_EINVAL);
-        assert_error_mentions("no live sequence");
+        assert_error_mentions(id == gone ? "stale" : "no live sequence");
         assert_int_equal(dcp_kv_seq_truncate(m, id, 0), DCP_EINVAL);
         assert_int_equal(dcp_kv_seq_fork(m, id, &out), DCP_EINVAL);
         assert_int_equal(dcp_kv_seq_release(m, id), DCP_EINVAL);
@@ -425,7 +472,7 @@ static void test_table_growth(void **state)
 
     /* Release and reuse a slot with a grown table; then grow past it again. */
     assert_int_equal(dcp_kv_seq_release(m, b), DCP_OK);
-    assert_int_equal(new_seq(m), b);
+    b = new_seq(m); /* b's slot again */
     assert_int_equal(dcp_kv_seq_extend(m, b, 400), DCP_OK);
     dcp_kv_seq_blocks(m, b, &count);
     assert_int_equal(count, 400);
@@ -437,11 +484,14 @@ static void test_table_growth(void **state)
 
 #define MODEL_BLOCKS 48
 #define MODEL_SEQS 6
+#define MODEL_SLOT_BITS 3 /* the fewest bits that number 6 slots */
 
-/* The manager's rules written the obvious way: per-sequence block lists, a refcount
- * per block, LIFO stacks of free blocks and free ids. */
+/* The manager's rules written the obvious way: per-slot block lists, a refcount
+ * per block, LIFO stacks of free blocks and free slots, and a generation per slot
+ * that each release bumps (id = generation << MODEL_SLOT_BITS | slot). */
 struct model {
     uint64_t tpb, max_context;
+    uint32_t gen[MODEL_SEQS];
     bool live[MODEL_SEQS];
     uint64_t len[MODEL_SEQS];
     uint32_t count[MODEL_SEQS];
@@ -475,22 +525,33 @@ static void model_drop_to(struct model *md, uint32_t s, uint32_t count)
     }
 }
 
+static uint32_t model_id(const struct model *md, uint32_t slot) { return md->gen[slot] << MODEL_SLOT_BITS | slot; }
+
+/* The slot of id when it names a live sequence, else MODEL_SEQS. */
+static uint32_t model_slot(const struct model *md, uint32_t id)
+{
+    const uint32_t slot = id & ((1u << MODEL_SLOT_BITS) - 1);
+    return slot < MODEL_SEQS && md->live[slot] && model_id(md, slot) == id ? slot : MODEL_SEQS;
+}
+
+static bool model_has(const struct model *md, uint32_t id) { return model_slot(md, id) < MODEL_SEQS; }
+
 static int model_create(struct model *md, uint32_t *id)
 {
     if (!md->nids)
         return DCP_ENOSPC;
-    *id = md->id_stack[--md->nids];
-    md->live[*id] = true;
-    md->len[*id] = 0;
-    md->count[*id] = 0;
+    const uint32_t slot = md->id_stack[--md->nids];
+    md->live[slot] = true;
+    md->len[slot] = 0;
+    md->count[slot] = 0;
+    *id = model_id(md, slot);
     return DCP_OK;
 }
 
-static bool model_has(const struct model *md, uint32_t s) { return s < MODEL_SEQS && md->live[s]; }
-
-static int model_extend(struct model *md, uint32_t s, uint32_t n)
+static int model_extend(struct model *md, uint32_t id, uint32_t n)
 {
-    if (!model_has(md, s) || md->len[s] + n > md->max_context)
+    const uint32_t s = model_slot(md, id);
+    if (s == MODEL_SEQS || md->len[s] + n > md->max_context)
         return DCP_EINVAL;
     uint32_t want = model_blocks(md, md->len[s] + n);
     if (want - md->count[s] > md->nfree)
@@ -504,9 +565,10 @@ static int model_extend(struct model *md, uint32_t s, uint32_t n)
     return DCP_OK;
 }
 
-static int model_truncate(struct model *md, uint32_t s, uint64_t len)
+static int model_truncate(struct model *md, uint32_t id, uint64_t len)
 {
-    if (!model_has(md, s) || len > md->len[s])
+    const uint32_t s = model_slot(md, id);
+    if (s == MODEL_SEQS || len > md->len[s])
         return DCP_EINVAL;
     uint32_t keep = model_blocks(md, len);
     if (len % md->tpb && md->ref[md->table[s][keep - 1]] > 1)
@@ -516,27 +578,31 @@ static int model_truncate(struct model *md, uint32_t s, uint64_t len)
     return DCP_OK;
 }
 
-static int model_fork(struct model *md, uint32_t src, uint32_t *id)
+static int model_fork(struct model *md, uint32_t src_id, uint32_t *id)
 {
-    if (!model_has(md, src) || md->len[src] % md->tpb)
+    const uint32_t src = model_slot(md, src_id);
+    if (src == MODEL_SEQS || md->len[src] % md->tpb)
         return DCP_EINVAL;
     int st = model_create(md, id);
     if (st)
         return st;
-    md->len[*id] = md->len[src];
-    md->count[*id] = md->count[src];
-    memcpy(md->table[*id], md->table[src], sizeof(md->table[src]));
+    const uint32_t dst = model_slot(md, *id);
+    md->len[dst] = md->len[src];
+    md->count[dst] = md->count[src];
+    memcpy(md->table[dst], md->table[src], sizeof(md->table[src]));
     for (uint32_t i = 0; i < md->count[src]; i++)
         md->ref[md->table[src][i]]++;
     return DCP_OK;
 }
 
-static int model_release(struct model *md, uint32_t s)
+static int model_release(struct model *md, uint32_t id)
 {
-    if (!model_has(md, s))
+    const uint32_t s = model_slot(md, id);
+    if (s == MODEL_SEQS)
         return DCP_EINVAL;
     model_drop_to(md, s, 0);
     md->live[s] = false;
+    md->gen[s] = (md->gen[s] + 1) & ((1u << (32 - MODEL_SLOT_BITS)) - 1);
     md->id_stack[md->nids++] = s;
     return DCP_OK;
 }
@@ -546,10 +612,13 @@ static void check_against_model(const struct dcp_kv_manager *m, const struct mod
     uint64_t table_sum = 0, ref_sum = 0;
     uint32_t live = 0;
     for (uint32_t s = 0; s < MODEL_SEQS; s++) {
-        assert_int_equal(dcp_kv_seq_exists(m, s), md->live[s]);
-        assert_int_equal(dcp_kv_seq_length(m, s), md->live[s] ? md->len[s] : 0);
+        const uint32_t id = model_id(md, s);
+        assert_int_equal(dcp_kv_seq_exists(m, id), md->live[s]);
+        assert_int_equal(dcp_kv_seq_length(m, id), md->live[s] ? md->len[s] : 0);
+        if (md->gen[s]) /* the slot's previous id is stale */
+            assert_false(dcp_kv_seq_exists(m, (md->gen[s] - 1) << MODEL_SLOT_BITS | s));
         uint32_t count;
-        const int32_t *t = dcp_kv_seq_blocks(m, s, &count);
+        const int32_t *t = dcp_kv_seq_blocks(m, id, &count);
         if (!md->live[s]) {
             assert_int_equal(count, 0);
             continue;
@@ -570,11 +639,16 @@ static void check_against_model(const struct dcp_kv_manager *m, const struct mod
     assert_int_equal(dcp_kv_live_seqs(m), live);
 }
 
-/* A sequence id: mostly a real slot (live or not), sometimes out of range. */
-static uint32_t random_id(struct test_rng *r)
+/* A sequence id: mostly a slot's current id (live or not), sometimes a stale one
+ * (an earlier generation of a slot), sometimes anything. */
+static uint32_t random_id(struct test_rng *r, const struct model *md)
 {
-    return test_rng_range(r, 0, 19) ? (uint32_t)test_rng_range(r, 0, MODEL_SEQS - 1)
-                                    : (uint32_t)test_rng_range(r, MODEL_SEQS, UINT32_MAX);
+    const uint32_t slot = (uint32_t)test_rng_range(r, 0, MODEL_SEQS - 1);
+    switch (test_rng_range(r, 0, 19)) {
+    case 0: return (uint32_t)test_rng_range(r, 0, UINT32_MAX);
+    case 1: return (uint32_t)test_rng_range(r, 0, md->gen[slot]) << MODEL_SLOT_BITS | slot;
+    default: return model_id(md, slot);
+    }
 }
 
 /* A truncation length: often a block boundary (so forks become possible), sometimes too long. */
@@ -596,7 +670,7 @@ static void run_model_check(uint32_t block_size, uint32_t group_size, uint64_t s
     struct test_rng r;
     test_rng_seed(&r, seed);
     for (int it = 0; it < iterations; it++) {
-        uint32_t s = random_id(&r), got_id = UINT32_MAX, want_id = UINT32_MAX;
+        uint32_t s = random_id(&r, &md), got_id = UINT32_MAX, want_id = UINT32_MAX;
         int got, want;
         switch (test_rng_range(&r, 0, 9)) {
         case 0:
@@ -616,7 +690,7 @@ static void run_model_check(uint32_t block_size, uint32_t group_size, uint64_t s
         }
         case 5:
         case 6: {
-            uint64_t len = random_truncate_len(&r, model_has(&md, s) ? md.len[s] : 0, tpb);
+            uint64_t len = random_truncate_len(&r, model_has(&md, s) ? md.len[model_slot(&md, s)] : 0, tpb);
             want = model_truncate(&md, s, len);
             got = dcp_kv_seq_truncate(m, s, len);
             break;
@@ -660,6 +734,7 @@ int main(void)
         cmocka_unit_test(test_block_arithmetic),
         cmocka_unit_test(test_max_seqs),
         cmocka_unit_test(test_unknown_ids),
+        cmocka_unit_test(test_generations),
         cmocka_unit_test(test_max_context),
         cmocka_unit_test(test_table_growth),
         cmocka_unit_test(test_model_check),

@@ -1,5 +1,7 @@
 /*
- * cuda_internal.h: state of the CUDA backend (engine, devices, ranks).
+ * cuda_internal.h: state of the CUDA backend (engine, devices, ranks) and the
+ * functions its files share (cuda_backend.c, cuda_rank.c, cuda_comm.c,
+ * cuda_memory.c; see cuda_backend.c for which concern lives where).
  */
 #ifndef DCP_CUDA_INTERNAL_H
 #define DCP_CUDA_INTERNAL_H
@@ -82,5 +84,56 @@ struct cuda_engine {
     uint32_t num_devices;
     struct cuda_device *devices;
 };
+
+/* Calls a driver entry point and turns its result into a status naming it. */
+#define CU_CALL(api, fn, ...) dcp_cuda_check((api)->fn(__VA_ARGS__), #fn)
+
+static inline struct cuda_engine *CE(const struct dcp_engine *e) { return e->backend; }
+static inline struct cuda_rank *CR(const struct dcp_rank *r) { return r->backend; }
+
+static inline int set_device(const struct cuda_engine *ce, const struct cuda_device *d)
+{
+    return CU_CALL(&ce->cu->api, cuCtxSetCurrent, d->ctx);
+}
+
+/* Makes this rank's device current on the calling thread. */
+static inline int use_rank(const struct dcp_rank *r)
+{
+    return set_device(CE(r->engine), CR(r)->dev);
+}
+
+/* cuda_rank.c: ranks, launch, synchronize, profiling (backend operations). */
+int cuda_rank_init(struct dcp_rank *r);
+void cuda_rank_fini(struct dcp_rank *r);
+int cuda_launch(struct dcp_rank *r, enum dcpk_kernel_id kernel, const void *params);
+int cuda_synchronize(struct dcp_rank *r);
+int cuda_timer_begin(struct dcp_rank *r, uint32_t *token);
+int cuda_timer_end(struct dcp_rank *r, uint32_t token, enum dcp_prof_cat cat);
+int cuda_timer_collect(struct dcp_rank *r);
+
+/* cuda_comm.c: collectives. */
+/** Engine-wide: NCCL unique ids (exchanged when multi_process) or virtual groups. */
+int cuda_comm_engine_init(struct dcp_engine *e, bool multi_process);
+/** Frees what cuda_comm_engine_init made; accepts a partial init. */
+void cuda_comm_engine_fini(struct cuda_engine *ce);
+/** Per rank: virtual group membership or the (non-blocking) NCCL communicator. */
+int cuda_comm_rank_init(struct dcp_rank *r);
+/** Per rank: finalizes the communicator (bounded), frees the reduce source table. */
+void cuda_comm_rank_fini(struct dcp_rank *r);
+int cuda_engine_start(struct dcp_engine *e);
+int cuda_all_gather(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes);
+int cuda_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t floats);
+int cuda_all_to_all(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes);
+void cuda_abort(struct dcp_engine *e);
+
+/* cuda_memory.c: allocations and copies. */
+int cuda_alloc(struct dcp_rank *r, size_t bytes, uint64_t *addr);
+int cuda_alloc_arena(struct dcp_rank *r, size_t bytes, uint64_t *addr);
+void cuda_free(struct dcp_rank *r, uint64_t addr);
+/** Frees every allocation the rank still holds. */
+void cuda_memory_rank_fini(struct dcp_rank *r);
+int cuda_upload(struct dcp_rank *r, uint64_t dst, const void *src, size_t bytes);
+int cuda_download(struct dcp_rank *r, void *dst, uint64_t src, size_t bytes);
+int cuda_copy(struct dcp_rank *r, uint64_t dst, uint64_t src, size_t bytes);
 
 #endif /* DCP_CUDA_INTERNAL_H */

@@ -95,6 +95,16 @@ static void host_abort(struct dcp_engine *e)
         rank_group_abort(&h->groups[i]);
 }
 
+/* Shared-memory collectives keep no state between steps: resetting the groups
+ * is all a restart takes. */
+static int host_recover(struct dcp_engine *e)
+{
+    struct host_engine *h = H(e);
+    for (uint32_t i = 0; h && i < h->num_groups; i++)
+        rank_group_reset(&h->groups[i]);
+    return DCP_OK;
+}
+
 /* ---- engine / rank ---------------------------------------------------------- */
 
 static int host_engine_init(struct dcp_engine *e)
@@ -117,6 +127,7 @@ static int host_engine_init(struct dcp_engine *e)
         int err = rank_group_init(&h->groups[i], e->dcp);
         if (err)
             return err;
+        rank_group_set_timeout(&h->groups[i], e->cfg->runtime.cuda.nccl_timeout_s);
     }
     e->shape = (struct dcp_launch_shape){
         .parallelism = h->threads_per_rank,
@@ -335,6 +346,7 @@ const struct dcp_backend_ops dcp_host_backend = {
     .all_to_all = host_all_to_all,
     .synchronize = host_synchronize,
     .abort = host_abort,
+    .recover = host_recover,
     .timer_begin = host_timer_begin,
     .timer_end = host_timer_end,
     .timer_collect = host_timer_collect,

@@ -1,0 +1,354 @@
+/*
+ * serve.h: serving on top of the engine: request traces, a continuous-batching
+ * scheduler with prefix caching and preemption, and a step-time model.
+ *
+ * The scheduler decides, step by step, which sequences run and how many tokens
+ * each appends; it owns their KV blocks through the KV block manager. It runs in
+ * one of two ways with the same code:
+ *  - on an engine (dcp_sched_create_for_engine()): it uses the engine's own block
+ *    manager, so its steps can be fed to dcp_engine_begin_step() and executed;
+ *  - standalone (dcp_sched_create()): a block manager of the same kind sized like
+ *    an engine of the given layout would be, for simulation with a step-time model
+ *    (dcp_step_model_time()) instead of kernels.
+ *
+ * A step, from the caller's side:
+ *   dcp_sched_step(s, now, &step)     plans: admits, extends blocks, preempts;
+ *   ... execute step.entries or price them with the step-time model ...
+ *   dcp_sched_complete(s, end_time)   applies the result: first tokens, MTP
+ *                                     acceptance and truncation, retirement.
+ * docs/serving.md describes the policies and the model term by term.
+ */
+#ifndef DCP_SERVE_H
+#define DCP_SERVE_H
+
+#include <stdbool.h>
+
+#include "dcp/engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* --- requests and traces -------------------------------------------------- */
+
+/** One request of a trace. */
+struct dcp_serve_request {
+    double arrival;            ///< Arrival time in seconds from the start of the trace.
+    uint64_t prompt_tokens;    ///< Prompt (input) tokens, >= 1.
+    uint32_t output_tokens;    ///< Tokens to generate, >= 1.
+    uint32_t num_hashes;       ///< Entries of hashes (0: no prefix information).
+    const uint64_t *hashes;    ///< [num_hashes] one id per hash_block_tokens prompt tokens; two requests
+                               ///< whose hashes start alike share that prefix. Owned by the trace.
+    uint32_t hash_block_tokens; ///< Prompt tokens one hash id covers; 0 = 512.
+};
+
+/** A loaded or generated trace. Release with dcp_trace_destroy(). */
+struct dcp_trace {
+    uint32_t count;                       ///< Requests.
+    struct dcp_serve_request *requests;   ///< [count] in arrival order (non-decreasing arrival).
+    uint32_t hash_block_tokens;           ///< Prompt tokens one hash id covers (512 in Mooncake traces,
+                                          ///< times the length scale).
+    uint64_t *hash_storage;               ///< Backing store of every request's hashes.
+    char format[16];                      ///< "mooncake", "lengths" or "synthetic".
+};
+
+/** How a trace file is read. Zero-initialise, then set what you need. */
+struct dcp_trace_options {
+    uint32_t limit;            ///< Read at most this many requests; 0 = all.
+    double length_scale;       ///< Multiply prompt lengths (and hash_block_tokens) by this; 0 = 1.
+    double time_scale;         ///< Multiply arrival times by this (< 1 compresses the trace); 0 = 1.
+    uint32_t output_tokens;    ///< Output tokens of requests in the lengths format; 0 = 128.
+    double interval;           ///< Seconds between arrivals in the lengths format; 0 = all at time 0.
+    uint64_t max_file_bytes;   ///< Refuse larger files; 0 = DCP_TRACE_MAX_FILE_BYTES.
+};
+
+/** Default size cap of a trace file (1 GiB). */
+#define DCP_TRACE_MAX_FILE_BYTES ((uint64_t)1 << 30)
+/** Largest prompt or output length a trace may give, in tokens (after scaling). */
+#define DCP_TRACE_MAX_TOKENS ((uint64_t)1 << 32)
+/** Most hash ids one request may list. */
+#define DCP_TRACE_MAX_HASHES 65536u
+
+/**
+ * Loads a trace: Mooncake JSONL (one object a line with "timestamp" in ms,
+ * "input_length", "output_length" and optional "hash_ids"; other keys ignored) when
+ * the first non-blank character is '{', else one prompt length per line ('#' starts
+ * a comment). Only regular files up to max_file_bytes are read. Every bad line is an
+ * error naming the file and line (missing or duplicate field, negative, fractional or
+ * huge number, time going backwards, malformed JSON); nothing is skipped silently.
+ * Errors: DCP_EIO (unreadable, not a regular file, too large), DCP_ECONFIG (bad
+ * content), DCP_ENOMEM; detail in dcp_last_error().
+ */
+DCP_API int dcp_trace_load(const char *path, const struct dcp_trace_options *opts, struct dcp_trace **out);
+
+/** Like dcp_trace_load() for text in memory; name is used in messages. */
+DCP_API int dcp_trace_parse(const char *name, const char *text, size_t len, const struct dcp_trace_options *opts,
+                            struct dcp_trace **out);
+
+/** Parameters of the synthetic agentic trace (dcp_trace_synthesize()). */
+struct dcp_agentic_trace_params {
+    uint32_t requests;         ///< Requests. Default 2,000.
+    double rate;               ///< Mean arrivals per second (Poisson). Default 4.
+    double median_input;       ///< Median prompt tokens (log-normal). Default 67,000.
+    double input_sigma;        ///< Log-normal sigma of the prompt length. Default 0.6.
+    uint64_t max_input;        ///< Cap on prompt tokens. Default 250,000.
+    double median_output;      ///< Median output tokens (log-normal). Default 400.
+    double output_sigma;       ///< Log-normal sigma of the output length. Default 0.5.
+    uint32_t sessions;         ///< Concurrent agent sessions: a request extends its session's
+                               ///< previous prompt (the prefix reuse of agentic traffic). Default 64.
+    double shared_prefix;      ///< Tokens of a system prompt every request shares. Default 8,192.
+    uint64_t seed;             ///< Random seed. Default 1.
+};
+
+/** Fills the defaults listed above. */
+DCP_API void dcp_agentic_trace_default_params(struct dcp_agentic_trace_params *p);
+
+/**
+ * Generates an agentic trace: sessions whose successive prompts grow (each turn
+ * appends new tokens to the previous prompt, so its hashes start with the previous
+ * turn's), a shared system prompt, log-normal lengths around the given medians and
+ * Poisson arrivals. hash_block_tokens is 512. Deterministic in seed.
+ */
+DCP_API int dcp_trace_synthesize(const struct dcp_agentic_trace_params *p, struct dcp_trace **out);
+
+/** Writes a trace as Mooncake JSONL (timestamps in ms, rounded). DCP_EIO on a write error. */
+DCP_API int dcp_trace_write_jsonl(const struct dcp_trace *t, const char *path);
+
+/** Frees a trace and sets *t to NULL. Accepts NULL. */
+DCP_API void dcp_trace_destroy(struct dcp_trace **t);
+
+/* --- scheduler ------------------------------------------------------------- */
+
+typedef struct dcp_sched dcp_sched; ///< Opaque scheduler.
+
+/** Scheduler policy. Start from dcp_sched_default_params(). */
+struct dcp_sched_params {
+    uint32_t max_running;      ///< Most requests running (prefilling or decoding) at once. Default 256.
+    uint32_t step_tokens;      ///< Token budget of one step: decode tokens first, then prefill chunks. Default 8,192.
+    double watermark;          ///< Fraction of the blocks kept available when admitting, so running
+                               ///< sequences can grow. Default 0.01 (at least one block).
+    bool prefix_caching;       ///< Keep and reuse hashed prompt blocks. Default true.
+    uint32_t mtp_drafts;       ///< Draft tokens per decode step (MTP/speculative; q_len = 1 + drafts). Default 0.
+    double mtp_acceptance;     ///< Probability that each draft is accepted, given the previous was. Default 0.7.
+    uint64_t seed;             ///< Seed of the acceptance draws (one stream per request and position,
+                               ///< so outputs do not depend on scheduling). Default 1.
+};
+
+/** Fills the defaults listed above. */
+DCP_API void dcp_sched_default_params(struct dcp_sched_params *p);
+
+/** Geometry of a standalone scheduler's block pool (as an engine's would be). */
+struct dcp_sched_pool {
+    uint64_t num_blocks;       ///< Logical blocks (= KV pages per GPU), >= 1.
+    uint32_t block_size;       ///< Tokens per page, >= 1.
+    uint32_t group_size;       ///< DCP size (a block holds block_size * group_size tokens), >= 1.
+    uint32_t max_seqs;         ///< Most live sequences, >= 1.
+    uint64_t max_context;      ///< Longest sequence in tokens, >= 1.
+};
+
+/**
+ * Creates a standalone scheduler with its own block manager (for simulation).
+ * Errors: DCP_EINVAL (a size 0, bad params), DCP_ENOMEM.
+ */
+DCP_API int dcp_sched_create(const struct dcp_sched_pool *pool, const struct dcp_sched_params *p, dcp_sched **out);
+
+/**
+ * Creates a scheduler over an engine's block manager: its steps' sequence ids are
+ * engine sequence ids. The engine must have no live sequence and must outlive the
+ * scheduler; do not create or change the engine's sequences while it lives.
+ */
+DCP_API int dcp_sched_create_for_engine(dcp_engine *engine, const struct dcp_sched_params *p, dcp_sched **out);
+
+/** Frees the scheduler (releasing its sequences) and sets *s to NULL. Accepts NULL. */
+DCP_API void dcp_sched_destroy(dcp_sched **s);
+
+/** Why a request was rejected. */
+enum dcp_reject_reason {
+    DCP_REJECT_NONE = 0,        ///< Not rejected.
+    DCP_REJECT_POOL = 1,        ///< Its prompt and output need more blocks than the whole pool.
+    DCP_REJECT_CONTEXT = 2,     ///< Longer than the pool's max_context.
+};
+
+/** What happened to a request. */
+enum dcp_request_state {
+    DCP_REQ_PENDING = 0,        ///< Not arrived yet (arrival > now).
+    DCP_REQ_WAITING = 1,        ///< Arrived, queued for admission (also after a preemption).
+    DCP_REQ_PREFILL = 2,        ///< Admitted, prompt partly computed.
+    DCP_REQ_DECODE = 3,         ///< Generating.
+    DCP_REQ_FINISHED = 4,       ///< All output tokens generated; blocks released.
+    DCP_REQ_REJECTED = 5,       ///< Can never fit; see reject.
+};
+
+/** The record of one request. */
+struct dcp_sched_request_info {
+    enum dcp_request_state state;   ///< Where it is.
+    enum dcp_reject_reason reject;  ///< Why it was rejected, if it was.
+    double arrival;                 ///< Arrival, seconds.
+    double first_token;             ///< End of the step that produced the first output token; -1 before.
+    double finish;                  ///< End of the step that produced the last one; -1 before.
+    uint64_t prompt_tokens;         ///< As submitted.
+    uint32_t output_tokens;         ///< As submitted.
+    uint32_t generated;             ///< Output tokens generated so far.
+    uint64_t cached_tokens;         ///< Prompt tokens served from the prefix cache (over all admissions).
+    uint64_t computed_tokens;       ///< Prompt (and recomputed) tokens prefilled (over all admissions; a
+                                    ///< recompute rebuilds the prompt and all outputs but the last).
+    uint32_t preemptions;           ///< Times it was evicted and requeued.
+    uint32_t decode_steps;          ///< Decode steps it took part in.
+    uint32_t seq_id;                ///< Current sequence id while admitted, else UINT32_MAX.
+};
+
+/** One entry of a step: a sequence and the tokens it appends. */
+struct dcp_sched_entry {
+    uint32_t request;          ///< Request index (order of dcp_sched_add()).
+    uint32_t seq_id;           ///< Sequence id (engine sequence id for an engine scheduler).
+    uint32_t q_len;            ///< Tokens appended this step (positions [start, start + q_len)).
+    uint64_t start;            ///< First position appended.
+    bool decode;               ///< true: decode (1 + drafts tokens, attention); false: prefill chunk.
+};
+
+/** A planned step. Entries: decodes first, then prefill chunks. Valid until the next call. */
+struct dcp_sched_step {
+    uint32_t num_entries;                 ///< Entries.
+    const struct dcp_sched_entry *entries; ///< [num_entries]
+    uint32_t num_decode;                  ///< Leading entries that decode.
+    uint64_t decode_tokens;               ///< Tokens of decode entries.
+    uint64_t prefill_tokens;              ///< Tokens of prefill entries.
+    uint64_t decode_context;              ///< Sum of decode sequences' lengths after the step.
+    uint64_t prefill_context;             ///< Sum over prefill entries of (start + q_len).
+    double prefill_attention;             ///< Sum over prefill tokens of their context length (for FLOPs).
+    uint32_t admitted;                    ///< Requests admitted by this step.
+    uint32_t preempted;                   ///< Requests preempted by this step.
+};
+
+/**
+ * Submits a request (arrival order: arrival may not decrease). Stores its index in
+ * *id (may be NULL). A request that can never fit is recorded as rejected (not an
+ * error). The hashes must outlive the scheduler. DCP_EINVAL for a bad request.
+ */
+DCP_API int dcp_sched_add(dcp_sched *s, const struct dcp_serve_request *r, uint32_t *id);
+
+/**
+ * Plans one step at time now: requests with arrival <= now join the waiting queue;
+ * every decoding sequence gets 1 + drafts tokens (preempting the youngest running
+ * request, recompute, while blocks run short); prefilling sequences then new ones
+ * (admitted while blocks above the watermark allow, reusing cached prefix blocks)
+ * get prefill chunks within the token budget. An empty step (num_entries 0) means
+ * nothing can run before the next arrival (dcp_sched_next_arrival()). Call
+ * dcp_sched_complete() after each non-empty step. DCP_EINVAL when the previous
+ * step was not completed.
+ */
+DCP_API int dcp_sched_step(dcp_sched *s, double now, struct dcp_sched_step *step);
+
+/**
+ * Applies the planned step as executed, ending at time end: prefill progress and
+ * prefix publication, first tokens, accepted MTP drafts (rejected ones are
+ * truncated from the sequence), retirement of finished requests.
+ */
+DCP_API int dcp_sched_complete(dcp_sched *s, double end);
+
+/** Arrival time of the next request not yet arrived, or INFINITY. */
+DCP_API double dcp_sched_next_arrival(const dcp_sched *s);
+
+/** Whether every submitted request is finished or rejected. */
+DCP_API bool dcp_sched_done(const dcp_sched *s);
+
+/** Totals of a scheduler. */
+struct dcp_sched_stats {
+    uint32_t submitted;        ///< Requests added.
+    uint32_t waiting;          ///< Arrived and queued.
+    uint32_t running;          ///< Admitted (prefill or decode).
+    uint32_t finished;         ///< Finished.
+    uint32_t rejected;         ///< Rejected (never fit).
+    uint64_t preemptions;      ///< Preemptions so far.
+    uint64_t steps;            ///< Completed steps.
+    uint64_t prompt_tokens;    ///< Prompt tokens of admitted requests (first admissions).
+    uint64_t cached_tokens;    ///< Prompt tokens served from the prefix cache (first admissions).
+    uint64_t generated_tokens; ///< Output tokens generated.
+    uint64_t drafted_tokens;   ///< MTP draft tokens proposed.
+    uint64_t accepted_drafts;  ///< Draft tokens accepted.
+    uint64_t num_blocks;       ///< Blocks of the pool.
+    uint64_t used_blocks;      ///< Blocks held by sequences now.
+    uint64_t idle_blocks;      ///< Cached blocks without a user now.
+    uint64_t tokens_per_block; ///< Tokens one block holds.
+    uint64_t evictions;        ///< Cached blocks evicted so far.
+};
+
+/** Fills the totals. */
+DCP_API void dcp_sched_get_stats(const dcp_sched *s, struct dcp_sched_stats *st);
+
+/** The record of request id, or NULL when out of range. */
+DCP_API const struct dcp_sched_request_info *dcp_sched_request(const dcp_sched *s, uint32_t id);
+
+/**
+ * Checks the invariants: the block manager's (refcounts recounted from the tables,
+ * free + idle + used = total, no shared or published partly filled block), every
+ * request in exactly one state with a sequence exactly while admitted, and the
+ * counts adding up. For tests; O(blocks + requests). DCP_EINVAL with detail.
+ */
+DCP_API int dcp_sched_check(const dcp_sched *s);
+
+/** Human-readable name of a reject reason ("none", "pool", "context"). */
+DCP_API const char *dcp_reject_reason_name(enum dcp_reject_reason r);
+
+/* --- step-time model (simulation) ---------------------------------------- */
+
+/** Inputs of the step-time model besides the deployment. */
+struct dcp_step_model_params {
+    double kv_efficiency;      ///< Fraction of HBM bandwidth the attention kernels reach reading KV. Default 0.6.
+    double gpu_flops;          ///< Dense FLOP/s per GPU at the weights' precision. Default 2.25e15.
+    double flops_efficiency;   ///< Fraction of gpu_flops reached (MFU). Default 0.5.
+    double step_overhead;      ///< Fixed seconds per step (scheduling, launch). Default 0.
+};
+
+/** Fills the defaults listed above. */
+DCP_API void dcp_step_model_default_params(struct dcp_step_model_params *p);
+
+/** The model for one layout. Plain data (see docs/serving.md for every term). */
+struct dcp_step_model {
+    uint32_t tp;                  ///< GPUs of one instance.
+    uint32_t dcp;                 ///< DCP size.
+    uint32_t layers;              ///< Layers.
+    double hbm_bandwidth;         ///< Bytes/s per GPU.
+    double link_bandwidth;        ///< Bytes/s per GPU per direction.
+    double collective_latency;    ///< Seconds per collective.
+    double dense_weight_bytes;    ///< Weight bytes per GPU read every step (non-expert part).
+    double expert_weight_bytes;   ///< Weight bytes per GPU of one expert (all layers).
+    uint32_t experts;             ///< Routed experts per layer (0: dense model).
+    uint32_t experts_per_token;   ///< Routed experts each token uses.
+    double active_params;         ///< Parameters one token uses (FLOPs = 2 x this).
+    double kv_bytes_per_token;    ///< KV bytes per context token per GPU, all layers (replication and DCP included).
+    double attn_flops_per_ctx;    ///< Decode attention FLOPs per query token per context token (all layers, per GPU).
+    double prefill_attn_flops_per_ctx; ///< The same for prefill (MLA: expanded form, per head qk_nope + rope + qk_nope).
+    double dcp_comm_bytes;        ///< DCP bytes sent per query token per layer per GPU (0 for dcp = 1).
+    uint32_t dcp_collectives;     ///< DCP collectives per layer (0 for dcp = 1).
+    double hidden_bytes;          ///< Activation bytes per token for the TP all-reduces (0: hidden_size unknown).
+    struct dcp_step_model_params params; ///< The inputs above.
+};
+
+/** Time of one step and where it goes, seconds. */
+struct dcp_step_time {
+    double weights;            ///< Weight bytes read / HBM bandwidth.
+    double kv;                 ///< KV bytes read / (HBM bandwidth x kv_efficiency).
+    double compute;            ///< FLOPs / (gpu_flops x flops_efficiency).
+    double comm;               ///< Collectives: latency + bytes / link bandwidth.
+    double total;              ///< max(weights + kv, compute) + comm + step_overhead.
+    double experts_touched;    ///< Expected distinct experts per layer the step's tokens route to.
+};
+
+/**
+ * Builds the model of deployment dep with DCP size dcp (1 = TP baseline) from its
+ * model, hardware and parallel sections (model.experts, experts_per_token,
+ * active_parameters and hidden_size refine the weight and collective terms).
+ */
+DCP_API int dcp_step_model_init(const dcp_deployment *dep, uint32_t dcp, const struct dcp_step_model_params *p,
+                                struct dcp_step_model *m);
+
+/** Prices one planned step. */
+DCP_API void dcp_step_model_time(const struct dcp_step_model *m, const struct dcp_sched_step *step,
+                                 struct dcp_step_time *t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DCP_SERVE_H */

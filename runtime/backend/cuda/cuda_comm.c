@@ -1,0 +1,329 @@
+/*
+ * cuda_comm.c: collectives of the CUDA backend. Virtual ranks (all on one GPU)
+ * copy between the members' buffers, ordered with events; NCCL ranks use
+ * non-blocking communicators polled with a timeout.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_internal.h"
+#include "backend/group.h"
+#include "comm/rendezvous.h"
+#include "util/util.h"
+
+/* Multi-process NCCL: rank and world from the launcher, one unique id per DCP
+ * group made by world rank 0 and shared through the rendezvous that DCP_RENDEZVOUS,
+ * the job tag and the job secret describe (docs/rendezvous.md). */
+static int exchange_unique_ids(struct dcp_engine *e, struct cuda_engine *ce)
+{
+    struct dcp_rendezvous_env env;
+    int err = dcp_rendezvous_env_read(&env);
+    for (uint32_t g = 0; g < ce->num_groups && !err && ce->world_rank == 0; g++)
+        err = dcp_nccl_check(ce->nccl, ce->nccl->api.ncclGetUniqueId(&ce->ids[g]), "ncclGetUniqueId", NULL);
+    const struct dcp_rendezvous_params rp = {
+        .spec = env.spec,
+        .rank = ce->world_rank,
+        .world_size = ce->world_size,
+        .tag = env.tag,
+        .secret = env.secret,
+        .secret_len = env.secret_len,
+        .timeout_s = e->cfg->runtime.cuda.nccl_timeout_s,
+    };
+    if (!err)
+        err = dcp_rendezvous_broadcast(&rp, ce->ids, ce->num_groups * sizeof(*ce->ids));
+    dcp_rendezvous_env_clear(&env);
+    return err;
+}
+
+/* Engine-wide: NCCL unique ids (one per DCP group) or the virtual groups' host rendezvous. */
+int cuda_comm_engine_init(struct dcp_engine *e, bool multi_process)
+{
+    struct cuda_engine *ce = CE(e);
+    int err = DCP_OK;
+    if (ce->comm == CUDA_COMM_NCCL && e->dcp > 1) {
+        if ((err = dcp_nccl_open(&(struct dcp_nccl_open_params){0}, &ce->nccl)))
+            return err;
+        ce->ids = calloc(ce->num_groups, sizeof(*ce->ids));
+        if (!ce->ids)
+            return dcp_error(DCP_ENOMEM, "nccl ids");
+        if (multi_process)
+            err = exchange_unique_ids(e, ce);
+        else
+            for (uint32_t g = 0; g < ce->num_groups && !err; g++)
+                err = dcp_nccl_check(ce->nccl, ce->nccl->api.ncclGetUniqueId(&ce->ids[g]), "ncclGetUniqueId",
+                                     NULL);
+        if (err)
+            return err;
+    } else if (e->dcp > 1) {
+        ce->groups = calloc(ce->num_groups, sizeof(*ce->groups));
+        if (!ce->groups)
+            return dcp_error(DCP_ENOMEM, "cuda groups");
+        for (uint32_t g = 0; g < ce->num_groups; g++)
+            if ((err = rank_group_init(&ce->groups[g], e->dcp)))
+                return err;
+    }
+    return DCP_OK;
+}
+
+void cuda_comm_engine_fini(struct cuda_engine *ce)
+{
+    for (uint32_t g = 0; ce->groups && g < ce->num_groups; g++)
+        rank_group_fini(&ce->groups[g]);
+    free(ce->groups);
+    free(ce->ids);
+    dcp_nccl_close(&ce->nccl);
+}
+
+/* Per rank: the virtual group and its reduce source table, or the NCCL communicator
+ * (started without blocking; cuda_engine_start waits for it). */
+int cuda_comm_rank_init(struct dcp_rank *r)
+{
+    struct dcp_engine *e = r->engine;
+    struct cuda_engine *ce = CE(e);
+    struct cuda_rank *cr = CR(r);
+    const struct dcp_cuda_api *api = &ce->cu->api;
+    int err = DCP_OK;
+    if (ce->groups) {
+        cr->group = &ce->groups[r->group_id];
+        /* Source table of the virtual ReduceScatter's reduce kernel. */
+        if ((err = CU_CALL(api, cuMemAlloc, &cr->d_src_ptrs, e->dcp * sizeof(uint64_t))) ||
+            (err = CU_CALL(api, cuMemAllocHost, (void **)&cr->h_src_ptrs, e->dcp * sizeof(uint64_t))))
+            return err;
+    }
+    if (ce->nccl) {
+        ncclConfig_t config;
+        dcp_nccl_config_nonblocking(&config);
+        err = dcp_nccl_check(ce->nccl,
+                             ce->nccl->api.ncclCommInitRankConfig(&cr->nccl_comm, (int)e->dcp, ce->ids[r->group_id],
+                                                                  (int)r->group_rank, &config),
+                             "ncclCommInitRankConfig", cr->nccl_comm);
+    }
+    return err;
+}
+
+/* Per rank, after its compute stream is drained; the rank's device is current. */
+void cuda_comm_rank_fini(struct dcp_rank *r)
+{
+    struct cuda_rank *cr = CR(r);
+    struct cuda_engine *ce = CE(r->engine);
+    const struct dcp_cuda_api *api = &ce->cu->api;
+    if (cr->nccl_comm) {
+        /* Finalize flushes pending work; dcp_nccl_wait aborts a communicator that
+         * fails or does not finish in time (and then leaves nothing to destroy). */
+        ce->nccl->api.ncclCommFinalize(cr->nccl_comm);
+        dcp_nccl_wait(ce->nccl, &cr->nccl_comm, ce->cu, NULL, 10.0, "NCCL finalize");
+        if (cr->nccl_comm)
+            ce->nccl->api.ncclCommDestroy(cr->nccl_comm);
+    }
+    if (cr->d_src_ptrs)
+        api->cuMemFree(cr->d_src_ptrs);
+    if (cr->h_src_ptrs)
+        api->cuMemFreeHost(cr->h_src_ptrs);
+}
+
+/* NCCL communicators were started without blocking; wait until all are connected. */
+int cuda_engine_start(struct dcp_engine *e)
+{
+    struct cuda_engine *ce = CE(e);
+    if (!ce->nccl)
+        return DCP_OK;
+    for (uint32_t i = 0; i < e->num_ranks; i++) {
+        struct cuda_rank *cr = CR(&e->ranks[i]);
+        int err = dcp_nccl_wait(ce->nccl, &cr->nccl_comm, ce->cu, NULL, e->cfg->runtime.cuda.nccl_timeout_s,
+                                "NCCL communicator initialisation");
+        if (err)
+            return err;
+    }
+    return DCP_OK;
+}
+
+/* ---- collectives: virtual ranks ------------------------------------------------------ */
+
+/* The cuda_rank of member s of r's DCP group (all members are local for virtual ranks). */
+static const struct cuda_rank *group_member(const struct dcp_rank *r, uint32_t s)
+{
+    const struct dcp_engine *e = r->engine;
+    return CR(&e->ranks[r->tp_rank - r->group_rank + s - e->params.rank_begin]);
+}
+
+/* Orders the copy phase of a virtual collective: every member's producer work is
+ * done before anyone reads its buffer, and nobody reuses its send buffer before
+ * everyone has read it. Address exchange goes through the host barrier. */
+static int virtual_begin(struct dcp_rank *r, uint64_t send)
+{
+    struct cuda_rank *cr = CR(r);
+    const struct dcp_cuda_api *api = &CE(r->engine)->cu->api;
+    int err = use_rank(r);
+    cr->queued = true;
+    if (!err)
+        err = CU_CALL(api, cuEventRecord, cr->events[EV_READY], cr->compute);
+    if (!err)
+        err = rank_group_publish(cr->group, r->group_rank, send);
+    for (uint32_t s = 0; s < cr->group->size && !err; s++) {
+        err = CU_CALL(api, cuStreamWaitEvent, cr->compute, group_member(r, s)->events[EV_READY], 0);
+    }
+    return err;
+}
+
+static int virtual_end(struct dcp_rank *r)
+{
+    struct cuda_rank *cr = CR(r);
+    const struct dcp_cuda_api *api = &CE(r->engine)->cu->api;
+    int err = CU_CALL(api, cuEventRecord, cr->events[EV_DONE], cr->compute);
+    if (!err)
+        err = rank_group_barrier(cr->group);
+    for (uint32_t s = 0; s < cr->group->size && !err; s++) {
+        err = CU_CALL(api, cuStreamWaitEvent, cr->compute, group_member(r, s)->events[EV_DONE], 0);
+    }
+    return err;
+}
+
+static int virtual_all_gather(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes)
+{
+    struct cuda_rank *cr = CR(r);
+    const struct dcp_cuda_api *api = &CE(r->engine)->cu->api;
+    int err = virtual_begin(r, send);
+    for (uint32_t s = 0; s < cr->group->size && !err; s++)
+        err = CU_CALL(api, cuMemcpyDtoDAsync, recv + s * bytes, cr->group->published[s], bytes, cr->compute);
+    return err ? err : virtual_end(r);
+}
+
+static int virtual_all_to_all(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes)
+{
+    struct cuda_rank *cr = CR(r);
+    const struct dcp_cuda_api *api = &CE(r->engine)->cu->api;
+    int err = virtual_begin(r, send);
+    for (uint32_t s = 0; s < cr->group->size && !err; s++)
+        err = CU_CALL(api, cuMemcpyDtoDAsync, recv + s * bytes, cr->group->published[s] + r->group_rank * bytes,
+                                           bytes, cr->compute);
+    return err ? err : virtual_end(r);
+}
+
+static int virtual_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t floats)
+{
+    struct cuda_rank *cr = CR(r);
+    const struct dcp_cuda_api *api = &CE(r->engine)->cu->api;
+    int err = virtual_begin(r, send);
+    if (err)
+        return err;
+    /* The members' send buffers are fixed after set-up, so the device table of
+     * source addresses is rewritten only when it changes. */
+    const uint32_t n = cr->group->size;
+    if (!cr->src_ptrs_valid || memcmp(cr->h_src_ptrs, cr->group->published, n * sizeof(uint64_t))) {
+        if ((err = CU_CALL(api, cuStreamSynchronize, cr->compute)))
+            return err;
+        memcpy(cr->h_src_ptrs, cr->group->published, n * sizeof(uint64_t));
+        if ((err = CU_CALL(api, cuMemcpyHtoD, cr->d_src_ptrs, cr->h_src_ptrs, n * sizeof(uint64_t))))
+            return err;
+        cr->src_ptrs_valid = true;
+    }
+    const struct dcpk_reduce_params p = {
+        .dst = recv,
+        .src_ptrs = cr->d_src_ptrs,
+        .src_offset = (uint64_t)r->group_rank * floats,
+        .count = floats,
+        .n_src = n,
+    };
+    if ((err = cuda_launch(r, DCPK_KERNEL_reduce, &p)))
+        return err;
+    return virtual_end(r);
+}
+
+/* ---- collectives: NCCL ------------------------------------------------------------------ */
+
+/* NCCL runs on the communication stream after the compute stream's producers;
+ * the compute stream waits for it before consuming the result. */
+static int nccl_begin(struct dcp_rank *r)
+{
+    struct cuda_rank *cr = CR(r);
+    const struct dcp_cuda_api *api = &CE(r->engine)->cu->api;
+    if (!cr->nccl_comm)
+        return dcp_error(DCP_EABORTED, "the NCCL communicator was aborted");
+    int err = use_rank(r);
+    cr->queued = true;
+    if (!err)
+        err = CU_CALL(api, cuEventRecord, cr->events[EV_READY], cr->compute);
+    return err ? err : CU_CALL(api, cuStreamWaitEvent, cr->comm_stream, cr->events[EV_READY], 0);
+}
+
+/* ncclInProgress: a non-blocking communicator is still enqueueing the operation. */
+#define NCCL_IN_PROGRESS 7
+
+static int nccl_end(struct dcp_rank *r, int result, const char *call)
+{
+    struct cuda_engine *ce = CE(r->engine);
+    struct cuda_rank *cr = CR(r);
+    int err = dcp_nccl_check(ce->nccl, result, call, cr->nccl_comm);
+    /* NCCL requires the enqueue to finish before the next call on the communicator. */
+    if (!err && result == NCCL_IN_PROGRESS)
+        err = dcp_nccl_wait(ce->nccl, &cr->nccl_comm, ce->cu, NULL, r->engine->cfg->runtime.cuda.nccl_timeout_s,
+                            call);
+    if (!err)
+        err = CU_CALL(&ce->cu->api, cuEventRecord, cr->events[EV_DONE], cr->comm_stream);
+    return err ? err : CU_CALL(&ce->cu->api, cuStreamWaitEvent, cr->compute, cr->events[EV_DONE], 0);
+}
+
+static int nccl_all_gather(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes)
+{
+    struct cuda_rank *cr = CR(r);
+    const struct dcp_nccl_api *nc = &CE(r->engine)->nccl->api;
+    int err = nccl_begin(r);
+    return err ? err
+               : nccl_end(r, nc->ncclAllGather((const void *)(uintptr_t)send, (void *)(uintptr_t)recv, bytes,
+                                               ncclUint8, cr->nccl_comm, cr->comm_stream),
+                          "ncclAllGather");
+}
+
+static int nccl_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t floats)
+{
+    struct cuda_rank *cr = CR(r);
+    const struct dcp_nccl_api *nc = &CE(r->engine)->nccl->api;
+    int err = nccl_begin(r);
+    return err ? err
+               : nccl_end(r, nc->ncclReduceScatter((const void *)(uintptr_t)send, (void *)(uintptr_t)recv, floats,
+                                                   ncclFloat32, ncclSum, cr->nccl_comm, cr->comm_stream),
+                          "ncclReduceScatter");
+}
+
+/* All-to-all as one group of sends and receives (what NCCL itself recommends). */
+static int nccl_all_to_all(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes)
+{
+    struct cuda_rank *cr = CR(r);
+    const struct dcp_nccl_api *nc = &CE(r->engine)->nccl->api;
+    int err = nccl_begin(r);
+    if (err)
+        return err;
+    int res = nc->ncclGroupStart();
+    for (uint32_t s = 0; s < r->engine->dcp && (res == 0 || res == NCCL_IN_PROGRESS); s++) {
+        res = nc->ncclSend((const void *)(uintptr_t)(send + s * bytes), bytes, ncclUint8, (int)s, cr->nccl_comm,
+                           cr->comm_stream);
+        if (res == 0 || res == NCCL_IN_PROGRESS)
+            res = nc->ncclRecv((void *)(uintptr_t)(recv + s * bytes), bytes, ncclUint8, (int)s, cr->nccl_comm,
+                               cr->comm_stream);
+    }
+    const int end = nc->ncclGroupEnd();
+    return nccl_end(r, res == 0 || res == NCCL_IN_PROGRESS ? end : res, "ncclSend/ncclRecv all-to-all");
+}
+
+int cuda_all_gather(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes)
+{
+    return CR(r)->group ? virtual_all_gather(r, send, recv, bytes) : nccl_all_gather(r, send, recv, bytes);
+}
+
+int cuda_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t floats)
+{
+    return CR(r)->group ? virtual_reduce_scatter(r, send, recv, floats) : nccl_reduce_scatter(r, send, recv, floats);
+}
+
+int cuda_all_to_all(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes)
+{
+    return CR(r)->group ? virtual_all_to_all(r, send, recv, bytes) : nccl_all_to_all(r, send, recv, bytes);
+}
+
+
+void cuda_abort(struct dcp_engine *e)
+{
+    struct cuda_engine *ce = CE(e);
+    for (uint32_t g = 0; ce && ce->groups && g < ce->num_groups; g++)
+        rank_group_abort(&ce->groups[g]);
+}

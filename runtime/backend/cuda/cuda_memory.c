@@ -1,0 +1,162 @@
+/*
+ * cuda_memory.c: device memory of the CUDA backend: tracked allocations, the KV
+ * arena through virtual memory management, and host/device copies.
+ */
+#include <stdlib.h>
+
+#include "backend/cuda/cuda_internal.h"
+#include "util/util.h"
+
+static void free_allocation(struct cuda_engine *ce, struct cuda_alloc *a)
+{
+    const struct dcp_cuda_api *api = &ce->cu->api;
+    if (!a->vmm) {
+        api->cuMemFree(a->addr);
+        return;
+    }
+    for (uint32_t c = 0; c < a->chunks; c++) {
+        api->cuMemUnmap(a->addr + c * a->chunk_bytes, a->chunk_bytes);
+        api->cuMemRelease(a->handles[c]);
+    }
+    api->cuMemAddressFree(a->addr, a->reserved);
+    free(a->handles);
+}
+
+/* ---- memory ---------------------------------------------------------------------- */
+
+static int track(struct cuda_rank *cr, const struct cuda_alloc *a)
+{
+    if (dcp_grow_array((void **)&cr->allocs, &cr->cap_allocs, cr->num_allocs + 1, sizeof(*cr->allocs)))
+        return dcp_error(DCP_ENOMEM, "allocation table");
+    cr->allocs[cr->num_allocs++] = *a;
+    return DCP_OK;
+}
+
+int cuda_alloc(struct dcp_rank *r, size_t bytes, uint64_t *addr)
+{
+    struct cuda_engine *ce = CE(r->engine);
+    int err = use_rank(r);
+    struct cuda_alloc a = {0};
+    if (!err)
+        err = CU_CALL(&ce->cu->api, cuMemAlloc, &a.addr, bytes ? bytes : 256);
+    if (err)
+        return err == DCP_EDEVMEM ? dcp_error(DCP_EDEVMEM, "cuMemAlloc of %zu bytes on %s: out of device memory",
+                                              bytes, CR(r)->dev->info.name)
+                                  : err;
+    if ((err = track(CR(r), &a))) {
+        ce->cu->api.cuMemFree(a.addr);
+        return err;
+    }
+    *addr = a.addr;
+    return DCP_OK;
+}
+
+/* The KV arena with virtual memory management: one reserved range, backed by
+ * physical chunks mapped in order, so a shortfall is reported by how much fit. */
+int cuda_alloc_arena(struct dcp_rank *r, size_t bytes, uint64_t *addr)
+{
+    struct cuda_engine *ce = CE(r->engine);
+    struct cuda_device *d = CR(r)->dev;
+    if (!d->vmm)
+        return cuda_alloc(r, bytes, addr);
+    const struct dcp_cuda_api *api = &ce->cu->api;
+    int err = use_rank(r);
+    const CUmemAllocationProp prop = {
+        .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+        .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = d->ordinal},
+    };
+    size_t gran = 0;
+    if (!err)
+        err = CU_CALL(api, cuMemGetAllocationGranularity, &gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+    if (err)
+        return err;
+    struct cuda_alloc a = {.vmm = true};
+    a.chunk_bytes = DCP_MAX(gran, (size_t)1 << 30) / gran * gran;
+    const uint64_t want = dcp_div_ceil_u64(bytes ? bytes : 1, gran) * gran;
+    a.chunk_bytes = (size_t)DCP_MIN((uint64_t)a.chunk_bytes, want);
+    const uint32_t chunks = (uint32_t)dcp_div_ceil_u64(want, a.chunk_bytes);
+    a.reserved = (size_t)chunks * a.chunk_bytes;
+    a.handles = calloc(chunks, sizeof(*a.handles));
+    if (!a.handles)
+        return dcp_error(DCP_ENOMEM, "arena handles");
+    if ((err = CU_CALL(api, cuMemAddressReserve, &a.addr, a.reserved, 0, 0, 0))) {
+        free(a.handles);
+        return err;
+    }
+    const CUmemAccessDesc access = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    for (; a.chunks < chunks && !err; a.chunks++) {
+        const CUdeviceptr at = a.addr + (uint64_t)a.chunks * a.chunk_bytes;
+        err = CU_CALL(api, cuMemCreate, &a.handles[a.chunks], a.chunk_bytes, &prop, 0);
+        if (err)
+            break;
+        if ((err = CU_CALL(api, cuMemMap, at, a.chunk_bytes, 0, a.handles[a.chunks], 0))) {
+            api->cuMemRelease(a.handles[a.chunks]);
+            break;
+        }
+        if ((err = CU_CALL(api, cuMemSetAccess, at, a.chunk_bytes, &access, 1))) {
+            api->cuMemUnmap(at, a.chunk_bytes);
+            api->cuMemRelease(a.handles[a.chunks]);
+            break;
+        }
+    }
+    if (err) {
+        const size_t mapped = (size_t)a.chunks * a.chunk_bytes;
+        free_allocation(ce, &a);
+        return err == DCP_EDEVMEM
+                   ? dcp_error(DCP_EDEVMEM, "KV arena of %zu bytes on %s: out of device memory after mapping %zu bytes",
+                               bytes, d->info.name, mapped)
+                   : err;
+    }
+    if ((err = track(CR(r), &a))) {
+        free_allocation(ce, &a);
+        return err;
+    }
+    *addr = a.addr;
+    return DCP_OK;
+}
+
+void cuda_free(struct dcp_rank *r, uint64_t addr)
+{
+    struct cuda_rank *cr = CR(r);
+    if (!addr || !cr)
+        return;
+    for (size_t i = 0; i < cr->num_allocs; i++)
+        if (cr->allocs[i].addr == addr) {
+            use_rank(r);
+            if (cr->compute)
+                CE(r->engine)->cu->api.cuStreamSynchronize(cr->compute);
+            free_allocation(CE(r->engine), &cr->allocs[i]);
+            cr->allocs[i] = cr->allocs[--cr->num_allocs];
+            return;
+        }
+}
+
+/* Uploads wait for the rank's queued work first: per-step metadata is rewritten
+ * in place, and the previous step's kernels may still be reading it. Only the
+ * first upload after queued work waits (begin_step uploads several buffers). */
+int cuda_upload(struct dcp_rank *r, uint64_t dst, const void *src, size_t bytes)
+{
+    int err = CR(r)->queued ? cuda_synchronize(r) : use_rank(r);
+    return err ? err : CU_CALL(&CE(r->engine)->cu->api, cuMemcpyHtoD, dst, src, bytes);
+}
+
+int cuda_download(struct dcp_rank *r, void *dst, uint64_t src, size_t bytes)
+{
+    int err = cuda_synchronize(r);
+    return err ? err : CU_CALL(&CE(r->engine)->cu->api, cuMemcpyDtoH, dst, src, bytes);
+}
+
+int cuda_copy(struct dcp_rank *r, uint64_t dst, uint64_t src, size_t bytes)
+{
+    int err = use_rank(r);
+    CR(r)->queued = true;
+    return err ? err : CU_CALL(&CE(r->engine)->cu->api, cuMemcpyDtoDAsync, dst, src, bytes, CR(r)->compute);
+}
+
+void cuda_memory_rank_fini(struct dcp_rank *r)
+{
+    struct cuda_rank *cr = CR(r);
+    for (size_t i = 0; i < cr->num_allocs; i++)
+        free_allocation(CE(r->engine), &cr->allocs[i]);
+    free(cr->allocs);
+}

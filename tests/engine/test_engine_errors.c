@@ -1,0 +1,634 @@
+/* Engine errors: sizes derived from input, bad budgets, writes into a fork's shared
+ * prefix, stale sequence ids, argument errors that must not poison the engine, a
+ * failed pthread_create, the host barrier's timeout and dcp_engine_abort(), and
+ * dcp_last_error() messages and clearing. Host backend (or DCP_TEST_BACKEND). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine_fixture.h"
+#include "test_util.h"
+
+/* ---- pthread_create, interposed: the test can make the n-th call fail ------------------ */
+
+static atomic_int create_calls;       /* calls since armed */
+static atomic_int create_fail_at;     /* fail the call with this 1-based index; 0 = never */
+
+int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+{
+    typedef int (*create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+    static create_fn real;
+    if (!real)
+        real = (create_fn)dlsym(RTLD_NEXT, "pthread_create");
+    const int n = atomic_fetch_add(&create_calls, 1) + 1;
+    if (n == atomic_load(&create_fail_at))
+        return EAGAIN;
+    return real(thread, attr, fn, arg);
+}
+
+/* ---- a small engine and one step's rank buffers ------------------------------------- */
+
+#define MAX_T 4
+
+struct rig {
+    dcp_deployment *dep;
+    dcp_engine *e;
+    struct dcp_engine_info info;
+    void *q[8], *k[8], *out[8]; /* per local rank, backend memory */
+};
+
+static void rig_buffers(struct rig *g)
+{
+    dcp_engine_get_info(g->e, &g->info);
+    const size_t f = sizeof(float);
+    for (uint32_t i = 0; i < g->info.num_local_ranks; i++) {
+        dcp_rank *r = dcp_engine_rank(g->e, i);
+        assert_int_equal(dcp_rank_alloc(r, MAX_T * g->info.q_heads_per_rank * g->info.qk_dim * f, &g->q[i]), 0);
+        assert_int_equal(dcp_rank_alloc(r, MAX_T * g->info.kv_heads_per_rank * g->info.qk_dim * f, &g->k[i]), 0);
+        assert_int_equal(dcp_rank_alloc(r, MAX_T * g->info.q_heads_per_rank * g->info.v_dim * f, &g->out[i]), 0);
+    }
+}
+
+/* MLA (default fixture shape): tp 2, dcp 2, 8 tokens per block. */
+static void rig_create(struct rig *g, const struct fixture_shape *s)
+{
+    memset(g, 0, sizeof(*g));
+    g->dep = fixture_deployment(s);
+    g->e = fixture_engine(g->dep, 0, 8, 2, MAX_T, 64);
+    rig_buffers(g);
+}
+
+static void rig_destroy(struct rig *g)
+{
+    for (uint32_t i = 0; i < g->info.num_local_ranks; i++) {
+        dcp_rank *r = dcp_engine_rank(g->e, i);
+        dcp_rank_free(r, g->q[i]);
+        dcp_rank_free(r, g->k[i]);
+        dcp_rank_free(r, g->out[i]);
+    }
+    dcp_engine_destroy(&g->e);
+    dcp_deployment_destroy(&g->dep);
+}
+
+struct step_job {
+    struct rig *g;
+    uint64_t seed;      /* K/V and Q values: seeded by token key */
+    bool attend;
+    uint32_t layer[8];  /* per rank: the layer it passes */
+    atomic_int calls;   /* rank functions that ran */
+};
+
+static int step_fn(dcp_rank *r, void *arg)
+{
+    struct step_job *j = arg;
+    atomic_fetch_add(&j->calls, 1);
+    const uint32_t i = dcp_rank_tp_rank(r);
+    const struct dcp_engine_info *in = &j->g->info;
+    uint32_t q0, kv0;
+    dcp_rank_head_offsets(r, &q0, &kv0);
+    struct dcp_synth_desc d = {
+        .seed = j->seed, .row_keys = dcp_rank_step_token_keys(r), .rows = 1, .heads = in->kv_heads_per_rank,
+        .dim = in->qk_dim, .head_offset = kv0, .amplitude = 1.0f,
+    };
+    /* Rows past the step's T are filled too (their keys are stale): the buffers hold MAX_T. */
+    d.rows = MAX_T;
+    int err = dcp_rank_fill_synthetic(r, j->g->k[i], &d);
+    if (!err)
+        err = dcp_rank_append_kv(r, j->layer[i], j->g->k[i], NULL);
+    if (err || !j->attend)
+        return err;
+    d.seed = j->seed + 1;
+    d.heads = in->q_heads_per_rank;
+    d.head_offset = q0;
+    err = dcp_rank_fill_synthetic(r, j->g->q[i], &d);
+    return err ? err : dcp_rank_attention(r, j->layer[i], j->g->q[i], j->g->out[i], NULL);
+}
+
+static int begin(dcp_engine *e, uint32_t seq, uint32_t q_len)
+{
+    const struct dcp_batch b = {.num_seqs = 1, .seq_ids = &seq, .q_lens = &q_len};
+    return dcp_engine_begin_step(e, &b);
+}
+
+/* A sequence of 3 tokens and a step over its last q_len. */
+static uint32_t three_tokens(struct rig *g, uint32_t q_len)
+{
+    uint32_t a;
+    assert_int_equal(dcp_seq_create(g->e, &a), DCP_OK);
+    assert_int_equal(dcp_seq_extend(g->e, a, 3), DCP_OK);
+    assert_int_equal(begin(g->e, a, q_len), DCP_OK);
+    return a;
+}
+
+/* Rank 0's output of the last step (q_len tokens). */
+static void download_out(struct rig *g, uint32_t q_len, float *host)
+{
+    dcp_rank *r = dcp_engine_rank(g->e, 0);
+    const size_t bytes = (size_t)q_len * g->info.q_heads_per_rank * g->info.v_dim * sizeof(float);
+    assert_int_equal(dcp_rank_download(r, host, g->out[0], bytes), DCP_OK);
+}
+
+static void rig_with_timeout(struct rig *g, double timeout_s);
+
+/* ---- sizes derived from input -------------------------------------------------------- */
+
+static int create_with(const dcp_deployment *dep, void (*edit)(struct dcp_engine_params *p, uint64_t v),
+                       uint64_t v, dcp_engine **e)
+{
+    struct dcp_engine_params p;
+    dcp_engine_default_params(&p);
+    p.deployment = dep;
+    p.kv_budget_bytes = 1 << 20;
+    edit(&p, v);
+    *e = NULL;
+    return dcp_engine_create(&p, e);
+}
+
+static void set_max_context(struct dcp_engine_params *p, uint64_t v) { p->max_context = v; }
+static void set_max_seqs(struct dcp_engine_params *p, uint64_t v) { p->max_seqs = (uint32_t)v; }
+static void set_max_step_tokens(struct dcp_engine_params *p, uint64_t v) { p->max_step_tokens = (uint32_t)v; }
+static void set_max_query_tokens(struct dcp_engine_params *p, uint64_t v) { p->max_query_tokens = (uint32_t)v; }
+
+static void expect_refused(const dcp_deployment *dep, void (*edit)(struct dcp_engine_params *p, uint64_t v),
+                           uint64_t v, const char *needle)
+{
+    dcp_engine *e = NULL;
+    const int err = create_with(dep, edit, v, &e);
+    if (err != DCP_EINVAL || !strstr(dcp_last_error(), needle))
+        fail_msg("value %llu: expected DCP_EINVAL mentioning '%s', got %d (%s)", (unsigned long long)v, needle, err,
+                 dcp_last_error());
+    assert_null(e);
+}
+
+/* max_context near UINT64_MAX made ceil-division wrap: the block tables got 0
+ * bytes and begin_step wrote past them. Absurd sizes are refused up front. */
+static void test_absurd_sizes(void **state)
+{
+    (void)state;
+    struct fixture_shape s = fixture_default_shape();
+    dcp_deployment *dep = fixture_deployment(&s);
+    expect_refused(dep, set_max_context, UINT64_MAX, "max_context");
+    expect_refused(dep, set_max_context, UINT64_MAX - 5, "max_context");
+    expect_refused(dep, set_max_context, (uint64_t)INT32_MAX + 1, "max_context");
+    expect_refused(dep, set_max_seqs, UINT32_MAX, "max_seqs");
+    expect_refused(dep, set_max_step_tokens, UINT32_MAX, "max_step_tokens");
+    expect_refused(dep, set_max_query_tokens, UINT32_MAX, "max_query_tokens");
+
+    /* The largest accepted max_context works: a sequence can grow to it block by block
+     * (here limited by the 8 blocks of the budget) and a step over it is in bounds. */
+    dcp_engine *e = NULL;
+    assert_int_equal(create_with(dep, set_max_context, INT32_MAX, &e), DCP_OK);
+    struct dcp_engine_info in;
+    dcp_engine_get_info(e, &in);
+    assert_int_equal(in.max_context, INT32_MAX);
+    uint32_t a;
+    assert_int_equal(dcp_seq_create(e, &a), DCP_OK);
+    const uint64_t fill = in.num_blocks * in.tokens_per_block;
+    assert_int_equal(dcp_seq_extend(e, a, (uint32_t)fill), DCP_OK);
+    assert_int_equal(dcp_seq_extend(e, a, 1), DCP_ENOSPC);
+    assert_int_equal(begin(e, a, 1), DCP_OK);
+    dcp_engine_destroy(&e);
+    dcp_deployment_destroy(&dep);
+}
+
+/* A model whose page size overflows 64 bits when multiplied out (2^30 KV heads per
+ * rank x 1024 tokens x 1024 dims x 4 bytes x 2 x 2^20 layers = 2^73, which wrapped to
+ * 0 bytes) is refused, not wrapped. */
+static void test_page_overflow(void **state)
+{
+    (void)state;
+    struct fixture_shape s = fixture_default_shape();
+    s.kind = DCP_ATTN_MHA;
+    s.q_heads = 1u << 31;
+    s.kv_heads = 1u << 31;
+    s.head_dim = 1024;
+    s.block_size = 1024;
+    s.layers = 1u << 20;
+    s.tp = 2;
+    s.dcp = 1;
+    dcp_deployment *dep = fixture_deployment(&s);
+    struct dcp_engine_params p;
+    dcp_engine_default_params(&p);
+    p.deployment = dep;
+    p.kv_budget_bytes = 1e15;
+    dcp_engine *e = NULL;
+    assert_int_equal(dcp_engine_create(&p, &e), DCP_EINVAL);
+    assert_non_null(strstr(dcp_last_error(), "no representable size"));
+    assert_null(e);
+    /* Fewer layers: the page fits, but T x heads does not fit the kernels' rows. */
+    dcp_deployment_destroy(&dep);
+    s.layers = 2;
+    s.block_size = 4;
+    dep = fixture_deployment(&s);
+    p.deployment = dep;
+    assert_int_equal(dcp_engine_create(&p, &e), DCP_EINVAL);
+    assert_non_null(strstr(dcp_last_error(), "rows"));
+    dcp_deployment_destroy(&dep);
+}
+
+static void test_kv_budget_validated(void **state)
+{
+    (void)state;
+    struct fixture_shape s = fixture_default_shape();
+    dcp_deployment *dep = fixture_deployment(&s);
+    const double bad[] = {NAN, -1.0, -INFINITY, INFINITY, 1e30};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct dcp_engine_params p;
+        dcp_engine_default_params(&p);
+        p.deployment = dep;
+        p.kv_budget_bytes = bad[i];
+        dcp_engine *e = NULL;
+        const int err = dcp_engine_create(&p, &e);
+        if (err != DCP_EINVAL || !strstr(dcp_last_error(), "kv_budget_bytes"))
+            fail_msg("kv_budget_bytes=%g: expected DCP_EINVAL naming kv_budget_bytes, got %d (%s)", bad[i], err,
+                     dcp_last_error());
+        assert_null(e);
+    }
+    dcp_deployment_destroy(&dep);
+}
+
+/* ---- a fork's shared prefix is read-only ------------------------------------------------ */
+
+static void test_fork_prefix_read_only(void **state)
+{
+    (void)state;
+    struct fixture_shape s = fixture_default_shape();
+    struct rig g;
+    rig_create(&g, &s);
+    const uint64_t per_block = g.info.tokens_per_block;
+    uint32_t parent, child;
+    struct step_job job = {.g = &g, .seed = 1};
+
+    /* The parent's first block, written once, then shared by a fork. */
+    assert_int_equal(dcp_seq_create(g.e, &parent), DCP_OK);
+    for (uint64_t p = 0; p < per_block; p++) {
+        assert_int_equal(dcp_seq_extend(g.e, parent, 1), DCP_OK);
+        assert_int_equal(begin(g.e, parent, 1), DCP_OK);
+        assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_OK);
+    }
+    assert_int_equal(dcp_seq_fork(g.e, parent, &child), DCP_OK);
+
+    /* The parent's output for its next token. */
+    job.attend = true;
+    assert_int_equal(dcp_seq_extend(g.e, parent, 1), DCP_OK);
+    assert_int_equal(begin(g.e, parent, 1), DCP_OK);
+    assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_OK);
+    float before[4096], after[4096];
+    download_out(&g, 1, before);
+
+    /* The child re-queries the last shared position together with its new one: that
+     * would write the shared page. The step must be refused. */
+    assert_int_equal(dcp_seq_extend(g.e, child, 1), DCP_OK);
+    const int refused = begin(g.e, child, 2);
+    char message[512];
+    snprintf(message, sizeof(message), "%s", dcp_last_error());
+    struct step_job child_job = {.g = &g, .seed = 99, .attend = false};
+    dcp_engine_run(g.e, step_fn, &child_job); /* refused too (no step), unless begin_step let it through */
+
+    /* The parent's output is unchanged. */
+    assert_int_equal(begin(g.e, parent, 1), DCP_OK);
+    assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_OK);
+    download_out(&g, 1, after);
+    const size_t n = (size_t)g.info.q_heads_per_rank * g.info.v_dim;
+    for (size_t i = 0; i < n; i++)
+        if (before[i] != after[i])
+            fail_msg("the parent's output changed at %zu: %g -> %g (the child wrote its shared prefix)", i,
+                     before[i], after[i]);
+    assert_int_equal(refused, DCP_EINVAL);
+    assert_non_null(strstr(message, "shares with a fork"));
+    /* Positions after the shared prefix stay writable. */
+    assert_int_equal(begin(g.e, child, 1), DCP_OK);
+    assert_int_equal(dcp_engine_run(g.e, step_fn, &child_job), DCP_OK);
+    rig_destroy(&g);
+}
+
+/* ---- stale sequence ids -------------------------------------------------------------- */
+
+static void test_stale_ids(void **state)
+{
+    (void)state;
+    struct fixture_shape s = fixture_default_shape();
+    dcp_deployment *dep = fixture_deployment(&s);
+    dcp_engine *e = fixture_engine(dep, 0, 8, 2, 4, 64);
+    uint32_t a, b;
+    assert_int_equal(dcp_seq_create(e, &a), DCP_OK);
+    assert_int_equal(a, 0); /* a fresh engine hands out 0, 1, ... */
+    assert_int_equal(dcp_seq_extend(e, a, 3), DCP_OK);
+    assert_int_equal(dcp_seq_release(e, a), DCP_OK);
+    assert_int_equal(dcp_seq_create(e, &b), DCP_OK);
+    assert_int_not_equal(b, a); /* same slot, new generation */
+    assert_int_equal(dcp_seq_extend(e, b, 2), DCP_OK);
+
+    /* Every call refuses the stale handle instead of reaching b. */
+    assert_int_equal(dcp_seq_extend(e, a, 5), DCP_EINVAL);
+    assert_non_null(strstr(dcp_last_error(), "stale"));
+    assert_int_equal(dcp_seq_truncate(e, a, 0), DCP_EINVAL);
+    assert_int_equal(dcp_seq_release(e, a), DCP_EINVAL);
+    uint32_t c;
+    assert_int_equal(dcp_seq_fork(e, a, &c), DCP_EINVAL);
+    assert_int_equal(dcp_seq_length(e, a), 0);
+    assert_int_equal(begin(e, a, 1), DCP_EINVAL);
+    assert_non_null(strstr(dcp_last_error(), "stale"));
+    assert_int_equal(dcp_seq_length(e, b), 2);
+    assert_int_equal(begin(e, b, 2), DCP_OK);
+
+    /* Many reuses of one slot never bring a back while its generation is distinct. */
+    for (int i = 0; i < 100; i++) {
+        assert_int_equal(dcp_seq_release(e, b), DCP_OK);
+        assert_int_equal(dcp_seq_create(e, &b), DCP_OK);
+        assert_int_not_equal(b, a);
+    }
+    dcp_engine_destroy(&e);
+    dcp_deployment_destroy(&dep);
+}
+
+/* ---- argument errors fail that call only ------------------------------------------------- */
+
+static void test_argument_errors_keep_engine(void **state)
+{
+    (void)state;
+    struct fixture_shape s = fixture_default_shape();
+    struct rig g;
+    rig_create(&g, &s);
+    const uint32_t a = three_tokens(&g, 1);
+    struct step_job job = {.g = &g, .seed = 5, .attend = true};
+
+    /* A bad layer on one rank: its peer is released from the collective. */
+    job.layer[1] = 7;
+    assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_EINVAL);
+    assert_non_null(strstr(dcp_last_error(), "layer 7 out of range"));
+    job.layer[1] = 0;
+    assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_OK);
+
+    /* A bad layer on every rank. */
+    job.layer[0] = job.layer[1] = 2;
+    assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_EINVAL);
+    job.layer[0] = job.layer[1] = 0;
+    assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_OK);
+
+    /* No step (a sequence changed since begin_step). */
+    assert_int_equal(dcp_seq_extend(g.e, a, 1), DCP_OK);
+    assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_EINVAL);
+    assert_non_null(strstr(dcp_last_error(), "begin_step"));
+    assert_int_equal(begin(g.e, a, 1), DCP_OK);
+    assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_OK);
+    rig_destroy(&g);
+}
+
+/* An engine whose step T exceeds max_query_tokens (append-only step). */
+static void test_append_only_step(void **state)
+{
+    (void)state;
+    struct fixture_shape s = fixture_default_shape();
+    dcp_deployment *dep = fixture_deployment(&s);
+    const struct fixture_limits lim = {
+        .num_blocks = 8, .max_batch = 2, .max_query_tokens = 1, .max_step_tokens = MAX_T, .max_context = 64,
+    };
+    struct rig g = {.dep = dep, .e = fixture_engine_with(dep, &lim)};
+    rig_buffers(&g);
+    const uint32_t a = three_tokens(&g, 3);
+    struct step_job job = {.g = &g, .seed = 5, .attend = true};
+    assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_EINVAL);
+    assert_non_null(strstr(dcp_last_error(), "max_query_tokens"));
+    job.attend = false;
+    assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_OK);
+    job.attend = true;
+    assert_int_equal(dcp_seq_extend(g.e, a, 1), DCP_OK);
+    assert_int_equal(begin(g.e, a, 1), DCP_OK);
+    assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_OK);
+    rig_destroy(&g);
+}
+
+/* One failed pthread_create: the call fails, no rank function ran, the engine works. */
+static void test_thread_create_failure(void **state)
+{
+    (void)state;
+    struct rig g;
+    rig_with_timeout(&g, 2); /* a rank started alone would time out in its collective */
+    three_tokens(&g, 1);
+    struct step_job job = {.g = &g, .seed = 5, .attend = true};
+    atomic_store(&create_calls, 0);
+    atomic_store(&create_fail_at, 2);
+    const int err = dcp_engine_run(g.e, step_fn, &job);
+    atomic_store(&create_fail_at, 0);
+    assert_int_equal(err, DCP_ENOMEM);
+    assert_non_null(strstr(dcp_last_error(), "pthread_create"));
+    assert_int_equal(atomic_load(&job.calls), 0);
+    assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_OK);
+    assert_int_equal(atomic_load(&job.calls), 2);
+    rig_destroy(&g);
+}
+
+/* ---- ranks driven by the caller's own threads ---------------------------------------------- */
+
+struct own_thread {
+    pthread_t t;
+    dcp_rank *r;
+    struct rig *g;
+    uint32_t layer;
+    int result;
+    double seconds;
+    char message[512];
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void *own_attention(void *p)
+{
+    struct own_thread *o = p;
+    const uint32_t i = dcp_rank_tp_rank(o->r);
+    const double t0 = now_s();
+    o->result = dcp_rank_attention(o->r, o->layer, o->g->q[i], o->g->out[i], NULL);
+    o->seconds = now_s() - t0;
+    snprintf(o->message, sizeof(o->message), "%s", dcp_last_error());
+    return NULL;
+}
+
+/* Joins within limit seconds, else fails the test (the thread is left behind). */
+static void join_within(struct own_thread *o, double limit)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)limit;
+    if (pthread_timedjoin_np(o->t, NULL, &ts))
+        fail_msg("rank %u still blocked after %.0f s", dcp_rank_tp_rank(o->r), limit);
+}
+
+static void rig_with_timeout(struct rig *g, double timeout_s)
+{
+    struct fixture_shape s = fixture_default_shape();
+    struct dcp_config cfg;
+    fixture_config(&s, &cfg);
+    cfg.runtime.cuda.nccl_timeout_s = timeout_s;
+    memset(g, 0, sizeof(*g));
+    assert_int_equal(dcp_deployment_from_config(&cfg, NULL, &g->dep), DCP_OK);
+    g->e = fixture_engine(g->dep, 0, 8, 2, MAX_T, 64);
+    rig_buffers(g);
+}
+
+/* One rank fails its argument check; the peer gives up after the comm timeout
+ * instead of waiting in the host barrier forever. Then the engine works again. */
+static void test_barrier_timeout(void **state)
+{
+    (void)state;
+    struct rig g;
+    rig_with_timeout(&g, 0.3);
+    const uint32_t a = three_tokens(&g, 1);
+    struct own_thread o[2] = {{.r = dcp_engine_rank(g.e, 0), .g = &g, .layer = 0},
+                              {.r = dcp_engine_rank(g.e, 1), .g = &g, .layer = 9}};
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&o[i].t, NULL, own_attention, &o[i]), 0);
+    for (int i = 0; i < 2; i++)
+        join_within(&o[i], 20);
+    assert_int_equal(o[1].result, DCP_EINVAL);
+    assert_int_equal(o[0].result, DCP_ETIMEOUT);
+    assert_non_null(strstr(o[0].message, "waited"));
+    assert_true(o[0].seconds >= 0.25);
+    /* The next step restarts the collectives. */
+    assert_int_equal(begin(g.e, a, 1), DCP_OK);
+    struct step_job job = {.g = &g, .seed = 5, .attend = true};
+    assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_OK);
+    rig_destroy(&g);
+}
+
+/* dcp_engine_abort() releases a rank blocked in a collective at once. */
+static void test_abort_call(void **state)
+{
+    (void)state;
+    struct rig g;
+    rig_with_timeout(&g, 600);
+    const uint32_t a = three_tokens(&g, 1);
+    struct own_thread o = {.r = dcp_engine_rank(g.e, 0), .g = &g, .layer = 0};
+    assert_int_equal(pthread_create(&o.t, NULL, own_attention, &o), 0);
+    nanosleep(&(struct timespec){.tv_nsec = 50 * 1000 * 1000}, NULL);
+    dcp_engine_abort(g.e);
+    join_within(&o, 20);
+    assert_int_equal(o.result, DCP_EABORTED);
+    assert_true(o.seconds < 10);
+    dcp_engine_abort(NULL); /* ignored */
+    assert_int_equal(begin(g.e, a, 1), DCP_OK);
+    struct step_job job = {.g = &g, .seed = 5, .attend = true};
+    assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_OK);
+    rig_destroy(&g);
+}
+
+/* ---- dcp_last_error(): a message for every failure, cleared by every success -------------- */
+
+#define EXPECT_MESSAGE(call, code, needle)                                                        \
+    do {                                                                                          \
+        leave_stale_message();                                                                \
+        const int got_ = (call);                                                                  \
+        if (got_ != (code) || !strstr(dcp_last_error(), needle))                                  \
+            fail_msg("%s: expected %d with a message naming '%s', got %d (\"%s\")", #call, code,  \
+                     needle, got_, dcp_last_error());                                             \
+    } while (0)
+
+/* Leaves an unrelated message behind, so a call that sets none is caught. */
+static void leave_stale_message(void)
+{
+    dcp_engine_begin_step(NULL, NULL);
+    assert_string_not_equal(dcp_last_error(), "");
+}
+
+static void test_last_error(void **state)
+{
+    (void)state;
+    struct fixture_shape s = fixture_default_shape();
+    dcp_deployment *dep = fixture_deployment(&s);
+    dcp_engine *e = fixture_engine(dep, 0, 8, 2, 4, 64);
+    dcp_rank *r = dcp_engine_rank(e, 0);
+    uint32_t id = 0;
+    float buf[16] = {0};
+    void *p = NULL;
+    EXPECT_MESSAGE(dcp_seq_create(NULL, &id), DCP_EINVAL, "seq_create");
+    EXPECT_MESSAGE(dcp_seq_create(e, NULL), DCP_EINVAL, "seq_create");
+    EXPECT_MESSAGE(dcp_seq_extend(NULL, 0, 1), DCP_EINVAL, "seq_extend");
+    EXPECT_MESSAGE(dcp_seq_extend(e, 12345, 1), DCP_EINVAL, "seq_extend");
+    EXPECT_MESSAGE(dcp_seq_truncate(NULL, 0, 0), DCP_EINVAL, "seq_truncate");
+    EXPECT_MESSAGE(dcp_seq_fork(NULL, 0, &id), DCP_EINVAL, "seq_fork");
+    EXPECT_MESSAGE(dcp_seq_fork(e, 0, NULL), DCP_EINVAL, "seq_fork");
+    EXPECT_MESSAGE(dcp_seq_release(NULL, 0), DCP_EINVAL, "seq_release");
+    EXPECT_MESSAGE(dcp_engine_begin_step(NULL, NULL), DCP_EINVAL, "begin_step");
+    EXPECT_MESSAGE(dcp_engine_begin_step(e, NULL), DCP_EINVAL, "begin_step");
+    EXPECT_MESSAGE(dcp_engine_run(NULL, step_fn, NULL), DCP_EINVAL, "engine_run");
+    EXPECT_MESSAGE(dcp_engine_run(e, NULL, NULL), DCP_EINVAL, "engine_run");
+    EXPECT_MESSAGE(dcp_engine_create(NULL, NULL), DCP_EINVAL, "engine_create");
+    EXPECT_MESSAGE(dcp_rank_synchronize(NULL), DCP_EINVAL, "synchronize");
+    EXPECT_MESSAGE(dcp_rank_append_kv(NULL, 0, buf, NULL), DCP_EINVAL, "append_kv");
+    EXPECT_MESSAGE(dcp_rank_append_kv(r, 0, buf, NULL), DCP_EINVAL, "begin_step");
+    EXPECT_MESSAGE(dcp_rank_attention(NULL, 0, buf, buf, NULL), DCP_EINVAL, "attention");
+    EXPECT_MESSAGE(dcp_rank_alloc(NULL, 16, &p), DCP_EINVAL, "rank_alloc");
+    EXPECT_MESSAGE(dcp_rank_alloc(r, 0, &p), DCP_EINVAL, "rank_alloc");
+    EXPECT_MESSAGE(dcp_rank_upload(NULL, buf, buf, 4), DCP_EINVAL, "rank_upload");
+    EXPECT_MESSAGE(dcp_rank_upload(r, NULL, buf, 4), DCP_EINVAL, "rank_upload");
+    EXPECT_MESSAGE(dcp_rank_download(r, buf, NULL, 4), DCP_EINVAL, "rank_download");
+    EXPECT_MESSAGE(dcp_rank_copy(r, NULL, buf, 4), DCP_EINVAL, "rank_copy");
+    EXPECT_MESSAGE(dcp_rank_fill_synthetic(r, buf, NULL), DCP_EINVAL, "fill_synthetic");
+    EXPECT_MESSAGE(dcp_rank_get_profile(r, NULL), DCP_EINVAL, "get_profile");
+    leave_stale_message();
+    assert_null(dcp_engine_rank(e, 99));
+    assert_non_null(strstr(dcp_last_error(), "engine_rank"));
+    leave_stale_message();
+    assert_int_equal(dcp_seq_length(e, 777), 0);
+    assert_non_null(strstr(dcp_last_error(), "seq_length"));
+
+    /* Successes clear an earlier failure's message. */
+    leave_stale_message();
+    assert_int_equal(dcp_seq_create(e, &id), DCP_OK);
+    assert_string_equal(dcp_last_error(), "");
+    leave_stale_message();
+    assert_int_equal(dcp_seq_extend(e, id, 2), DCP_OK);
+    assert_string_equal(dcp_last_error(), "");
+    leave_stale_message();
+    assert_int_equal(dcp_seq_length(e, id), 2);
+    assert_string_equal(dcp_last_error(), "");
+    leave_stale_message();
+    assert_int_equal(begin(e, id, 1), DCP_OK);
+    assert_string_equal(dcp_last_error(), "");
+    leave_stale_message();
+    assert_int_equal(dcp_rank_upload(r, NULL, NULL, 0), DCP_OK);
+    assert_string_equal(dcp_last_error(), "");
+    leave_stale_message();
+    assert_non_null(dcp_engine_rank(e, 1));
+    assert_string_equal(dcp_last_error(), "");
+    leave_stale_message();
+    dcp_engine *e2 = fixture_engine(dep, 0, 8, 2, 4, 64);
+    assert_string_equal(dcp_last_error(), "");
+    dcp_engine_destroy(&e2);
+    dcp_engine_destroy(&e);
+    dcp_deployment_destroy(&dep);
+}
+
+int main(void)
+{
+    const int status = fixture_backend_check();
+    if (status)
+        return status;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_absurd_sizes),
+        cmocka_unit_test(test_page_overflow),
+        cmocka_unit_test(test_kv_budget_validated),
+        cmocka_unit_test(test_fork_prefix_read_only),
+        cmocka_unit_test(test_stale_ids),
+        cmocka_unit_test(test_argument_errors_keep_engine),
+        cmocka_unit_test(test_append_only_step),
+        cmocka_unit_test(test_thread_create_failure),
+        cmocka_unit_test(test_barrier_timeout),
+        cmocka_unit_test(test_abort_call),
+        cmocka_unit_test(test_last_error),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,99 @@
+#!/bin/sh
+# replay_cli.sh DCP_RUN SOURCE_ROOT: `dcp-run replay` end to end.
+#   simulate: the shipped Mooncake excerpt on the Kimi K2 8xB200 deployment, --json and
+#     --plot: both layouts complete every request; the SVG parses as XML and its series
+#     (concurrency and KV use per layout, the bars) agree with the JSON;
+#   execute (host backend, default deployment): a prefix-heavy trace in a KV budget small
+#     enough to preempt, with 2 MTP drafts a step: the correctness check passes, with rows
+#     of requests served from the prefix cache and of preempted-then-recomputed ones; the
+#     output digests equal those of a run with ample KV, no prefix cache and no MTP
+#     (identical outputs: recompute, cache hits and truncated drafts change nothing);
+#   bad traces (a missing field, a FIFO) and bad usage: exit 1 / 2 with the reason.
+set -u
+dcp_run=$1
+root=$2
+. "$root/tests/cli/common.sh"
+command -v python3 >/dev/null || { echo "python3 not found"; exit 77; }
+excerpt=$root/tests/serve/mooncake-excerpt.jsonl
+small=$root/tests/serve/prefix-small.jsonl
+
+"$dcp_run" replay "$root/configs/kimi-k2-8xb200.yaml" --trace "$excerpt" --simulate --json --quiet \
+    --plot "$tmp/plot.svg" >"$tmp/sim.json" 2>"$tmp/err" || fail "simulate: $(cat "$tmp/err")"
+python3 - "$tmp/sim.json" "$tmp/plot.svg" <<'PY' || fail "simulate output"
+import json, sys
+import xml.etree.ElementTree as ET
+d = json.load(open(sys.argv[1]))
+assert d["simulate"] is True and d["requests"] == 200, d["requests"]
+lay = {x["name"]: x for x in d["layouts"]}
+assert set(lay) == {"tp_baseline", "dcp"}, sorted(lay)
+for x in lay.values():
+    assert x["completed"] == 200 and x["rejected"] == 0, x
+    assert x["output_tok_s_per_gpu"] > 0 and x["ttft_p50"] > 0 and x["tpot_p50"] > 0, x
+    assert 0 < x["kv_use_max"] <= 1 and x["concurrency_max"] >= 1, x
+# DCP holds 8x the tokens per block in the same pages: more cached prefixes survive.
+assert lay["dcp"]["tokens_per_block"] == 8 * lay["tp_baseline"]["tokens_per_block"]
+assert lay["dcp"]["prefix_hit_rate"] > 0
+ns = {"s": "http://www.w3.org/2000/svg"}
+svg = ET.parse(sys.argv[2]).getroot()
+assert svg.tag == "{http://www.w3.org/2000/svg}svg"
+ids = {e.get("id"): e for e in svg.iter() if e.get("id")}
+for name, short in (("tp_baseline", "tp"), ("dcp", "dcp")):
+    x = lay[name]
+    for series in ("concurrency", "kv"):
+        line = ids[series + "-" + short]
+        pts = [tuple(map(float, p.split(","))) for p in line.get("points").split()]
+        assert len(pts) >= 100, (series, len(pts))
+        assert all(a[0] < b[0] for a, b in zip(pts, pts[1:])), "x not increasing"
+    assert float(ids["concurrency-" + short].get("data-max")) == x["concurrency_max"]
+    assert abs(float(ids["kv-" + short].get("data-max")) - x["kv_use_max"]) < 1e-6
+    bar = float(ids["bar-throughput-" + short].get("data-value"))
+    assert abs(bar - x["output_tok_s_per_gpu"]) <= 1e-4 * x["output_tok_s_per_gpu"], (bar, x)
+    assert abs(float(ids["bar-ttft-" + short].get("data-value")) - x["ttft_p50"]) <= 1e-4 * x["ttft_p50"]
+print("simulate ok")
+PY
+
+run_exec() { # OUT ARGS...: execute mode on the default deployment (host backend)
+    out=$1
+    shift
+    "$dcp_run" replay --trace "$small" --length-scale 0.1 --limit 12 --watermark 0 --backend host --json \
+        --quiet "$@" >"$out" 2>"$tmp/err" || fail "execute $*: $(cat "$tmp/err")"
+}
+run_exec "$tmp/tight.json" --kv-mb 2 --mtp 2 --mtp-acceptance 0.6
+run_exec "$tmp/ample.json" --kv-mb 40 --no-prefix-cache
+python3 - "$tmp/tight.json" "$tmp/ample.json" <<'PY' || fail "execute output"
+import json, sys
+tight, ample = (json.load(open(p)) for p in sys.argv[1:3])
+pre = cached = 0
+for d in (tight, ample):
+    assert d["simulate"] is False
+    for x in d["layouts"]:
+        assert x["completed"] == x["requests"] == 12, x
+        assert x["check"]["pass"] is True and x["check"]["rows"] >= 12, x["check"]
+for a, b in zip(tight["layouts"], ample["layouts"]):
+    assert a["name"] == b["name"]
+    assert a["check"]["digest"] == b["check"]["digest"], (a["name"], a["check"], b["check"])
+    pre += a["check"]["rows_preempted"]
+    cached += a["check"]["rows_cached"]
+    assert b["preemptions"] == 0 and b["prefix_hit_rate"] == 0
+    assert 0 < a["mtp_accepted"] < a["mtp_drafted"], a
+assert pre > 0, "no preempted request was checked"
+assert cached > 0, "no request served from the prefix cache was checked"
+print("execute ok: %d checked rows of preempted requests, %d of cached ones" % (pre, cached))
+PY
+
+# Bad traces: the reason with its line, nothing on stdout.
+head -2 "$excerpt" >"$tmp/bad.jsonl"
+echo '{"timestamp": 99000, "input_length": 10}' >>"$tmp/bad.jsonl"
+"$dcp_run" replay --trace "$tmp/bad.jsonl" --simulate --quiet >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 1 ] || fail "bad trace: exit status"
+grep -q "bad.jsonl:3: missing field output_length" "$tmp/err" || fail "bad trace: $(cat "$tmp/err")"
+[ -s "$tmp/out" ] && fail "bad trace wrote to stdout"
+mkfifo "$tmp/fifo"
+timeout 20 "$dcp_run" replay --trace "$tmp/fifo" --simulate --quiet >/dev/null 2>"$tmp/err"
+[ $? -eq 1 ] || fail "FIFO: exit status"
+grep -q "not a regular file" "$tmp/err" || fail "FIFO: $(cat "$tmp/err")"
+"$dcp_run" replay --simulate >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] || fail "no trace: exit status"
+"$dcp_run" replay --trace "$excerpt" --length-scale -1 >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] || fail "negative scale: exit status"
+echo "ok"
