@@ -52,6 +52,36 @@ for name, short in (("tp_baseline", "tp"), ("dcp", "dcp")):
 print("simulate ok")
 PY
 
+# The model's qualitative prediction (docs/serving.md): on the synthetic agentic trace,
+# DCP loses at low load and short contexts (its collectives add to TPOT at equal
+# throughput) and wins at high load and long contexts (more than 1.5x the throughput).
+kimi=$root/configs/kimi-k2-8xb200.yaml
+"$dcp_run" replay "$kimi" --synthetic 500 --length-scale 0.03 --rate 0.5 --simulate --max-running 1024 --json \
+    --quiet >"$tmp/short.json" 2>"$tmp/err" || fail "short contexts: $(cat "$tmp/err")"
+"$dcp_run" replay "$kimi" --synthetic 500 --rate 8 --simulate --max-running 1024 --json --quiet \
+    >"$tmp/long.json" 2>"$tmp/err" || fail "long contexts: $(cat "$tmp/err")"
+python3 - "$tmp/short.json" "$tmp/long.json" <<'PY' || fail "crossover"
+import json, sys
+(st, sd), (lt, ld) = ([x for x in json.load(open(p))["layouts"]] for p in sys.argv[1:3])
+assert sd["tpot_p50"] > 1.3 * st["tpot_p50"], (st["tpot_p50"], sd["tpot_p50"])
+assert sd["output_tok_s_per_gpu"] <= 1.01 * st["output_tok_s_per_gpu"]
+assert ld["output_tok_s_per_gpu"] > 1.5 * lt["output_tok_s_per_gpu"], (lt["output_tok_s_per_gpu"], ld["output_tok_s_per_gpu"])
+assert ld["concurrency_mean"] > 2 * lt["concurrency_mean"]
+print("crossover ok")
+PY
+
+# Idle time counts as nothing running: two short requests 1,000 s apart keep the
+# time-weighted mean concurrency near 0 (it was ~0.5 when a gap took the next step's value).
+printf '{"timestamp": 0, "input_length": 1000, "output_length": 10}\n{"timestamp": 1000000, "input_length": 1000, "output_length": 10}\n' >"$tmp/gap.jsonl"
+"$dcp_run" replay "$kimi" --trace "$tmp/gap.jsonl" --simulate --json --quiet >"$tmp/gap.json" 2>"$tmp/err" ||
+    fail "gap: $(cat "$tmp/err")"
+python3 - "$tmp/gap.json" <<'PY' || fail "idle gaps in the mean concurrency"
+import json, sys
+for x in json.load(open(sys.argv[1]))["layouts"]:
+    assert x["completed"] == 2 and x["makespan_seconds"] > 999, x
+    assert x["concurrency_mean"] < 0.01 and x["concurrency_max"] == 1, x
+PY
+
 run_exec() { # OUT ARGS...: execute mode on the default deployment (host backend)
     out=$1
     shift
