@@ -154,6 +154,10 @@ static int serve_loop(dcp_sched *s, const struct dcp_step_model *model, struct r
                 break;
             }
             now = DCP_CLI_MAX(now, next);
+            /* The idle gap up to the arrival is recorded as it was (nothing running). */
+            struct dcp_sched_stats st;
+            dcp_sched_get_stats(s, &st);
+            err = add_sample(res, &cap, now, st.running, (double)st.used_blocks / (double)st.num_blocks);
             continue;
         }
         double dt = 0;

@@ -11,46 +11,29 @@
 
 /* ---- requests ------------------------------------------------------------- */
 
+/* A trace file through the library's loader (one length per line or Mooncake JSONL:
+ * only the prompt lengths are used), which refuses non-regular and oversized files
+ * and names the line of any bad entry. */
 static int load_trace(struct run_requests *r, const char *path, uint32_t limit)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "dcp-run: cannot read trace %s: %s\n", path, strerror(errno));
-        return DCP_EIO;
+    const struct dcp_trace_options o = {.limit = limit};
+    struct dcp_trace *t = NULL;
+    int err = dcp_trace_load(path, &o, &t);
+    if (err) {
+        fprintf(stderr, "dcp-run: %s\n", dcp_last_error());
+        return err;
     }
-    char line[256];
-    uint32_t cap = 0, lineno = 0;
-    int err = DCP_OK;
-    while (fgets(line, sizeof(line), f) && (!limit || r->count < limit)) {
-        lineno++;
-        char *s = line + strspn(line, " \t");
-        s[strcspn(s, " \t\r\n#")] = '\0';
-        if (!*s)
-            continue;
-        unsigned long long v;
-        if (!cli_parse_u64(s, &v) || v == 0) {
-            fprintf(stderr, "%s:%u: expected a context length in tokens, got '%s'\n", path, lineno, s);
-            err = DCP_ECONFIG;
-            break;
-        }
-        if (r->count == cap) {
-            cap = cap ? 2 * cap : 64;
-            uint64_t *p = realloc(r->len, cap * sizeof(*p));
-            if (!p) {
-                err = DCP_ENOMEM;
-                break;
-            }
-            r->len = p;
-        }
-        r->len[r->count++] = v;
+    r->len = malloc(t->count * sizeof(*r->len));
+    if (!r->len) {
+        dcp_trace_destroy(&t);
+        return DCP_ENOMEM;
     }
-    fclose(f);
-    if (!err && r->count == 0) {
-        fprintf(stderr, "%s: the trace holds no requests\n", path);
-        err = DCP_ECONFIG;
-    }
+    for (uint32_t i = 0; i < t->count; i++)
+        r->len[i] = t->requests[i].prompt_tokens;
+    r->count = t->count;
+    dcp_trace_destroy(&t);
     snprintf(r->describe, sizeof(r->describe), "trace %s", path);
-    return err;
+    return DCP_OK;
 }
 
 int run_requests_load(struct run_requests *r, const dcp_deployment *dep, uint32_t count_override)

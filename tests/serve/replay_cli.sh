@@ -4,9 +4,10 @@
 #     --plot: both layouts complete every request; the SVG parses as XML and its series
 #     (concurrency and KV use per layout, the bars) agree with the JSON;
 #   execute (host backend, default deployment): a prefix-heavy trace in a KV budget small
-#     enough to preempt: the correctness check passes, with rows of requests served from
-#     the prefix cache and of preempted-then-recomputed ones; the output digests equal
-#     those of a run with ample KV and no prefix cache (identical outputs);
+#     enough to preempt, with 2 MTP drafts a step: the correctness check passes, with rows
+#     of requests served from the prefix cache and of preempted-then-recomputed ones; the
+#     output digests equal those of a run with ample KV, no prefix cache and no MTP
+#     (identical outputs: recompute, cache hits and truncated drafts change nothing);
 #   bad traces (a missing field, a FIFO) and bad usage: exit 1 / 2 with the reason.
 set -u
 dcp_run=$1
@@ -51,13 +52,43 @@ for name, short in (("tp_baseline", "tp"), ("dcp", "dcp")):
 print("simulate ok")
 PY
 
+# The model's qualitative prediction (docs/serving.md): on the synthetic agentic trace,
+# DCP loses at low load and short contexts (its collectives add to TPOT at equal
+# throughput) and wins at high load and long contexts (more than 1.5x the throughput).
+kimi=$root/configs/kimi-k2-8xb200.yaml
+"$dcp_run" replay "$kimi" --synthetic 500 --length-scale 0.03 --rate 0.5 --simulate --max-running 1024 --json \
+    --quiet >"$tmp/short.json" 2>"$tmp/err" || fail "short contexts: $(cat "$tmp/err")"
+"$dcp_run" replay "$kimi" --synthetic 500 --rate 8 --simulate --max-running 1024 --json --quiet \
+    >"$tmp/long.json" 2>"$tmp/err" || fail "long contexts: $(cat "$tmp/err")"
+python3 - "$tmp/short.json" "$tmp/long.json" <<'PY' || fail "crossover"
+import json, sys
+(st, sd), (lt, ld) = ([x for x in json.load(open(p))["layouts"]] for p in sys.argv[1:3])
+assert sd["tpot_p50"] > 1.3 * st["tpot_p50"], (st["tpot_p50"], sd["tpot_p50"])
+assert sd["output_tok_s_per_gpu"] <= 1.01 * st["output_tok_s_per_gpu"]
+assert ld["output_tok_s_per_gpu"] > 1.5 * lt["output_tok_s_per_gpu"], (lt["output_tok_s_per_gpu"], ld["output_tok_s_per_gpu"])
+assert ld["concurrency_mean"] > 2 * lt["concurrency_mean"]
+print("crossover ok")
+PY
+
+# Idle time counts as nothing running: two short requests 1,000 s apart keep the
+# time-weighted mean concurrency near 0 (it was ~0.5 when a gap took the next step's value).
+printf '{"timestamp": 0, "input_length": 1000, "output_length": 10}\n{"timestamp": 1000000, "input_length": 1000, "output_length": 10}\n' >"$tmp/gap.jsonl"
+"$dcp_run" replay "$kimi" --trace "$tmp/gap.jsonl" --simulate --json --quiet >"$tmp/gap.json" 2>"$tmp/err" ||
+    fail "gap: $(cat "$tmp/err")"
+python3 - "$tmp/gap.json" <<'PY' || fail "idle gaps in the mean concurrency"
+import json, sys
+for x in json.load(open(sys.argv[1]))["layouts"]:
+    assert x["completed"] == 2 and x["makespan_seconds"] > 999, x
+    assert x["concurrency_mean"] < 0.01 and x["concurrency_max"] == 1, x
+PY
+
 run_exec() { # OUT ARGS...: execute mode on the default deployment (host backend)
     out=$1
     shift
-    "$dcp_run" replay --trace "$small" --length-scale 0.1 --limit 16 --watermark 0 --backend host --json \
+    "$dcp_run" replay --trace "$small" --length-scale 0.1 --limit 12 --watermark 0 --backend host --json \
         --quiet "$@" >"$out" 2>"$tmp/err" || fail "execute $*: $(cat "$tmp/err")"
 }
-run_exec "$tmp/tight.json" --kv-mb 2
+run_exec "$tmp/tight.json" --kv-mb 2 --mtp 2 --mtp-acceptance 0.6
 run_exec "$tmp/ample.json" --kv-mb 40 --no-prefix-cache
 python3 - "$tmp/tight.json" "$tmp/ample.json" <<'PY' || fail "execute output"
 import json, sys
@@ -66,14 +97,15 @@ pre = cached = 0
 for d in (tight, ample):
     assert d["simulate"] is False
     for x in d["layouts"]:
-        assert x["completed"] == x["requests"] == 16, x
-        assert x["check"]["pass"] is True and x["check"]["rows"] >= 16, x["check"]
+        assert x["completed"] == x["requests"] == 12, x
+        assert x["check"]["pass"] is True and x["check"]["rows"] >= 12, x["check"]
 for a, b in zip(tight["layouts"], ample["layouts"]):
     assert a["name"] == b["name"]
     assert a["check"]["digest"] == b["check"]["digest"], (a["name"], a["check"], b["check"])
     pre += a["check"]["rows_preempted"]
     cached += a["check"]["rows_cached"]
     assert b["preemptions"] == 0 and b["prefix_hit_rate"] == 0
+    assert 0 < a["mtp_accepted"] < a["mtp_drafted"], a
 assert pre > 0, "no preempted request was checked"
 assert cached > 0, "no request served from the prefix cache was checked"
 print("execute ok: %d checked rows of preempted requests, %d of cached ones" % (pre, cached))

@@ -188,6 +188,48 @@ static void test_shipped_excerpt(void **state)
     dcp_trace_destroy(&t);
 }
 
+/* Random byte edits of a valid trace either parse or fail with DCP_ECONFIG and a
+ * message naming a line: never a crash, a hang or another status. */
+static void test_mutations(void **state)
+{
+    (void)state;
+    static const char base[] =
+        "{\"timestamp\": 0, \"input_length\": 1000, \"output_length\": 5, \"hash_ids\": [0, 1]}\n"
+        "{\"timestamp\": 1500.5, \"input_length\": 3, \"output_length\": 7, \"x\": [true, null, \"s\"]}\n"
+        "{\"timestamp\": 2000, \"input_length\": 513, \"output_length\": 1, \"hash_ids\": []}\n";
+    static const char alphabet[] = "{}[]\":,-.0123456789eE \n\\tnul\0";
+    struct test_rng rng;
+    test_rng_seed(&rng, 42);
+    char buf[sizeof(base) + 8];
+    for (int it = 0; it < 20000; it++) {
+        memcpy(buf, base, sizeof(base));
+        size_t len = sizeof(base) - 1;
+        const int edits = 1 + (int)test_rng_range(&rng, 0, 3);
+        for (int e = 0; e < edits; e++) {
+            const size_t at = test_rng_range(&rng, 0, len - 1);
+            if (test_rng_range(&rng, 0, 3) == 0 && len > 1) {
+                memmove(buf + at, buf + at + 1, len - at - 1); /* delete */
+                len--;
+            } else {
+                buf[at] = alphabet[test_rng_range(&rng, 0, sizeof(alphabet) - 2)];
+            }
+        }
+        struct dcp_trace *t = NULL;
+        const int st = dcp_trace_parse("m.jsonl", buf, len, NULL, &t);
+        if (st == DCP_OK) {
+            assert_non_null(t);
+            assert_true(t->count >= 1 && t->count <= 3);
+            for (uint32_t i = 0; i < t->count; i++)
+                assert_true(t->requests[i].prompt_tokens >= 1 && t->requests[i].output_tokens >= 1);
+            dcp_trace_destroy(&t);
+        } else {
+            assert_int_equal(st, DCP_ECONFIG);
+            assert_null(t);
+            assert_non_null(strstr(dcp_last_error(), "m.jsonl"));
+        }
+    }
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
     const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -255,6 +297,7 @@ int main(void)
         cmocka_unit_test(test_fifo_is_refused),
         cmocka_unit_test(test_huge_file_is_refused),
         cmocka_unit_test(test_shipped_excerpt),
+        cmocka_unit_test(test_mutations),
         cmocka_unit_test(test_synthetic_agentic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
