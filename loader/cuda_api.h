@@ -269,6 +269,8 @@ enum {
       (int *value, CUfunction_attribute attrib, CUfunction fn))                                    \
     X(cuFuncSetAttribute, 9000, DCP_CUDA_REQUIRED, CUresult,                                       \
       (CUfunction fn, CUfunction_attribute attrib, int value))                                     \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050, DCP_CUDA_REQUIRED, CUresult,              \
+      (int *num_blocks, CUfunction fn, int block_size, size_t dynamic_smem_bytes))                \
     X(cuLaunchKernel, 4000, DCP_CUDA_REQUIRED, CUresult,                                           \
       (CUfunction fn, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,               \
        unsigned int block_x, unsigned int block_y, unsigned int block_z,                           \

@@ -204,6 +204,23 @@ DCP_API uint64_t dcp_engine_blocks_for(const dcp_engine *engine, uint64_t len);
  */
 DCP_API int dcp_engine_begin_step(dcp_engine *engine, const struct dcp_batch *batch);
 
+/** How the current step's local attention is launched (what begin_step chose). */
+struct dcp_step_launch {
+    uint32_t num_splits;     ///< Split-KV factor: each sequence's local KV is cut into this many parts, merged after.
+    uint32_t grid[3];        ///< Attention grid: splits, KV heads x head tiles, sequences (CUDA blocks; host work items).
+    uint64_t blocks;         ///< grid[0] * grid[1] * grid[2].
+    uint32_t slots;          ///< Work items the backend runs at once (CUDA: SMs x blocks_per_sm; host: 2 per thread).
+    uint32_t blocks_per_sm;  ///< CUDA: attention blocks one SM holds at once (driver occupancy); 0 on the host.
+    uint32_t max_splits;     ///< Most splits any step may use (the workspace is sized once for it).
+};
+
+/**
+ * Describes the attention launch of the step begin_step fixed: the split-KV
+ * factor is chosen per step from its sequences' lengths and the backend's slots,
+ * so that the launch fills whole waves. DCP_EINVAL without a valid step.
+ */
+DCP_API int dcp_engine_step_launch(const dcp_engine *engine, struct dcp_step_launch *out);
+
 /* --- ranks (SPMD: each rank from its own thread) -------------------------- */
 
 /** Signature of a per-rank function for dcp_engine_run(). */
@@ -300,7 +317,11 @@ DCP_API int dcp_rank_alloc(dcp_rank *rank, size_t bytes, void **ptr);
 /** Frees memory from dcp_rank_alloc(). Accepts NULL. */
 DCP_API void dcp_rank_free(dcp_rank *rank, void *ptr);
 
-/** Copies host memory to backend memory (synchronous). */
+/**
+ * Copies host memory to backend memory, in order with the rank's work: after
+ * what is queued already, before what is queued later (CUDA: on the rank's
+ * stream). src may be reused as soon as the call returns.
+ */
 DCP_API int dcp_rank_upload(dcp_rank *rank, void *dst, const void *src, size_t bytes);
 
 /** Copies backend memory to host memory (synchronous; waits for queued work). */

@@ -252,9 +252,9 @@ static void plan_rank_buffers(struct dcp_engine *e, struct dcp_rank_buffers *b, 
         else
             plan_buffer(bp, &b->recv, N * N, T, H, f);
     }
-    if (e->shape.max_splits > 1) {
-        plan_buffer(bp, &b->ws_o, e->shape.max_splits, T * Hg, v, f);
-        plan_buffer(bp, &b->ws_lse, e->shape.max_splits, T * Hg, f, 1);
+    if (e->split_rows) {
+        plan_buffer(bp, &b->ws_o, e->split_rows, Hg, v, f);
+        plan_buffer(bp, &b->ws_lse, e->split_rows, Hg, f, 1);
     }
 }
 
@@ -286,8 +286,11 @@ static void free_rank_buffers(struct dcp_rank *r)
     r->kv_arena = 0;
 }
 
-/* Sizes the workspace once (split-KV capped so its partials stay within
- * SPLIT_WORKSPACE_CAP); every size is checked, so later plans cannot overflow. */
+/* Sizes the workspace once; every size is checked, so later plans cannot
+ * overflow. The split-KV part holds rows of (split, query token) for up to
+ * max_splits splits of the largest step, within SPLIT_WORKSPACE_CAP: a step of T
+ * query tokens can use split_rows / T splits (choose_splits), so a one-token
+ * decode step gets the most and a long multi-token step fewer. */
 static int size_workspace(struct dcp_engine *e)
 {
     /* Rows of one attention call (T * gathered heads) are 32-bit in the kernels. */
@@ -295,13 +298,13 @@ static int size_workspace(struct dcp_engine *e)
     if (rows > INT32_MAX)
         return dcp_error(DCP_EINVAL, "max_query_tokens=%u x %u gathered heads = %llu rows: at most %d",
                          e->max_qtokens, e->gathered_heads, (unsigned long long)rows, INT32_MAX);
-    bool ovf = false;
-    const uint64_t per_split = dcp_mul_u64(rows, ((uint64_t)e->v_dim + 1) * sizeof(float), &ovf);
-    const uint64_t cap = per_split ? SPLIT_WORKSPACE_CAP / per_split : 1;
-    if (e->shape.max_splits > cap)
-        e->shape.max_splits = (uint32_t)DCP_MAX(cap, 1);
     if (e->shape.max_splits == 0)
         e->shape.max_splits = 1;
+    bool ovf = false;
+    const uint64_t row_bytes = dcp_mul_u64(e->gathered_heads, ((uint64_t)e->v_dim + 1) * sizeof(float), &ovf);
+    uint64_t split_rows = dcp_mul_u64(e->shape.max_splits, e->max_qtokens, &ovf);
+    split_rows = DCP_MIN(split_rows, row_bytes ? SPLIT_WORKSPACE_CAP / row_bytes : 0);
+    e->split_rows = e->shape.max_splits > 1 && split_rows >= 2 ? split_rows : 0; /* two splits of a token at least */
     struct dcp_rank_buffers b;
     struct buffer_plan bp;
     plan_rank_buffers(e, &b, &bp);
@@ -689,16 +692,25 @@ static void build_step(struct dcp_engine *e, const struct dcp_batch *b)
     s->tokens = t;
 }
 
-/* Split-KV factor: enough work items to keep the backend busy, within limits. */
+/*
+ * Split-KV factor of this step, from its real sizes and the backend's slots (the
+ * attention blocks it runs at once: SMs x resident blocks per SM): the step's
+ * work items (sequences x KV heads x head tiles) are split as far as one whole
+ * wave holds, never into a partial second wave; a step that fills the slots
+ * already is not split. Never more splits than the longest local sequence has
+ * pages, than max_splits, or than the workspace holds for this step's tokens.
+ */
 static uint32_t choose_splits(const struct dcp_engine *e)
 {
     const struct dcp_step *s = &e->step;
-    if (e->shape.max_splits <= 1 || s->batch == 0)
+    if (e->split_rows == 0 || s->batch == 0 || s->tokens == 0)
         return 1;
     const uint32_t heads_per_kv = e->gathered_heads / e->kv_heads_per_rank;
-    const uint32_t tile = e->shape.head_tile ? e->shape.head_tile : heads_per_kv;
+    const uint32_t tile = dcp_engine_head_tile(e);
     const uint64_t base = (uint64_t)s->batch * e->kv_heads_per_rank * dcp_div_ceil_u64(heads_per_kv, tile);
-    uint64_t want = dcp_div_ceil_u64(2ull * e->shape.parallelism, base);
+    if (e->split_override)
+        return (uint32_t)DCP_MAX(1, DCP_MIN(DCP_MIN(e->split_override, e->shape.max_splits), e->split_rows / s->tokens));
+    uint64_t want = e->shape.parallelism / base;
     uint64_t longest_pages = 0;
     for (uint32_t i = 0; i < s->batch; i++) {
         const uint64_t local = dcpk_local_length((uint64_t)s->seq_lens[i], 0, e->dcp, e->interleave);
@@ -706,6 +718,7 @@ static uint32_t choose_splits(const struct dcp_engine *e)
     }
     want = DCP_MIN(want, longest_pages);
     want = DCP_MIN(want, (uint64_t)e->shape.max_splits);
+    want = DCP_MIN(want, e->split_rows / s->tokens);
     return (uint32_t)DCP_MAX(want, 1);
 }
 
@@ -733,6 +746,29 @@ DCP_API int dcp_engine_begin_step(dcp_engine *e, const struct dcp_batch *b)
             return err;
     }
     s->valid = true;
+    return DCP_OK;
+}
+
+DCP_API int dcp_engine_step_launch(const dcp_engine *e, struct dcp_step_launch *out)
+{
+    if (!e || !out || !e->step.valid)
+        return dcp_error(DCP_EINVAL, "step_launch: no step (call dcp_engine_begin_step first)");
+    const struct dcpk_attn_params p = {
+        .batch = e->step.batch,
+        .num_heads = e->gathered_heads,
+        .num_kv_heads = e->kv_heads_per_rank,
+        .head_tile = dcp_engine_head_tile(e),
+        .num_splits = e->step.num_splits,
+    };
+    const struct dcpk_grid g = dcpk_kernels[DCPK_KERNEL_attn].grid(&p);
+    *out = (struct dcp_step_launch){
+        .num_splits = e->step.num_splits,
+        .grid = {g.x, g.y, g.z},
+        .blocks = dcpk_grid_items(g),
+        .slots = e->shape.parallelism,
+        .blocks_per_sm = e->shape.blocks_per_sm,
+        .max_splits = e->shape.max_splits,
+    };
     return DCP_OK;
 }
 

@@ -42,7 +42,7 @@ struct dcp_backend_ops {
     int (*alloc_arena)(struct dcp_rank *r, size_t bytes, uint64_t *addr);
     /** Frees backend memory. Accepts 0. */
     void (*free)(struct dcp_rank *r, uint64_t addr);
-    /** Host -> backend copy; the host buffer may be reused when it returns. */
+    /** Host -> backend copy, ordered with the rank's queued work; the host buffer may be reused when it returns. */
     int (*upload)(struct dcp_rank *r, uint64_t dst, const void *src, size_t bytes);
     /** Backend -> host copy after all queued work. */
     int (*download)(struct dcp_rank *r, void *dst, uint64_t src, size_t bytes);
@@ -80,9 +80,10 @@ extern const struct dcp_backend_ops dcp_cuda_backend;
 
 /** How attention launches are shaped, chosen by the backend at engine_init. */
 struct dcp_launch_shape {
-    uint32_t parallelism;   ///< Work items the backend runs at once (threads, SMs x CTAs per SM).
+    uint32_t parallelism;   ///< Attention work items the backend runs at once, one wave (CUDA: SMs x resident blocks per SM of the attention kernel; host: 2 per thread).
+    uint32_t blocks_per_sm; ///< CUDA: resident attention blocks per SM (cuOccupancyMaxActiveBlocksPerMultiprocessor); 0 elsewhere.
     uint32_t head_tile;     ///< Query heads per attention work item (0 = all heads of a KV head).
-    uint32_t max_splits;    ///< Upper bound on split-KV (workspace is sized for it).
+    uint32_t max_splits;    ///< Upper bound on split-KV (the workspace is sized for it, within a cap).
 };
 
 /** Per-rank backend buffers holding one step's metadata and the collective workspace. */
@@ -98,9 +99,16 @@ struct dcp_rank_buffers {
     uint64_t part_lse;      ///< fp32 [dcp][T][H_l]       (ag_rs)
     uint64_t recv;          ///< fp32 a2a receive [dcp][T][H_l][v+1], or ag_rs LSE gather [dcp][dcp*T*H_l]
     uint64_t lse_scratch;   ///< fp32 [T][H_l] when the caller passes no LSE buffer
-    uint64_t ws_o;          ///< fp32 split-KV partial outputs [max_splits][T*Hg*v]
-    uint64_t ws_lse;        ///< fp32 split-KV partial LSEs [max_splits][T*Hg]
+    uint64_t ws_o;          ///< fp32 split-KV partial outputs [splits][T][Hg][v], split_rows x Hg x v in all
+    uint64_t ws_lse;        ///< fp32 split-KV partial LSEs [splits][T][Hg], split_rows x Hg in all
 };
+
+/** Bytes begin_step uploads to each rank at most (block_table .. token_keys above). */
+static inline size_t dcp_step_upload_bytes(uint32_t max_batch, uint32_t max_blocks_per_seq, uint32_t max_tokens)
+{
+    return ((size_t)max_batch * max_blocks_per_seq + max_batch + max_batch + 1) * sizeof(int32_t) +
+           (size_t)max_tokens * (sizeof(int64_t) + sizeof(uint64_t));
+}
 
 /** One rank. */
 struct dcp_rank {
@@ -163,6 +171,8 @@ struct dcp_engine {
     uint64_t layer_bytes;           ///< All pages of one layer, K then V.
     uint64_t kv_bytes;              ///< Arena bytes per rank.
     uint64_t workspace_bytes;       ///< Workspace bytes per rank.
+    uint64_t split_rows;            ///< (split, query token) rows the split-KV workspace holds (0: no split-KV).
+    uint32_t split_override;        ///< Tests only: split-KV factor every step uses (0: choose), within the workspace.
 
     struct dcp_step step;
     struct dcp_rank *ranks;
@@ -180,6 +190,13 @@ struct dcp_engine {
 static inline uint64_t dcp_layer_k(const struct dcp_rank *r, uint32_t layer)
 {
     return r->kv_arena + (uint64_t)layer * r->engine->layer_bytes;
+}
+
+/** Query heads per attention work item (the launch shape's head_tile, within one KV head's heads). */
+static inline uint32_t dcp_engine_head_tile(const struct dcp_engine *e)
+{
+    const uint32_t heads_per_kv = e->gathered_heads / e->kv_heads_per_rank;
+    return e->shape.head_tile && e->shape.head_tile < heads_per_kv ? e->shape.head_tile : heads_per_kv;
 }
 
 /** DCP_OK, or DCP_EABORTED with a message when the engine failed for good. */

@@ -149,7 +149,6 @@ static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint
     const struct dcp_engine *e = r->engine;
     const struct dcp_step *s = &e->step;
     const uint64_t T = s->tokens, Hg = e->gathered_heads, H = e->q_heads_per_rank, v = e->v_dim;
-    const uint32_t heads_per_kv = e->gathered_heads / e->kv_heads_per_rank;
     const uint64_t k_cache = dcp_layer_k(r, layer);
     struct dcpk_attn_params p = {
         .q = q,
@@ -172,7 +171,7 @@ static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint
         .num_heads = e->gathered_heads,
         .heads_per_chunk = e->q_heads_per_rank,
         .num_kv_heads = e->kv_heads_per_rank,
-        .head_tile = e->shape.head_tile ? DCP_MIN(e->shape.head_tile, heads_per_kv) : heads_per_kv,
+        .head_tile = dcp_engine_head_tile(e),
         .qk_dim = e->qk_dim,
         .v_dim = e->v_dim,
         .v_row_stride = e->v_row_stride,

@@ -10,8 +10,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_internal.h"
 #include "cuda_test_util.h"
 #include "dcp/dcp.h"
+#include "dcp_kernels/variants.h"
 
 struct shape {
     enum dcp_attention_kind kind;
@@ -57,19 +59,22 @@ static dcp_deployment *deployment(const struct shape *s, enum dcp_backend_kind b
     return dep;
 }
 
-static int create(const dcp_deployment *dep, dcp_engine **e)
+static int create_with(const dcp_deployment *dep, dcp_engine **e, uint32_t max_batch, uint64_t max_context,
+                       double kv_budget)
 {
     struct dcp_engine_params p;
     dcp_engine_default_params(&p);
     p.deployment = dep;
-    p.kv_budget_bytes = 4e6;
-    p.max_batch = 3;
-    p.max_seqs = 3;
-    p.max_query_tokens = 6;
+    p.kv_budget_bytes = kv_budget;
+    p.max_batch = max_batch;
+    p.max_seqs = max_batch;
+    p.max_query_tokens = 2 * max_batch;
     p.max_step_tokens = 64;
-    p.max_context = 256;
+    p.max_context = max_context;
     return dcp_engine_create(&p, e);
 }
+
+static int create(const dcp_deployment *dep, dcp_engine **e) { return create_with(dep, e, 3, 256, 4e6); }
 
 /* One run: 3 sequences prefilled through append, then a decode step of 2 tokens
  * each; every rank's output and LSE are returned in host arrays. */
@@ -79,7 +84,33 @@ struct run_io {
     void *q[8], *k[8], *v[8], *o[8], *l[8];
     bool decode;
     uint32_t tokens;
+    int q_from_host;         /* 0: q filled on the device; 1: dcp_rank_upload; 2: cuMemcpyHtoD */
+    struct dcp_cuda *driver; /* q_from_host 2: the driver, opened by the test */
+    uint32_t nseq;           /* sequences (0: three, of 37, 5 and 120 tokens, decoding 2 each) */
+    const uint32_t *lens;    /* [nseq] prefill lengths */
+    uint32_t decode_q;       /* query tokens per sequence in the decode step */
+    struct dcp_step_launch launch; /* what the decode step launched */
 };
+
+#define MAX_SEQS 32
+#define CHUNK 50 /* prefill tokens per step */
+
+/* Queries uploaded from the host, the same for every backend. */
+static int upload_q(dcp_rank *r, struct run_io *io, uint32_t layer, size_t floats)
+{
+    float *h = malloc(floats * sizeof(float));
+    if (!h)
+        return DCP_ENOMEM;
+    for (size_t j = 0; j < floats; j++)
+        h[j] = 0.5f * sinf(0.37f * (float)j + (float)(layer + 3 * dcp_rank_tp_rank(r)));
+    void *dst = io->q[dcp_rank_tp_rank(r)];
+    int err = io->q_from_host == 1 ? dcp_rank_upload(r, dst, h, floats * sizeof(float))
+                                   : dcp_cuda_check(io->driver->api.cuMemcpyHtoD((CUdeviceptr)(uintptr_t)dst, h,
+                                                                                 floats * sizeof(float)),
+                                                    "cuMemcpyHtoD");
+    free(h);
+    return err;
+}
 
 static int rank_fn(dcp_rank *r, void *arg)
 {
@@ -109,7 +140,8 @@ static int rank_fn(dcp_rank *r, void *arg)
         d = (struct dcp_synth_desc){.seed = 7 + layer, .row_keys = dcp_rank_step_token_keys(r),
                                     .rows = io->tokens, .heads = in.q_heads_per_rank, .dim = in.qk_dim,
                                     .head_offset = q0, .amplitude = 1.0f};
-        if ((err = dcp_rank_fill_synthetic(r, io->q[i], &d)) ||
+        if ((err = io->q_from_host ? upload_q(r, io, layer, (size_t)io->tokens * in.q_heads_per_rank * in.qk_dim)
+                                   : dcp_rank_fill_synthetic(r, io->q[i], &d)) ||
             (err = dcp_rank_attention(r, layer, io->q[i], io->o[i], io->l[i])))
             return err;
     }
@@ -125,26 +157,33 @@ static int run_engine(dcp_engine *e, struct run_io *io)
     struct dcp_engine_info in;
     dcp_engine_get_info(e, &in);
     io->e = e;
-    const size_t f = sizeof(float);
+    static const uint32_t default_lens[3] = {37, 5, 120};
+    if (!io->nseq) {
+        io->nseq = 3;
+        io->lens = default_lens;
+        io->decode_q = 2;
+    }
+    const uint32_t n = io->nseq, *lens = io->lens;
+    assert_true(n <= MAX_SEQS);
+    const size_t f = sizeof(float), rows = (size_t)n * io->decode_q;
     for (uint32_t i = 0; i < in.tp; i++) {
         dcp_rank *r = dcp_engine_rank(e, i);
         int err;
-        if ((err = dcp_rank_alloc(r, 64 * in.kv_heads_per_rank * in.qk_dim * f, &io->k[i])) ||
-            (err = dcp_rank_alloc(r, 64 * in.kv_heads_per_rank * in.v_dim * f, &io->v[i])) ||
-            (err = dcp_rank_alloc(r, 6 * in.q_heads_per_rank * in.qk_dim * f, &io->q[i])) ||
-            (err = dcp_rank_alloc(r, 6 * in.q_heads_per_rank * in.v_dim * f, &io->o[i])) ||
-            (err = dcp_rank_alloc(r, 6 * in.q_heads_per_rank * f, &io->l[i])))
+        if ((err = dcp_rank_alloc(r, CHUNK * in.kv_heads_per_rank * in.qk_dim * f, &io->k[i])) ||
+            (err = dcp_rank_alloc(r, CHUNK * in.kv_heads_per_rank * in.v_dim * f, &io->v[i])) ||
+            (err = dcp_rank_alloc(r, rows * in.q_heads_per_rank * in.qk_dim * f, &io->q[i])) ||
+            (err = dcp_rank_alloc(r, rows * in.q_heads_per_rank * in.v_dim * f, &io->o[i])) ||
+            (err = dcp_rank_alloc(r, rows * in.q_heads_per_rank * f, &io->l[i])))
             return err;
-        io->out[i] = calloc(6 * in.q_heads_per_rank * in.v_dim, f);
-        io->lse[i] = calloc(6 * in.q_heads_per_rank, f);
+        io->out[i] = calloc(rows * in.q_heads_per_rank * in.v_dim, f);
+        io->lse[i] = calloc(rows * in.q_heads_per_rank, f);
     }
-    static const uint32_t lens[3] = {37, 5, 120};
-    uint32_t ids[3], q[3];
+    uint32_t ids[MAX_SEQS], q[MAX_SEQS];
     int err = DCP_OK;
-    for (int s = 0; s < 3 && !err; s++) {
+    for (uint32_t s = 0; s < n && !err; s++) {
         err = dcp_seq_create(e, &ids[s]);
         for (uint32_t done = 0; done < lens[s] && !err; done += q[s]) {
-            q[s] = lens[s] - done < 50 ? lens[s] - done : 50;
+            q[s] = lens[s] - done < CHUNK ? lens[s] - done : CHUNK;
             err = dcp_seq_extend(e, ids[s], q[s]);
             const struct dcp_batch b = {.num_seqs = 1, .seq_ids = &ids[s], .q_lens = &q[s]};
             io->tokens = q[s];
@@ -155,15 +194,17 @@ static int run_engine(dcp_engine *e, struct run_io *io)
                 err = dcp_engine_run(e, rank_fn, io);
         }
     }
-    for (int s = 0; s < 3 && !err; s++) {
-        q[s] = 2;
-        err = dcp_seq_extend(e, ids[s], 2);
+    for (uint32_t s = 0; s < n && !err; s++) {
+        q[s] = io->decode_q;
+        err = dcp_seq_extend(e, ids[s], io->decode_q);
     }
-    const struct dcp_batch b = {.num_seqs = 3, .seq_ids = ids, .q_lens = q};
-    io->tokens = 6;
+    const struct dcp_batch b = {.num_seqs = n, .seq_ids = ids, .q_lens = q};
+    io->tokens = (uint32_t)rows;
     io->decode = true;
     if (!err)
         err = dcp_engine_begin_step(e, &b);
+    if (!err)
+        err = dcp_engine_step_launch(e, &io->launch);
     if (!err)
         err = dcp_engine_run(e, rank_fn, io);
     return err;
@@ -181,6 +222,24 @@ static void free_io(struct run_io *io, uint32_t tp)
         free(io->out[i]);
         free(io->lse[i]);
     }
+}
+
+/* Largest difference between two runs' outputs and LSEs (infinity where one is NaN). */
+static double worst_difference(const struct run_io *a, const struct run_io *b, const struct dcp_engine_info *in)
+{
+    double worst = 0;
+    for (uint32_t i = 0; i < in->tp; i++) {
+        const size_t rows = (size_t)a->tokens * in->q_heads_per_rank;
+        for (size_t j = 0; j < rows * in->v_dim; j++) {
+            const double d = fabs((double)a->out[i][j] - b->out[i][j]);
+            worst = isnan(d) ? INFINITY : fmax(worst, d);
+        }
+        for (size_t j = 0; j < rows; j++) {
+            const double d = fabs((double)a->lse[i][j] - b->lse[i][j]);
+            worst = isnan(d) ? INFINITY : fmax(worst, d);
+        }
+    }
+    return worst;
 }
 
 /* The CUDA engine (virtual ranks or NCCL) gives the host engine's results. */
@@ -209,17 +268,10 @@ static void check_same_as_host(const struct shape *s, const char *devices)
     if (err)
         fprintf(stderr, "cuda run: %s: %s\n", dcp_strerror(err), dcp_last_error());
     assert_int_equal(err, DCP_OK);
-    double worst = 0;
-    for (uint32_t i = 0; i < in.tp; i++) {
-        const size_t rows = 6 * (size_t)in.q_heads_per_rank;
-        for (size_t j = 0; j < rows * in.v_dim; j++) {
+    for (uint32_t i = 0; i < in.tp; i++)
+        for (size_t j = 0; j < (size_t)c.tokens * in.q_heads_per_rank * in.v_dim; j++)
             assert_true(isfinite(c.out[i][j]));
-            worst = fmax(worst, fabs((double)c.out[i][j] - h.out[i][j]));
-        }
-        for (size_t j = 0; j < rows; j++)
-            worst = fmax(worst, fabs((double)c.lse[i][j] - h.lse[i][j]));
-    }
-    assert_true(worst <= 1e-5);
+    assert_true(worst_difference(&c, &h, &in) <= 1e-5);
     free_io(&h, in.tp);
     free_io(&c, in.tp);
     dcp_engine_destroy(&he);
@@ -244,6 +296,252 @@ static void test_matches_host(void **state)
         check_same_as_host(&shapes[i], "1");  /* virtual ranks */
         check_same_as_host(&shapes[i], "8");  /* a GPU per rank, NCCL */
     }
+}
+
+/*
+ * Copies are ordered on the stream of the kernels that read them: queries
+ * uploaded with dcp_rank_upload give the host engine's results, on virtual ranks
+ * and with NCCL. The same upload deliberately misplaced on the legacy stream
+ * (cuMemcpyHtoD, which the ranks' non-blocking streams do not wait for) gives
+ * other results: the doubles' deferred streams catch the ordering bug that a
+ * GPU would show only sometimes.
+ */
+static void test_uploads_ordered(void **state)
+{
+    (void)state;
+    if (dcp_embedded_module_count == 0)
+        skip();
+    const struct shape s = {DCP_ATTN_GQA, 2, 2, 4, 1, 64, DCP_COMM_AG_RS, DCP_DTYPE_BF16};
+    dcp_deployment *hd = deployment(&s, DCP_BACKEND_HOST, 0), *cd = deployment(&s, DCP_BACKEND_CUDA, 0);
+    dcp_engine *he = NULL;
+    assert_int_equal(create(hd, &he), DCP_OK);
+    struct run_io h = {.q_from_host = 1};
+    assert_int_equal(run_engine(he, &h), DCP_OK);
+    struct dcp_engine_info in;
+    dcp_engine_get_info(he, &in);
+    static const char *const devices[] = {"1", "2"};
+    for (int d = 0; d < 2; d++)
+        for (int mode = 1; mode <= 2; mode++) {
+            fake_env_reset();
+            fake_env_set("FAKE_CUDA_DEVICES", devices[d]);
+            dcp_engine *ce = NULL;
+            assert_int_equal(create(cd, &ce), DCP_OK);
+            struct run_io c = {.q_from_host = mode};
+            if (mode == 2)
+                assert_int_equal(dcp_cuda_open(&(struct dcp_cuda_open_params){0}, &c.driver), DCP_OK);
+            assert_int_equal(run_engine(ce, &c), DCP_OK);
+            const double worst = worst_difference(&c, &h, &in);
+            if (mode == 1)
+                assert_true(worst <= 1e-5);
+            else
+                assert_false(worst <= 1e-5);
+            free_io(&c, in.tp);
+            dcp_engine_destroy(&ce);
+            dcp_cuda_close(&c.driver);
+        }
+    free_io(&h, in.tp);
+    dcp_engine_destroy(&he);
+    dcp_deployment_destroy(&hd);
+    dcp_deployment_destroy(&cd);
+}
+
+/* One step's launch on an H200-shaped double (132 SMs, the attention entries'
+ * real shared memory), and its results against the host engine's. */
+static struct dcp_step_launch launch_of(const struct shape *s, uint32_t nseq, uint32_t len)
+{
+    uint32_t lens[MAX_SEQS];
+    for (uint32_t i = 0; i < nseq; i++)
+        lens[i] = len;
+    dcp_deployment *hd = deployment(s, DCP_BACKEND_HOST, 0), *cd = deployment(s, DCP_BACKEND_CUDA, 0);
+    const uint64_t context = len + 1;
+    dcp_engine *he = NULL, *ce = NULL;
+    assert_int_equal(create_with(hd, &he, nseq, context, 64e6), DCP_OK);
+    fake_env_reset();
+    fake_env_set("FAKE_CUDA_SM_COUNT", "132");
+    assert_int_equal(create_with(cd, &ce, nseq, context, 64e6), DCP_OK);
+    struct run_io h = {.nseq = nseq, .lens = lens, .decode_q = 1};
+    struct run_io c = h;
+    assert_int_equal(run_engine(he, &h), DCP_OK);
+    assert_int_equal(run_engine(ce, &c), DCP_OK);
+    struct dcp_engine_info in;
+    dcp_engine_get_info(ce, &in);
+    const double worst = worst_difference(&c, &h, &in);
+    print_message("%s %u heads, batch %u x %u tokens: %u blocks/SM x 132 SMs = %u slots; splits %u, grid (%u, %u, %u) "
+                  "= %llu blocks; |cuda - host| <= %.2g\n",
+                  s->kind == DCP_ATTN_MLA ? "MLA" : "GQA d128", s->q_heads, nseq, len, c.launch.blocks_per_sm,
+                  c.launch.slots, c.launch.num_splits, c.launch.grid[0], c.launch.grid[1], c.launch.grid[2],
+                  (unsigned long long)c.launch.blocks, worst);
+    assert_true(worst <= 1e-5);
+    free_io(&h, in.tp);
+    free_io(&c, in.tp);
+    dcp_engine_destroy(&he);
+    dcp_engine_destroy(&ce);
+    dcp_deployment_destroy(&hd);
+    dcp_deployment_destroy(&cd);
+    return c.launch;
+}
+
+/*
+ * The split-KV factor follows each step's sequences and the device's occupancy
+ * (cuOccupancyMaxActiveBlocksPerMultiprocessor: 1 MLA block or 4 GQA d128 blocks
+ * per SM) and fills one whole wave, never a partial second one. MLA with 128
+ * gathered heads (4 head tiles of 32): batch 1 splits 33 ways, 132 blocks for 132
+ * slots (a fixed cap of 32 splits gave 128); batch 32 already has 128 blocks and
+ * is not split. GQA d128 with 8 heads per KV head, batch 32: 16 splits, 512
+ * blocks for 528 slots (two blocks per SM assumed gave 17 splits, 544 blocks:
+ * a second wave).
+ */
+static void test_split_kv_follows_occupancy(void **state)
+{
+    (void)state;
+    if (dcp_embedded_module_count == 0)
+        skip();
+    const struct shape mla = {DCP_ATTN_MLA, 1, 1, 128, 1, 0, DCP_COMM_A2A, DCP_DTYPE_BF16};
+    const struct shape gqa = {DCP_ATTN_GQA, 1, 1, 8, 1, 128, DCP_COMM_A2A, DCP_DTYPE_BF16};
+    struct dcp_step_launch l = launch_of(&mla, 1, 1024);
+    assert_int_equal(l.blocks_per_sm, 1);
+    assert_int_equal(l.slots, 132);
+    assert_int_equal(l.num_splits, 33);
+    assert_int_equal(l.grid[0], 33);
+    assert_int_equal(l.grid[1], 4);
+    assert_int_equal(l.grid[2], 1);
+    assert_int_equal(l.blocks, 132);
+    l = launch_of(&mla, 32, 64);
+    assert_int_equal(l.num_splits, 1);
+    assert_int_equal(l.blocks, 128);
+    l = launch_of(&gqa, 32, 256);
+    assert_int_equal(l.blocks_per_sm, 4);
+    assert_int_equal(l.slots, 528);
+    assert_int_equal(l.num_splits, 16);
+    assert_int_equal(l.grid[0], 16);
+    assert_int_equal(l.grid[1], 1);
+    assert_int_equal(l.grid[2], 32);
+    assert_int_equal(l.blocks, 512);
+    l = launch_of(&gqa, 1, 256); /* 17 pages: no more splits than pages */
+    assert_int_equal(l.num_splits, 17);
+}
+
+/* A launch every check accepts: GQA d128 bf16, 8 heads on one KV head, one split. */
+static struct dcpk_attn_params servable_attn(void)
+{
+    return (struct dcpk_attn_params){
+        .q = 0x1000, .k_cache = 0x10000, .v_cache = 0x20000, .block_table = 0x3000, .seq_lens = 0x3100,
+        .q_start = 0x3200, .out = 0x4000, .lse = 0x5000, .batch = 1, .num_q_tokens = 1, .num_heads = 8,
+        .heads_per_chunk = 8, .num_kv_heads = 1, .head_tile = 8, .qk_dim = 128, .v_dim = 128,
+        .v_row_stride = 128, .block_size = 16, .max_blocks = 4, .group_size = 1, .interleave = 1,
+        .num_splits = 1, .dtype = DCPK_BF16, .scale = 0.1f, .kv_scale = 1.0f,
+    };
+}
+
+/* Every way a parameter struct can be unservable is named before cuLaunchKernel. */
+static void test_launch_checks(void **state)
+{
+    (void)state;
+    const struct dcpk_attn_variant *v = dcpk_attn_variant_find(128, 128, 0, DCPK_BF16);
+    assert_non_null(v);
+    const struct dcpk_attn_params ok = servable_attn();
+    assert_null(cuda_launch_problem(v, DCPK_KERNEL_attn, &ok, v->threads, v->smem_bytes));
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &ok, v->threads * 2, v->smem_bytes),
+                           "block size"));
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &ok, v->threads, v->smem_bytes - 16),
+                           "shared memory"));
+    struct dcpk_attn_params p = ok;
+    p.dtype = DCPK_FP16;
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &p, v->threads, v->smem_bytes), "dtype"));
+    p = ok;
+    p.qk_dim = p.v_dim = p.v_row_stride = 64;
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &p, v->threads, v->smem_bytes), "dimensions"));
+    p = ok;
+    p.k_cache += 8;
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &p, v->threads, v->smem_bytes), "aligned"));
+    p = ok;
+    p.v_row_stride = 100;
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &p, v->threads, v->smem_bytes), "V layout"));
+    p = ok;
+    p.head_tile = 0;
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &p, v->threads, v->smem_bytes), "zero"));
+    p = ok;
+    p.num_splits = 2;
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &p, v->threads, v->smem_bytes), "workspace"));
+    p = ok;
+    p.out += 2;
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &p, v->threads, v->smem_bytes), "misaligned"));
+
+    const struct dcpk_kv_append_params a = {.k_cache = 0x1000, .v_cache = 0x2000, .k_src = 0x3000, .v_src = 0x4000,
+                                            .slots = 0x5004, .block_size = 16, .dtype = DCPK_BF16};
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_kv_append, &a, 256, 0), "misaligned"));
+    const struct dcpk_merge_params m = {.src_o = 0x1000, .src_lse = 0x2001, .out = 0x3000, .rows = 4,
+                                        .rows_per_chunk = 4, .v_dim = 8, .n_src = 2};
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_merge, &m, 128, 0), "misaligned"));
+    const struct dcpk_fill_params f = {.dst = 0x1000, .rows = 1, .heads = 1, .dim = 4, .dtype = 9};
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_fill, &f, 256, 0), "dtype"));
+    const struct dcpk_reduce_params red = {.dst = 0x1000, .src_ptrs = 0x2004, .count = 4, .n_src = 2};
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_reduce, &red, 256, 0), "misaligned"));
+}
+
+/*
+ * An attention launch the entry cannot serve is an error of the call that makes
+ * it, and nothing runs. Sent to the driver unchecked, the same launch "succeeds"
+ * and the entry does nothing (as on a GPU: the double models it), leaving the
+ * output as it was: what the check exists to prevent.
+ */
+static void test_unservable_launch_refused(void **state)
+{
+    (void)state;
+    if (dcp_embedded_module_count == 0)
+        skip();
+    fake_env_reset();
+    const struct shape s = {DCP_ATTN_GQA, 1, 1, 8, 1, 128, DCP_COMM_A2A, DCP_DTYPE_BF16};
+    dcp_deployment *dep = deployment(&s, DCP_BACKEND_CUDA, 0);
+    dcp_engine *e = NULL;
+    assert_int_equal(create(dep, &e), DCP_OK);
+    struct run_io io = {0};
+    assert_int_equal(run_engine(e, &io), DCP_OK);
+    dcp_rank *r = dcp_engine_rank(e, 0);
+    struct dcp_engine_info in;
+    dcp_engine_get_info(e, &in);
+    const size_t out_floats = (size_t)io.tokens * in.q_heads_per_rank * in.v_dim;
+
+    /* Valid buffers, a wrong dtype: the backend refuses it. */
+    struct dcpk_attn_params p = servable_attn();
+    p.q = (uint64_t)(uintptr_t)io.q[0];
+    p.out = (uint64_t)(uintptr_t)io.o[0];
+    p.lse = (uint64_t)(uintptr_t)io.l[0];
+    p.k_cache = p.v_cache = r->kv_arena;
+    p.v_cache += r->engine->k_page_bytes * r->engine->num_blocks;
+    p.block_table = r->buf.block_table;
+    p.seq_lens = r->buf.seq_lens;
+    p.q_start = r->buf.q_start;
+    p.dtype = DCPK_FP16;
+    dcp_clear_error();
+    assert_int_equal(r->engine->ops->launch(r, DCPK_KERNEL_attn, &p), DCP_EINVAL);
+    assert_contains(dcp_last_error(), "dcpk_attn cannot serve this launch (KV cache dtype differs");
+
+    /* Unchecked, the driver accepts it and nothing happens. */
+    struct dcp_cuda *cu = NULL;
+    assert_int_equal(dcp_cuda_open(&(struct dcp_cuda_open_params){0}, &cu), DCP_OK);
+    struct fake_cuda_stats before;
+    ((fake_cuda_get_stats_fn)(uintptr_t)fake_hook(cu, "fake_cuda_get_stats"))(&before);
+    const struct cuda_engine *ce = r->engine->backend;
+    const struct cuda_rank *cr = r->backend;
+    assert_int_equal(cu->api.cuCtxSetCurrent(ce->devices[0].ctx), CUDA_SUCCESS);
+    void *args[1] = {&p};
+    const struct dcpk_grid g = dcpk_kernels[DCPK_KERNEL_attn].grid(&p);
+    assert_int_equal(cu->api.cuLaunchKernel(ce->devices[0].fn[DCPK_KERNEL_attn], g.x, g.y, g.z, ce->attn->threads,
+                                            1, 1, ce->attn->smem_bytes, cr->compute, args, NULL),
+                     CUDA_SUCCESS);
+    float *after = calloc(out_floats, sizeof(float));
+    assert_int_equal(dcp_rank_download(r, after, io.o[0], out_floats * sizeof(float)), DCP_OK);
+    struct fake_cuda_stats now;
+    ((fake_cuda_get_stats_fn)(uintptr_t)fake_hook(cu, "fake_cuda_get_stats"))(&now);
+    assert_int_equal(now.unserved_launches, before.unserved_launches + 1);
+    assert_int_equal(now.launches, before.launches);
+    assert_memory_equal(after, io.out[0], out_floats * sizeof(float)); /* stale */
+    free(after);
+    dcp_cuda_close(&cu);
+    free_io(&io, in.tp);
+    dcp_engine_destroy(&e);
+    dcp_deployment_destroy(&dep);
 }
 
 /* Every device allocation of engine creation can fail: each gives DCP_EDEVMEM and
@@ -403,6 +701,10 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_host),
+        cmocka_unit_test(test_uploads_ordered),
+        cmocka_unit_test(test_split_kv_follows_occupancy),
+        cmocka_unit_test(test_launch_checks),
+        cmocka_unit_test(test_unservable_launch_refused),
         cmocka_unit_test(test_every_allocation_can_fail),
         cmocka_unit_test(test_vmm_and_plain_arena),
         cmocka_unit_test(test_module_api_fallback),

@@ -265,6 +265,129 @@ static void test_streams_events_and_stalls(void **state)
     fake_close(&cu);
 }
 
+/* Copies n floats of value v into a fresh device buffer's view: fills host[] */
+static void fill_host(float *h, size_t n, float v)
+{
+    for (size_t i = 0; i < n; i++)
+        h[i] = v + (float)i;
+}
+
+/* What the device buffer holds now (a synchronous copy on the legacy stream,
+ * after the context's work: cuCtxSynchronize first, so nothing is left pending). */
+static float first_value(const struct dcp_cuda_api *api, CUdeviceptr d)
+{
+    float v = -1;
+    assert_int_equal(api->cuCtxSynchronize(), CUDA_SUCCESS);
+    assert_int_equal(api->cuMemcpyDtoH(&v, d, sizeof(v)), CUDA_SUCCESS);
+    return v;
+}
+
+/*
+ * Streams really defer their work, so ordering bugs fail: a host-to-device copy
+ * on the legacy stream (cuMemcpyHtoD) lands after a consumer on a non-blocking
+ * stream, and a consumer that does not wait for its producer's event reads the
+ * old data. The correct orderings (the copy on the consumer's stream, an event,
+ * a blocking stream) see the new data. FAKE_CUDA_EAGER=1 runs everything in call
+ * order and hides the bugs, as the double used to.
+ */
+static void check_orderings(int eager)
+{
+    if (eager)
+        fake_env_set("FAKE_CUDA_EAGER", "1");
+    struct dcp_cuda *cu = fake_open();
+    const struct dcp_cuda_api *api = &cu->api;
+    fake_make_current(cu, 0);
+    enum { N = 64 };
+    CUstream nb, nb2, blocking;
+    CUevent ev;
+    CUdeviceptr src, dst;
+    assert_int_equal(api->cuStreamCreate(&nb, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    assert_int_equal(api->cuStreamCreate(&nb2, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    assert_int_equal(api->cuStreamCreate(&blocking, CU_STREAM_DEFAULT), CUDA_SUCCESS);
+    assert_int_equal(api->cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+    assert_int_equal(api->cuMemAlloc(&src, N * sizeof(float)), CUDA_SUCCESS);
+    assert_int_equal(api->cuMemAlloc(&dst, N * sizeof(float)), CUDA_SUCCESS);
+    float h[N];
+    const size_t bytes = sizeof(h);
+
+    /* 1. cuMemcpyHtoD (legacy stream) then a consumer on a non-blocking stream:
+     * the consumer runs first and copies what was there before. */
+    assert_int_equal(api->cuMemsetD32Async(src, 0, N, nb), CUDA_SUCCESS);
+    assert_int_equal(api->cuStreamSynchronize(nb), CUDA_SUCCESS);
+    fill_host(h, N, 1.0f);
+    assert_int_equal(api->cuMemcpyHtoD(src, h, bytes), CUDA_SUCCESS);
+    fill_host(h, N, -5.0f); /* the host buffer may be reused at once (staged) */
+    assert_int_equal(api->cuMemcpyDtoDAsync(dst, src, bytes, nb), CUDA_SUCCESS);
+    assert_int_equal(api->cuStreamSynchronize(nb), CUDA_SUCCESS);
+    assert_true(first_value(api, dst) == (eager ? 1.0f : 0.0f));
+    assert_true(first_value(api, src) == 1.0f); /* it did land, later */
+
+    /* 2. The same consumer on a blocking stream waits for the legacy stream. */
+    fill_host(h, N, 2.0f);
+    assert_int_equal(api->cuMemcpyHtoD(src, h, bytes), CUDA_SUCCESS);
+    assert_int_equal(api->cuMemcpyDtoDAsync(dst, src, bytes, blocking), CUDA_SUCCESS);
+    assert_int_equal(api->cuStreamSynchronize(blocking), CUDA_SUCCESS);
+    assert_true(first_value(api, dst) == 2.0f);
+
+    /* 3. The copy on the consumer's stream, or ordered by an event. */
+    fill_host(h, N, 3.0f);
+    assert_int_equal(api->cuMemcpyHtoDAsync(src, h, bytes, nb), CUDA_SUCCESS);
+    assert_int_equal(api->cuMemcpyDtoDAsync(dst, src, bytes, nb), CUDA_SUCCESS);
+    assert_int_equal(api->cuStreamSynchronize(nb), CUDA_SUCCESS);
+    assert_true(first_value(api, dst) == 3.0f);
+    fill_host(h, N, 4.0f);
+    assert_int_equal(api->cuMemcpyHtoD(src, h, bytes), CUDA_SUCCESS);
+    assert_int_equal(api->cuEventRecord(ev, NULL), CUDA_SUCCESS);
+    assert_int_equal(api->cuStreamWaitEvent(nb, ev, 0), CUDA_SUCCESS);
+    assert_int_equal(api->cuMemcpyDtoDAsync(dst, src, bytes, nb), CUDA_SUCCESS);
+    assert_int_equal(api->cuStreamSynchronize(nb), CUDA_SUCCESS);
+    assert_true(first_value(api, dst) == 4.0f);
+
+    /* 4. Producer on one non-blocking stream, consumer on another: without the
+     * event the consumer reads the old data. */
+    assert_int_equal(api->cuMemsetD32Async(src, 0x40a00000u /* 5.0f */, N, nb), CUDA_SUCCESS);
+    assert_int_equal(api->cuMemcpyDtoDAsync(dst, src, bytes, nb2), CUDA_SUCCESS);
+    assert_int_equal(api->cuStreamSynchronize(nb2), CUDA_SUCCESS);
+    assert_true(first_value(api, dst) == (eager ? 5.0f : 4.0f));
+    assert_int_equal(api->cuMemsetD32Async(src, 0x40c00000u /* 6.0f */, N, nb), CUDA_SUCCESS);
+    assert_int_equal(api->cuEventRecord(ev, nb), CUDA_SUCCESS);
+    assert_int_equal(api->cuStreamWaitEvent(nb2, ev, 0), CUDA_SUCCESS);
+    assert_int_equal(api->cuMemcpyDtoDAsync(dst, src, bytes, nb2), CUDA_SUCCESS);
+    assert_int_equal(api->cuStreamSynchronize(nb2), CUDA_SUCCESS);
+    assert_true(first_value(api, dst) == 6.0f);
+
+    /* 5. A pinned source is read when the copy runs; a pageable one when enqueued. */
+    float *pinned = NULL;
+    assert_int_equal(api->cuMemAllocHost((void **)&pinned, bytes), CUDA_SUCCESS);
+    fill_host(pinned, N, 7.0f);
+    assert_int_equal(api->cuMemcpyHtoDAsync(src, pinned, bytes, nb), CUDA_SUCCESS);
+    pinned[0] = 8.0f; /* too early: the copy has not run */
+    assert_int_equal(api->cuStreamSynchronize(nb), CUDA_SUCCESS);
+    assert_true(first_value(api, src) == (eager ? 7.0f : 8.0f));
+    assert_int_equal(api->cuMemFreeHost(pinned), CUDA_SUCCESS);
+
+    assert_int_equal(api->cuMemFree(src), CUDA_SUCCESS);
+    assert_int_equal(api->cuMemFree(dst), CUDA_SUCCESS);
+    assert_int_equal(api->cuEventDestroy(ev), CUDA_SUCCESS);
+    assert_int_equal(api->cuStreamDestroy(nb), CUDA_SUCCESS);
+    assert_int_equal(api->cuStreamDestroy(nb2), CUDA_SUCCESS);
+    assert_int_equal(api->cuStreamDestroy(blocking), CUDA_SUCCESS);
+    fake_drop_current(cu, 0);
+    fake_close(&cu);
+}
+
+static void test_deferred_streams(void **state)
+{
+    (void)state;
+    check_orderings(0);
+}
+
+static void test_eager_streams_hide_ordering_bugs(void **state)
+{
+    (void)state;
+    check_orderings(1);
+}
+
 static void test_peers(void **state)
 {
     (void)state;
@@ -319,6 +442,7 @@ static void test_launch_fill(void **state)
     void *args[] = {&p};
     assert_int_equal(cu->api.cuLaunchKernel(fn, g.x, g.y, g.z, 128, 1, 1, 0, NULL, args, NULL),
                      CUDA_SUCCESS);
+    assert_int_equal(fake_stats(cu).launches, 0); /* queued: runs when someone waits */
     /* The wrong grid is refused: the CPU run would not match a GPU's. */
     assert_int_equal(cu->api.cuLaunchKernel(fn, g.x + 1, g.y, g.z, 128, 1, 1, 0, NULL, args, NULL),
                      CUDA_ERROR_INVALID_VALUE);
@@ -347,6 +471,8 @@ int main(void)
         cmocka_unit_test_setup(test_no_vmm, setup),
         cmocka_unit_test_setup(test_vmm_allocation_failure, setup),
         cmocka_unit_test_setup(test_streams_events_and_stalls, setup),
+        cmocka_unit_test_setup(test_deferred_streams, setup),
+        cmocka_unit_test_setup(test_eager_streams_hide_ordering_bugs, setup),
         cmocka_unit_test_setup(test_peers, setup),
         cmocka_unit_test_setup(test_launch_fill, setup),
     };

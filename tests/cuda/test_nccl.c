@@ -294,14 +294,21 @@ static int finish(struct rank *r, int result, const char *call)
     return status;
 }
 
+/* Uploads go on the rank's stream, which the collective follows: a cuMemcpyHtoD
+ * would land on the legacy stream, which a non-blocking stream does not wait for. */
+static int upload(struct rank *r, CUdeviceptr d, const void *src, size_t bytes)
+{
+    return dcp_cuda_check(r->w->cu->api.cuMemcpyHtoDAsync(d, src, bytes, r->stream),
+                          "cuMemcpyHtoDAsync");
+}
+
 static int device_floats(struct rank *r, CUdeviceptr *d, size_t n, float (*value)(int rank, size_t i))
 {
     const struct dcp_cuda_api *api = &r->w->cu->api;
     int status = dcp_cuda_check(api->cuMemAlloc(d, n * sizeof(float)), "cuMemAlloc");
     for (size_t i = 0; !status && value && i < n; i++) {
         float v = value(r->rank, i);
-        status = dcp_cuda_check(api->cuMemcpyHtoD(*d + i * sizeof(float), &v, sizeof(v)),
-                                "cuMemcpyHtoD");
+        status = upload(r, *d + i * sizeof(float), &v, sizeof(v));
     }
     return status;
 }
@@ -379,7 +386,7 @@ static int allreduce_16bit(struct rank *r, ncclDataType_t type, uint16_t first, 
     CUdeviceptr d;
     int status = dcp_cuda_check(api->cuMemAlloc(&d, sizeof(value)), "cuMemAlloc");
     if (!status)
-        status = dcp_cuda_check(api->cuMemcpyHtoD(d, &value, sizeof(value)), "cuMemcpyHtoD");
+        status = upload(r, d, &value, sizeof(value));
     if (!status) /* in place */
         status = finish(r, r->w->nccl->api.ncclAllReduce((void *)d, (void *)d, 1, type, ncclSum,
                                                           r->comm, r->stream),
@@ -408,9 +415,9 @@ static int do_all_to_all(struct rank *r)
     if (!status)
         status = device_floats(r, &recv, COUNT * (size_t)n, NULL);
     for (int p = 0; !status && p < n; p++)
-        for (size_t i = 0; i < COUNT; i++) {
+        for (size_t i = 0; !status && i < COUNT; i++) {
             float v = (float)(1000 * r->rank + p);
-            r->w->cu->api.cuMemcpyHtoD(send + ((size_t)p * COUNT + i) * sizeof(float), &v, sizeof(v));
+            status = upload(r, send + ((size_t)p * COUNT + i) * sizeof(float), &v, sizeof(v));
         }
     if (!status) {
         int result = nccl->ncclGroupStart();

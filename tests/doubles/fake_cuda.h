@@ -4,7 +4,8 @@
  * The entry points are fake_<name> with the exact signatures of the loader's
  * DCP_CUDA_FUNCTIONS table (so any ABI drift between the two fails to compile),
  * reachable only through cuGetProcAddress_v2, at the versions FAKE_CUDA_ENTRIES
- * lists. One lock guards all state; kernels and copies run outside it.
+ * lists. One lock guards all state; kernels and copies run outside it, when
+ * their stream gets there (fake_cuda_stream.c).
  */
 #ifndef DCP_FAKE_CUDA_H
 #define DCP_FAKE_CUDA_H
@@ -78,6 +79,7 @@
     X(cuModuleGetFunction, 2000, 0)           \
     X(cuFuncGetAttribute, 2020, 0)            \
     X(cuFuncSetAttribute, 9000, 0)            \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor, 6050, 0) \
     X(cuLaunchKernel, 4000, 0)                \
     X(cuDeviceCanAccessPeer, 4000, 0)         \
     X(cuCtxEnablePeerAccess, 4000, 0)         \
@@ -105,6 +107,12 @@ enum fake_entry {
 #define FAKE_GRANULARITY ((size_t)2 << 20) /* VMM granularity, as on real GPUs */
 #define FAKE_SHARED_PER_BLOCK (48 << 10)        /* dynamic shared memory without opting in */
 #define FAKE_SHARED_PER_BLOCK_OPTIN (227 << 10) /* the most a kernel may opt in to (H100) */
+#define FAKE_SHARED_PER_SM (228 << 10)          /* shared memory of one SM (H100/H200) */
+#define FAKE_SHARED_RESERVED_PER_BLOCK (1 << 10) /* what the driver keeps per resident block */
+#define FAKE_THREADS_PER_SM 2048
+#define FAKE_BLOCKS_PER_SM 32
+#define FAKE_REGS_PER_SM 65536
+#define FAKE_REGS_PER_THREAD 64                 /* a kernel's registers when no report says (NUM_REGS) */
 
 /** Behaviour chosen by environment variables at the first call after loading. */
 struct fake_config {
@@ -117,6 +125,7 @@ struct fake_config {
     unsigned long fail_alloc; /* FAKE_CUDA_FAIL_ALLOC: the k-th device allocation fails (0: none) */
     int no_vmm;             /* FAKE_CUDA_NO_VMM */
     int no_library_api;     /* FAKE_CUDA_NO_LIBRARY_API */
+    int eager;              /* FAKE_CUDA_EAGER: run work when enqueued (call order) */
 };
 
 /** A primary context. */
@@ -171,9 +180,24 @@ void fake_unlock(void);
 /** Whether a stream handle is live (NULL, the default stream, is). */
 int fake_stream_ok(CUstream stream);
 
+/** Deferred work: runs outside the lock when its stream gets there; then arg is freed. */
+typedef void (*fake_work_fn)(void *arg);
+/**
+ * Queues run(arg) on stream (NULL: the current device's legacy stream) and takes
+ * arg (malloc'd; freed after running, or at once on failure). sync: returns only
+ * once it ran, with everything it depends on.
+ */
+CUresult fake_enqueue(CUstream stream, fake_work_fn run, void *arg, int sync);
+/** Runs stream's queued work (and what it depends on) to the end, waiting out stalls. */
+void fake_drain_stream(CUstream stream);
+/** Runs every device's queued work that is not behind a stall (before frees). */
+void fake_drain_all(void);
+
 /** Frees what the memory part of the fake still holds (at unload). */
 void fake_memory_cleanup(void);
-/** Frees streams, events and images still alive (at unload). */
+/** Frees images still alive (at unload). */
 void fake_exec_cleanup(void);
+/** Frees streams, their queued work and events still alive (at unload). */
+void fake_stream_cleanup(void);
 
 #endif /* DCP_FAKE_CUDA_H */

@@ -46,6 +46,7 @@ static void configure(void)
     c->fail_alloc = (unsigned long)env_long("FAKE_CUDA_FAIL_ALLOC", 0, 0, 1L << 40);
     c->no_vmm = (int)env_long("FAKE_CUDA_NO_VMM", 0, 0, 1);
     c->no_library_api = (int)env_long("FAKE_CUDA_NO_LIBRARY_API", 0, 0, 1);
+    c->eager = (int)env_long("FAKE_CUDA_EAGER", 0, 0, 1);
     for (int i = 0; i < FAKE_ENTRY_COUNT; i++)
         fake.requested_version[i] = -1;
     for (int d = 0; d < FAKE_MAX_DEVICES; d++)
@@ -216,7 +217,7 @@ static int device_attribute(CUdevice_attribute attrib, CUdevice dev, int *value)
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *value = 1; return 1;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = fake.cfg.sm / 10; return 1;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = fake.cfg.sm % 10; return 1;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *value = 228 << 10; return 1;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *value = FAKE_SHARED_PER_SM; return 1;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *value = FAKE_SHARED_PER_BLOCK_OPTIN; return 1;
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *value = !fake.cfg.no_vmm; return 1;
     default: return 0;
@@ -396,6 +397,7 @@ int fake_cuda_requested_version(const char *name)
  * only leaks of the code under test. */
 __attribute__((destructor)) static void fake_cuda_unload(void)
 {
+    fake_stream_cleanup();
     fake_exec_cleanup();
     fake_memory_cleanup();
 }

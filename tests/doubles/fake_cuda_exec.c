@@ -1,25 +1,21 @@
 /*
- * fake_cuda_exec.c: streams, events, code loading and kernel launches of the
- * libcuda.so.1 double.
- *
- * Work runs synchronously when it is enqueued, so streams are always idle and
- * events complete at once, except while a stream is stalled by
- * fake_cuda_stream_stall() (fake libnccl's hang injection): then queries say
- * CUDA_ERROR_NOT_READY and synchronize calls block until the stall is released.
+ * fake_cuda_exec.c: code loading and kernel launches of the libcuda.so.1 double
+ * (streams and events: fake_cuda_stream.c).
  *
  * Libraries and modules accept only fatbins (the layout in loader/fatbin.h). A
  * kernel is found if its name occurs as a whole identifier in the image
  * (decompressing zstd entries) and ptx/cpu knows it (dcpk_kernel_by_entry_name);
- * a launch runs the kernel's CPU implementation over the whole grid.
+ * a launch is checked when it is enqueued and runs the kernel's CPU
+ * implementation over the whole grid when its stream gets there.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <zstd.h>
 
 #include "dcp_kernels/cpu.h"
+#include "dcp_kernels/variants.h"
 #include "fake_cuda.h"
 #include "fatbin.h"
 
@@ -27,21 +23,6 @@
 #pragma weak dcpk_kernel_by_entry_name
 
 #define FAKE_LIVE_MAGIC 0x66616b65u /* tags live handles: catches stale or foreign ones */
-
-struct CUstream_st {
-    unsigned int magic;
-    unsigned long stall_id; /* stalled while this id is active */
-    struct CUstream_st *next;
-};
-
-struct CUevent_st {
-    unsigned int magic;
-    unsigned int flags;
-    int recorded;
-    double time_ms;
-    unsigned long stall_id; /* recorded behind a stall */
-    struct CUevent_st *next;
-};
 
 /* A loaded fatbin (library or module) and the kernels looked up in it. */
 struct fake_image {
@@ -57,6 +38,7 @@ struct CUfunc_st {
     unsigned int magic;
     const struct dcpk_kernel_desc *desc;
     int max_dynamic_shared;
+    int regs;               /* registers per thread */
     char name[128];
 };
 
@@ -73,310 +55,7 @@ struct CUmod_st {
     struct fake_image image;
 };
 
-static struct CUstream_st default_stream = {FAKE_LIVE_MAGIC, 0, NULL};
-static struct CUstream_st *streams;
-static struct CUevent_st *events;
 static struct fake_image *images;
-static unsigned long *active_stalls;
-static size_t active_count, active_capacity;
-static unsigned long next_stall_id = 1;
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-/* ------------------------------------------------------------------------- */
-/* Stalls (lock held). */
-
-static int stall_active(unsigned long id)
-{
-    for (size_t i = 0; id && i < active_count; i++)
-        if (active_stalls[i] == id)
-            return 1;
-    return 0;
-}
-
-static struct CUstream_st *stream_of(CUstream s) { return s ? s : &default_stream; }
-
-static int stream_live(CUstream s)
-{
-    if (!s)
-        return 1;
-    for (struct CUstream_st *p = streams; p; p = p->next)
-        if (p == s)
-            return 1;
-    return 0;
-}
-
-int fake_stream_ok(CUstream stream)
-{
-    fake_lock();
-    int ok = stream_live(stream);
-    fake_unlock();
-    return ok;
-}
-
-/* Room for one more active stall (lock held). */
-static int reserve_stall_slot(void)
-{
-    if (active_count < active_capacity)
-        return 1;
-    size_t cap = active_capacity ? active_capacity * 2 : 8;
-    unsigned long *grown = realloc(active_stalls, cap * sizeof(*grown));
-    if (!grown)
-        return 0;
-    active_stalls = grown;
-    active_capacity = cap;
-    return 1;
-}
-
-unsigned long fake_cuda_stream_stall(CUstream stream)
-{
-    unsigned long id = 0;
-    fake_lock();
-    if (stream_live(stream) && reserve_stall_slot()) {
-        id = next_stall_id++;
-        active_stalls[active_count++] = id;
-        stream_of(stream)->stall_id = id;
-    }
-    fake_unlock();
-    return id;
-}
-
-void fake_cuda_stream_release(unsigned long id)
-{
-    fake_lock();
-    for (size_t i = 0; i < active_count; i++) {
-        if (active_stalls[i] == id) {
-            active_stalls[i] = active_stalls[--active_count];
-            pthread_cond_broadcast(&fake.stall_changed);
-            break;
-        }
-    }
-    fake_unlock();
-}
-
-/* Blocks until stall id ends (lock held). */
-static void wait_for_stall(unsigned long id)
-{
-    while (stall_active(id))
-        pthread_cond_wait(&fake.stall_changed, &fake.lock);
-}
-
-/* ------------------------------------------------------------------------- */
-/* Streams. */
-
-CUresult fake_cuStreamCreate(CUstream *stream, unsigned int flags)
-{
-    FAKE_ENTER(cuStreamCreate);
-    CUresult r = fake_need_context();
-    if (r != CUDA_SUCCESS)
-        return r;
-    if (!stream || flags > CU_STREAM_NON_BLOCKING)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct CUstream_st *s = calloc(1, sizeof(*s));
-    if (!s)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    s->magic = FAKE_LIVE_MAGIC;
-    fake_lock();
-    s->next = streams;
-    streams = s;
-    fake.stats.live_streams++;
-    fake_unlock();
-    *stream = s;
-    return CUDA_SUCCESS;
-}
-
-CUresult fake_cuStreamDestroy(CUstream stream)
-{
-    FAKE_ENTER(cuStreamDestroy);
-    struct CUstream_st *found = NULL;
-    fake_lock();
-    for (struct CUstream_st **ps = &streams; *ps; ps = &(*ps)->next) {
-        if (*ps == stream) {
-            found = *ps;
-            *ps = found->next;
-            fake.stats.live_streams--;
-            break;
-        }
-    }
-    fake_unlock();
-    if (!found)
-        return CUDA_ERROR_INVALID_HANDLE;
-    found->magic = 0;
-    free(found);
-    return CUDA_SUCCESS;
-}
-
-CUresult fake_cuStreamSynchronize(CUstream stream)
-{
-    FAKE_ENTER(cuStreamSynchronize);
-    CUresult r = CUDA_SUCCESS;
-    fake_lock();
-    if (stream_live(stream))
-        wait_for_stall(stream_of(stream)->stall_id);
-    else
-        r = CUDA_ERROR_INVALID_HANDLE;
-    fake_unlock();
-    return r;
-}
-
-CUresult fake_cuStreamQuery(CUstream stream)
-{
-    FAKE_ENTER(cuStreamQuery);
-    CUresult r = CUDA_SUCCESS;
-    fake_lock();
-    if (!stream_live(stream))
-        r = CUDA_ERROR_INVALID_HANDLE;
-    else if (stall_active(stream_of(stream)->stall_id))
-        r = CUDA_ERROR_NOT_READY;
-    fake_unlock();
-    return r;
-}
-
-static int event_live(CUevent e)
-{
-    for (struct CUevent_st *p = events; p; p = p->next)
-        if (p == e)
-            return 1;
-    return 0;
-}
-
-CUresult fake_cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags)
-{
-    FAKE_ENTER(cuStreamWaitEvent);
-    CUresult r = CUDA_SUCCESS;
-    fake_lock();
-    if (flags || !stream_live(stream) || !event_live(event))
-        r = flags ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
-    else if (stall_active(event->stall_id))
-        stream_of(stream)->stall_id = event->stall_id; /* the stream now waits on that stall */
-    fake_unlock();
-    return r;
-}
-
-/* ------------------------------------------------------------------------- */
-/* Events. */
-
-CUresult fake_cuEventCreate(CUevent *event, unsigned int flags)
-{
-    FAKE_ENTER(cuEventCreate);
-    CUresult r = fake_need_context();
-    if (r != CUDA_SUCCESS)
-        return r;
-    if (!event || (flags & ~(unsigned int)(CU_EVENT_DISABLE_TIMING | 1u | 4u)))
-        return CUDA_ERROR_INVALID_VALUE;
-    struct CUevent_st *e = calloc(1, sizeof(*e));
-    if (!e)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    e->magic = FAKE_LIVE_MAGIC;
-    e->flags = flags;
-    fake_lock();
-    e->next = events;
-    events = e;
-    fake.stats.live_events++;
-    fake_unlock();
-    *event = e;
-    return CUDA_SUCCESS;
-}
-
-CUresult fake_cuEventDestroy(CUevent event)
-{
-    FAKE_ENTER(cuEventDestroy);
-    struct CUevent_st *found = NULL;
-    fake_lock();
-    for (struct CUevent_st **pe = &events; *pe; pe = &(*pe)->next) {
-        if (*pe == event) {
-            found = *pe;
-            *pe = found->next;
-            fake.stats.live_events--;
-            break;
-        }
-    }
-    fake_unlock();
-    if (!found)
-        return CUDA_ERROR_INVALID_HANDLE;
-    found->magic = 0;
-    free(found);
-    return CUDA_SUCCESS;
-}
-
-CUresult fake_cuEventRecord(CUevent event, CUstream stream)
-{
-    FAKE_ENTER(cuEventRecord);
-    CUresult r = CUDA_SUCCESS;
-    fake_lock();
-    if (!event_live(event) || !stream_live(stream)) {
-        r = CUDA_ERROR_INVALID_HANDLE;
-    } else {
-        event->recorded = 1;
-        event->time_ms = now_ms();
-        unsigned long stall = stream_of(stream)->stall_id;
-        event->stall_id = stall_active(stall) ? stall : 0;
-    }
-    fake_unlock();
-    return r;
-}
-
-CUresult fake_cuEventSynchronize(CUevent event)
-{
-    FAKE_ENTER(cuEventSynchronize);
-    CUresult r = CUDA_SUCCESS;
-    fake_lock();
-    if (event_live(event))
-        wait_for_stall(event->stall_id);
-    else
-        r = CUDA_ERROR_INVALID_HANDLE;
-    fake_unlock();
-    return r;
-}
-
-CUresult fake_cuEventQuery(CUevent event)
-{
-    FAKE_ENTER(cuEventQuery);
-    CUresult r = CUDA_SUCCESS;
-    fake_lock();
-    if (!event_live(event))
-        r = CUDA_ERROR_INVALID_HANDLE;
-    else if (stall_active(event->stall_id))
-        r = CUDA_ERROR_NOT_READY;
-    fake_unlock();
-    return r;
-}
-
-CUresult fake_cuEventElapsedTime(float *ms, CUevent start, CUevent end)
-{
-    FAKE_ENTER(cuEventElapsedTime);
-    if (!ms)
-        return CUDA_ERROR_INVALID_VALUE;
-    CUresult r = CUDA_SUCCESS;
-    fake_lock();
-    if (!event_live(start) || !event_live(end) || !start->recorded || !end->recorded ||
-        ((start->flags | end->flags) & CU_EVENT_DISABLE_TIMING))
-        r = CUDA_ERROR_INVALID_HANDLE;
-    else if (stall_active(start->stall_id) || stall_active(end->stall_id))
-        r = CUDA_ERROR_NOT_READY;
-    else
-        *ms = (float)(end->time_ms - start->time_ms);
-    fake_unlock();
-    return r;
-}
-
-CUresult fake_cuCtxSynchronize(void)
-{
-    FAKE_ENTER(cuCtxSynchronize);
-    CUresult r = fake_need_context();
-    if (r != CUDA_SUCCESS)
-        return r;
-    fake_lock();
-    while (active_count)
-        pthread_cond_wait(&fake.stall_changed, &fake.lock);
-    fake_unlock();
-    return CUDA_SUCCESS;
-}
 
 /* ------------------------------------------------------------------------- */
 /* Loading fatbins. */
@@ -655,6 +334,32 @@ static struct CUkern_st *cached_kernel(const struct fake_image *img, const char 
     return NULL;
 }
 
+/*
+ * Registers per thread of an entry point: what ptxas reported for the device's
+ * SM in the report named by FAKE_CUDA_KERNEL_REPORT (the kernel build's
+ * dcp_kernels.resources.txt: "sm_90 <entry> <regs> ..."), else
+ * FAKE_REGS_PER_THREAD.
+ */
+static int kernel_regs(const char *name)
+{
+    const char *path = getenv("FAKE_CUDA_KERNEL_REPORT");
+    FILE *f = path && *path ? fopen(path, "r") : NULL;
+    int regs = FAKE_REGS_PER_THREAD;
+    char line[512], arch[32], entry[160], want[32];
+    snprintf(want, sizeof(want), "sm_%d", fake.cfg.sm);
+    while (f && fgets(line, sizeof(line), f)) {
+        int r;
+        if (line[0] != '#' && sscanf(line, "%31s %159s %d", arch, entry, &r) == 3 && !strcmp(arch, want) &&
+            !strcmp(entry, name) && r > 0 && r <= 255) {
+            regs = r;
+            break;
+        }
+    }
+    if (f)
+        fclose(f);
+    return regs;
+}
+
 /* A kernel handle for name if the image has it and the CPU kernels know it (lock held). */
 static CUresult new_kernel(struct fake_image *img, const char *name, struct CUkern_st **out)
 {
@@ -669,6 +374,7 @@ static CUresult new_kernel(struct fake_image *img, const char *name, struct CUke
     k->fn.magic = FAKE_LIVE_MAGIC;
     k->fn.desc = desc;
     k->fn.max_dynamic_shared = FAKE_SHARED_PER_BLOCK;
+    k->fn.regs = kernel_regs(name);
     snprintf(k->fn.name, sizeof(k->fn.name), "%s", name);
     k->next = img->kernels;
     img->kernels = k;
@@ -736,7 +442,7 @@ CUresult fake_cuFuncGetAttribute(int *value, CUfunction_attribute attrib, CUfunc
     case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *value = 0; return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *value = 0; return CUDA_SUCCESS;
-    case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 64; return CUDA_SUCCESS;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = fn->regs; return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_PTX_VERSION:
     case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *value = fake.cfg.sm; return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
@@ -762,6 +468,36 @@ CUresult fake_cuFuncSetAttribute(CUfunction fn, CUfunction_attribute attrib, int
         value <= 100)
         return CUDA_SUCCESS;
     return CUDA_ERROR_INVALID_VALUE;
+}
+
+/*
+ * Blocks of fn that fit on one SM at once, limited like Hopper's: 2048 threads,
+ * 32 blocks, 64 Ki registers (allocated per warp, per-thread counts rounded up
+ * to 8; see kernel_regs) and 228 KiB of shared memory with 1 KiB reserved per
+ * block. With ptxas's register counts and the real shared memory of the
+ * attention entries this gives 4 blocks of the GQA d128 bf16 entry (128
+ * registers) and 1 of the MLA bf16 entry (196 registers) on sm_90.
+ */
+CUresult fake_cuOccupancyMaxActiveBlocksPerMultiprocessor(int *num_blocks, CUfunction fn,
+                                                          int block_size, size_t dynamic_smem_bytes)
+{
+    FAKE_ENTER(cuOccupancyMaxActiveBlocksPerMultiprocessor);
+    if (!num_blocks || block_size <= 0 || block_size > 1024)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!function_ok(fn))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (dynamic_smem_bytes > (size_t)fn->max_dynamic_shared) {
+        *num_blocks = 0;
+        return CUDA_SUCCESS;
+    }
+    const int warps = (block_size + 31) / 32;
+    int blocks = FAKE_THREADS_PER_SM / (warps * 32);
+    const int by_regs = FAKE_REGS_PER_SM / (warps * 32 * ((fn->regs + 7) / 8 * 8));
+    const int by_smem = (int)(FAKE_SHARED_PER_SM / (dynamic_smem_bytes + FAKE_SHARED_RESERVED_PER_BLOCK));
+    blocks = blocks < by_regs ? blocks : by_regs;
+    blocks = blocks < by_smem ? blocks : by_smem;
+    *num_blocks = blocks < FAKE_BLOCKS_PER_SM ? blocks : FAKE_BLOCKS_PER_SM;
+    return CUDA_SUCCESS;
 }
 
 /* ------------------------------------------------------------------------- */
@@ -796,16 +532,44 @@ static CUresult check_grid(CUfunction fn, const void *params, unsigned int gx, u
     return CUDA_ERROR_INVALID_VALUE;
 }
 
-static CUresult run_on_cpu(CUfunction fn, const void *params)
+/* A queued launch: the kernel and its copy of the parameter struct. */
+struct launch_work {
+    const struct dcpk_kernel_desc *desc;
+    _Alignas(16) unsigned char params[]; /* a kernel gets a copy of its argument */
+};
+
+static void run_on_cpu(void *arg)
 {
-    const struct dcpk_kernel_desc *d = fn->desc;
-    size_t scratch_bytes = d->scratch(params);
+    const struct launch_work *w = arg;
+    const struct dcpk_kernel_desc *d = w->desc;
+    size_t scratch_bytes = d->scratch(w->params);
     void *scratch = scratch_bytes ? malloc(scratch_bytes) : NULL;
-    if (scratch_bytes && !scratch)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    d->cpu(params, 0, dcpk_grid_items(d->grid(params)), scratch);
+    if (scratch_bytes && !scratch) {
+        fprintf(stderr, "fake libcuda: no memory for the scratch of a dcpk_%s launch\n", d->name);
+        return;
+    }
+    d->cpu(w->params, 0, dcpk_grid_items(d->grid(w->params)), scratch);
     free(scratch);
-    return CUDA_SUCCESS;
+    __atomic_add_fetch(&fake.stats.launches, 1, __ATOMIC_RELAXED);
+}
+
+/*
+ * Whether an attention entry serves a launch. Like the real entries, one that
+ * gets another block size, dtype, head size or a misaligned cache returns
+ * without doing anything: cuLaunchKernel succeeds and the output keeps what it
+ * held. Other kernels serve any launch.
+ */
+static int entry_serves(CUfunction fn, unsigned int block_x, const void *params)
+{
+    for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT; i++) {
+        const struct dcpk_attn_variant *v = dcpk_attn_variant_at(i);
+        if (strcmp(v->entry, fn->name) != 0)
+            continue;
+        const struct dcpk_attn_params *p = params;
+        return block_x == v->threads && p->dtype == v->dtype && p->qk_dim == v->qk_dim &&
+               p->v_dim == v->v_dim && (p->k_cache | p->v_cache) % 16 == 0;
+    }
+    return 1;
 }
 
 CUresult fake_cuLaunchKernel(CUfunction fn, unsigned int grid_x, unsigned int grid_y,
@@ -824,21 +588,19 @@ CUresult fake_cuLaunchKernel(CUfunction fn, unsigned int grid_x, unsigned int gr
     r = check_launch_shape(fn, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes);
     if (r != CUDA_SUCCESS)
         return r;
-    /* A kernel gets a copy of its argument, aligned like any struct. */
-    void *copy = aligned_alloc(16, (fn->desc->params_size + 15) / 16 * 16);
-    if (!copy)
+    struct launch_work *w = malloc(sizeof(*w) + (fn->desc->params_size + 15) / 16 * 16);
+    if (!w)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    memcpy(copy, params[0], fn->desc->params_size);
-    r = check_grid(fn, copy, grid_x, grid_y, grid_z);
-    if (r == CUDA_SUCCESS)
-        r = run_on_cpu(fn, copy);
-    free(copy);
-    if (r == CUDA_SUCCESS) {
-        fake_lock();
-        fake.stats.launches++;
-        fake_unlock();
+    w->desc = fn->desc;
+    memcpy(w->params, params[0], fn->desc->params_size);
+    r = check_grid(fn, w->params, grid_x, grid_y, grid_z);
+    if (r != CUDA_SUCCESS || !entry_serves(fn, block_x, w->params)) {
+        if (r == CUDA_SUCCESS)
+            __atomic_add_fetch(&fake.stats.unserved_launches, 1, __ATOMIC_RELAXED);
+        free(w);
+        return r;
     }
-    return r;
+    return fake_enqueue(stream, run_on_cpu, w, 0);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -851,17 +613,4 @@ void fake_exec_cleanup(void)
         free_image_contents(img);
         free(img); /* first member of CUlib_st / CUmod_st */
     }
-    while (streams) {
-        struct CUstream_st *s = streams;
-        streams = s->next;
-        free(s);
-    }
-    while (events) {
-        struct CUevent_st *e = events;
-        events = e->next;
-        free(e);
-    }
-    free(active_stalls);
-    active_stalls = NULL;
-    active_count = active_capacity = 0;
 }

@@ -5,7 +5,9 @@
  * reserves address space with mmap(PROT_NONE), backs physical allocations with
  * memfd files and maps them there with MAP_SHARED|MAP_FIXED, so one allocation
  * can be mapped at several addresses, as on a GPU. Copies and memsets check that
- * every device byte they touch is allocated (and accessible, for VMM mappings).
+ * every device byte they touch is allocated (and accessible, for VMM mappings)
+ * when they are enqueued, and run when their stream gets there
+ * (fake_cuda_stream.c); frees and unmaps first let the queued work finish.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,6 +162,7 @@ CUresult fake_cuMemFree(CUdeviceptr dptr)
     FAKE_ENTER(cuMemFree);
     if (dptr == 0)
         return CUDA_SUCCESS;
+    fake_drain_all(); /* like the driver, freeing waits for queued work */
     fake_lock();
     struct memory_range *r = take_range((uintptr_t)dptr, 0);
     if (r) {
@@ -216,6 +219,7 @@ CUresult fake_cuMemAllocHost(void **ptr, size_t bytes)
 CUresult fake_cuMemFreeHost(void *ptr)
 {
     FAKE_ENTER(cuMemFreeHost);
+    fake_drain_all();
     fake_lock();
     struct memory_range *r = ptr ? take_range((uintptr_t)ptr, 1) : NULL;
     if (r)
@@ -229,7 +233,7 @@ CUresult fake_cuMemFreeHost(void *ptr)
 }
 
 /* ------------------------------------------------------------------------- */
-/* Copies and memsets: synchronous, device ranges checked. */
+/* Copies and memsets: checked when enqueued, done when their stream gets there. */
 
 /* Checks the device side(s) of a copy; CUDA_ERROR_INVALID_VALUE with a note on
  * stderr (the runtime's message will only say "invalid argument"). */
@@ -245,6 +249,18 @@ static CUresult check_device(const char *call, CUdeviceptr p, size_t bytes)
     return CUDA_ERROR_INVALID_VALUE;
 }
 
+/* Whether host memory is page-locked (cuMemAllocHost). The driver reads a pinned
+ * source, or writes a pinned destination, when the copy runs on its stream; a
+ * pageable source is staged when the call is made. */
+static int host_pinned(const void *p)
+{
+    fake_lock();
+    const struct memory_range *r = range_at((uintptr_t)p);
+    int pinned = r && r->device < 0;
+    fake_unlock();
+    return pinned;
+}
+
 static CUresult copy_prologue(CUstream stream)
 {
     CUresult r = fake_need_context();
@@ -253,65 +269,120 @@ static CUresult copy_prologue(CUstream stream)
     return r;
 }
 
-static CUresult copy_to_device(CUdeviceptr dst, const void *src, size_t bytes, CUstream stream)
+/* A queued copy; a staged (pageable) source is kept in data. */
+struct copy_work {
+    void *dst;
+    const void *src;
+    size_t bytes;
+    unsigned char data[];
+};
+
+static void run_copy(void *arg)
+{
+    struct copy_work *c = arg;
+    memmove(c->dst, c->src, c->bytes);
+}
+
+/* Enqueues a copy of bytes from src to dst on stream; stage: take the source now;
+ * sync: return once it is done. */
+static CUresult enqueue_copy(CUstream stream, void *dst, const void *src, size_t bytes, int stage,
+                             int sync)
+{
+    if (!bytes)
+        return CUDA_SUCCESS;
+    struct copy_work *c = malloc(sizeof(*c) + (stage ? bytes : 0));
+    if (!c)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    c->dst = dst;
+    c->bytes = bytes;
+    c->src = src;
+    if (stage) {
+        memcpy(c->data, src, bytes);
+        c->src = c->data;
+    }
+    return fake_enqueue(stream, run_copy, c, sync);
+}
+
+/*
+ * Host to device. A pageable source is staged at once and the call returns, but
+ * the data lands only when the stream gets there: for cuMemcpyHtoD that is the
+ * legacy stream, which the runtime's non-blocking streams do not wait for (the
+ * hazard of copying per-step metadata with cuMemcpyHtoD). A pinned source is
+ * read when the copy runs; the synchronous call then waits for it.
+ */
+static CUresult copy_to_device(const char *call, CUdeviceptr dst, const void *src, size_t bytes,
+                               CUstream stream, int synchronous)
 {
     CUresult r = copy_prologue(stream);
     if (r == CUDA_SUCCESS && bytes && !src)
         r = CUDA_ERROR_INVALID_VALUE;
     if (r == CUDA_SUCCESS)
-        r = check_device("cuMemcpyHtoD", dst, bytes);
-    if (r == CUDA_SUCCESS && bytes)
-        memmove((void *)(uintptr_t)dst, src, bytes);
-    return r;
+        r = check_device(call, dst, bytes);
+    if (r != CUDA_SUCCESS)
+        return r;
+    const int pinned = host_pinned(src);
+    if (synchronous && !pinned) /* the driver synchronizes the stream before staging */
+        fake_drain_stream(stream);
+    return enqueue_copy(stream, (void *)(uintptr_t)dst, src, bytes, !pinned, synchronous && pinned);
 }
 
-static CUresult copy_to_host(void *dst, CUdeviceptr src, size_t bytes, CUstream stream)
+/* Device to host: waits for the copy unless the destination is pinned and the
+ * call asynchronous. */
+static CUresult copy_to_host(const char *call, void *dst, CUdeviceptr src, size_t bytes,
+                             CUstream stream, int synchronous)
 {
     CUresult r = copy_prologue(stream);
     if (r == CUDA_SUCCESS && bytes && !dst)
         r = CUDA_ERROR_INVALID_VALUE;
     if (r == CUDA_SUCCESS)
-        r = check_device("cuMemcpyDtoH", src, bytes);
-    if (r == CUDA_SUCCESS && bytes)
-        memmove(dst, (const void *)(uintptr_t)src, bytes);
-    return r;
+        r = check_device(call, src, bytes);
+    if (r != CUDA_SUCCESS)
+        return r;
+    return enqueue_copy(stream, dst, (const void *)(uintptr_t)src, bytes, 0,
+                        synchronous || !host_pinned(dst));
 }
 
 CUresult fake_cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t bytes)
 {
     FAKE_ENTER(cuMemcpyHtoD);
-    return copy_to_device(dst, src, bytes, NULL);
+    return copy_to_device("cuMemcpyHtoD", dst, src, bytes, NULL, 1);
 }
 
 CUresult fake_cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t bytes)
 {
     FAKE_ENTER(cuMemcpyDtoH);
-    return copy_to_host(dst, src, bytes, NULL);
+    return copy_to_host("cuMemcpyDtoH", dst, src, bytes, NULL, 1);
 }
 
 CUresult fake_cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t bytes, CUstream stream)
 {
     FAKE_ENTER(cuMemcpyHtoDAsync);
-    return copy_to_device(dst, src, bytes, stream);
+    return copy_to_device("cuMemcpyHtoDAsync", dst, src, bytes, stream, 0);
 }
 
 CUresult fake_cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t bytes, CUstream stream)
 {
     FAKE_ENTER(cuMemcpyDtoHAsync);
-    return copy_to_host(dst, src, bytes, stream);
+    return copy_to_host("cuMemcpyDtoHAsync", dst, src, bytes, stream, 0);
+}
+
+static CUresult device_copy(const char *dst_what, const char *src_what, CUdeviceptr dst,
+                            CUdeviceptr src, size_t bytes, CUstream stream)
+{
+    CUresult r = check_device(dst_what, dst, bytes);
+    if (r == CUDA_SUCCESS)
+        r = check_device(src_what, src, bytes);
+    if (r == CUDA_SUCCESS)
+        r = enqueue_copy(stream, (void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes, 0, 0);
+    return r;
 }
 
 CUresult fake_cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream)
 {
     FAKE_ENTER(cuMemcpyDtoDAsync);
     CUresult r = copy_prologue(stream);
-    if (r == CUDA_SUCCESS)
-        r = check_device("cuMemcpyDtoD (destination)", dst, bytes);
-    if (r == CUDA_SUCCESS)
-        r = check_device("cuMemcpyDtoD (source)", src, bytes);
-    if (r == CUDA_SUCCESS && bytes)
-        memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes);
-    return r;
+    return r != CUDA_SUCCESS ? r : device_copy("cuMemcpyDtoD (destination)", "cuMemcpyDtoD (source)",
+                                               dst, src, bytes, stream);
 }
 
 CUresult fake_cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src,
@@ -321,38 +392,57 @@ CUresult fake_cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr 
     CUresult r = copy_prologue(stream);
     if (r == CUDA_SUCCESS && (!dst_ctx || !src_ctx))
         r = CUDA_ERROR_INVALID_CONTEXT;
+    return r != CUDA_SUCCESS ? r : device_copy("cuMemcpyPeer (destination)", "cuMemcpyPeer (source)",
+                                               dst, src, bytes, stream);
+}
+
+/* A queued memset of count elements of width bytes. */
+struct memset_work {
+    void *dst;
+    unsigned int value;
+    size_t count;
+    int width;
+};
+
+static void run_memset(void *arg)
+{
+    const struct memset_work *m = arg;
+    if (m->width == 1) {
+        memset(m->dst, (int)m->value, m->count);
+        return;
+    }
+    unsigned int *p = m->dst;
+    for (size_t i = 0; i < m->count; i++)
+        p[i] = m->value;
+}
+
+static CUresult enqueue_memset(const char *call, CUdeviceptr dst, unsigned int value, size_t count,
+                               int width, CUstream stream)
+{
+    CUresult r = copy_prologue(stream);
+    if (r == CUDA_SUCCESS && (dst % (unsigned)width || count > SIZE_MAX / (unsigned)width))
+        r = CUDA_ERROR_INVALID_VALUE;
     if (r == CUDA_SUCCESS)
-        r = check_device("cuMemcpyPeer (destination)", dst, bytes);
-    if (r == CUDA_SUCCESS)
-        r = check_device("cuMemcpyPeer (source)", src, bytes);
-    if (r == CUDA_SUCCESS && bytes)
-        memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes);
-    return r;
+        r = check_device(call, dst, count * (unsigned)width);
+    if (r != CUDA_SUCCESS || !count)
+        return r;
+    struct memset_work *m = malloc(sizeof(*m));
+    if (!m)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *m = (struct memset_work){(void *)(uintptr_t)dst, value, count, width};
+    return fake_enqueue(stream, run_memset, m, 0);
 }
 
 CUresult fake_cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count, CUstream stream)
 {
     FAKE_ENTER(cuMemsetD8Async);
-    CUresult r = copy_prologue(stream);
-    if (r == CUDA_SUCCESS)
-        r = check_device("cuMemsetD8", dst, count);
-    if (r == CUDA_SUCCESS && count)
-        memset((void *)(uintptr_t)dst, value, count);
-    return r;
+    return enqueue_memset("cuMemsetD8", dst, value, count, 1, stream);
 }
 
 CUresult fake_cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t count, CUstream stream)
 {
     FAKE_ENTER(cuMemsetD32Async);
-    CUresult r = copy_prologue(stream);
-    if (r == CUDA_SUCCESS && (dst % 4 || count > SIZE_MAX / 4))
-        r = CUDA_ERROR_INVALID_VALUE;
-    if (r == CUDA_SUCCESS)
-        r = check_device("cuMemsetD32", dst, count * 4);
-    unsigned int *p = (unsigned int *)(uintptr_t)dst;
-    for (size_t i = 0; r == CUDA_SUCCESS && i < count; i++)
-        p[i] = value;
-    return r;
+    return enqueue_memset("cuMemsetD32", dst, value, count, 4, stream);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -616,6 +706,7 @@ CUresult fake_cuMemUnmap(CUdeviceptr ptr, size_t size)
     FAKE_ENTER(cuMemUnmap);
     if (size == 0)
         return CUDA_ERROR_INVALID_VALUE;
+    fake_drain_all();
     fake_lock();
     int ok = covered_by_mappings(ptr, size);
     for (struct memory_range **pr = &ranges; ok && *pr;) {

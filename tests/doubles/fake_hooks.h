@@ -24,6 +24,7 @@ struct fake_cuda_stats {
     unsigned long live_images;         ///< Libraries and modules not yet unloaded.
     unsigned long live_reservations;   ///< cuMemAddressReserve ranges not yet freed.
     unsigned long launches;            ///< Kernels run.
+    unsigned long unserved_launches;   ///< Attention launches the entry would not serve: accepted, nothing done (as on a GPU).
 };
 
 /** Snapshot of the counters. */
@@ -43,6 +44,19 @@ typedef int (*fake_cuda_has_cpu_kernels_fn)(void);
 typedef unsigned long (*fake_cuda_stream_stall_fn)(CUstream stream);
 /** Ends a stall; unknown or already released ids are ignored. */
 typedef void (*fake_cuda_stream_release_fn)(unsigned long id);
+/**
+ * Runs the work queued on a stream (and what it depends on) up to its end now,
+ * without waiting out a stall. Returns 0 when the stream is idle, 1 when work
+ * waits behind a stall, -1 for an unknown stream. Fake libnccl calls it before a
+ * collective reads its buffers, since the collective is ordered after that work.
+ */
+typedef int (*fake_cuda_stream_flush_fn)(CUstream stream);
+/**
+ * Queues fn(arg) on a stream, run when the stream gets there; arg is malloc'd
+ * and freed after fn (or at once on failure). Returns 0, or -1 for an unknown
+ * stream. Fake libnccl lands collective results this way, in stream order.
+ */
+typedef int (*fake_cuda_stream_enqueue_fn)(CUstream stream, void (*fn)(void *arg), void *arg);
 
 /** Counters of the fake NCCL since it was loaded. */
 struct fake_nccl_stats {
@@ -65,6 +79,8 @@ int fake_cuda_requested_version(const char *name);
 int fake_cuda_has_cpu_kernels(void);
 unsigned long fake_cuda_stream_stall(CUstream stream);
 void fake_cuda_stream_release(unsigned long id);
+int fake_cuda_stream_flush(CUstream stream);
+int fake_cuda_stream_enqueue(CUstream stream, void (*fn)(void *arg), void *arg);
 void fake_nccl_get_stats(struct fake_nccl_stats *out);
 
 #endif /* DCP_FAKE_HOOKS_H */

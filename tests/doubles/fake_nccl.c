@@ -125,6 +125,48 @@ unsigned long fake_nccl_stall_stream(cudaStream_t stream)
     return id;
 }
 
+int fake_nccl_flush_stream(cudaStream_t stream)
+{
+    void *handle;
+    fake_cuda_stream_flush_fn flush =
+        (fake_cuda_stream_flush_fn)(uintptr_t)fake_cuda_symbol("fake_cuda_stream_flush", &handle);
+    int r = flush ? flush(stream) : 0;
+    if (handle)
+        dlclose(handle);
+    return r == 1;
+}
+
+struct fake_landing *fake_nccl_landing(void *dst, size_t bytes)
+{
+    struct fake_landing *l = malloc(sizeof(*l) + (bytes ? bytes : 1));
+    if (l) {
+        l->dst = dst;
+        l->bytes = bytes;
+    }
+    return l;
+}
+
+static void write_landing(void *arg)
+{
+    struct fake_landing *l = arg;
+    if (l->bytes)
+        memcpy(l->dst, l->data, l->bytes);
+}
+
+void fake_nccl_land(cudaStream_t stream, struct fake_landing *l)
+{
+    void *handle;
+    fake_cuda_stream_enqueue_fn enqueue = (fake_cuda_stream_enqueue_fn)(uintptr_t)
+        fake_cuda_symbol("fake_cuda_stream_enqueue", &handle);
+    if (!enqueue || enqueue(stream, write_landing, l) != 0) {
+        /* No fake libcuda (or a stream it does not know): land now. */
+        write_landing(l);
+        free(l);
+    }
+    if (handle)
+        dlclose(handle);
+}
+
 static void release_stalls(struct ncclComm *comm)
 {
     void *handle;

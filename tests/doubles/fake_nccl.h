@@ -2,8 +2,10 @@
  * fake_nccl.h: internals of the libnccl.so.2 test double (see README.md).
  *
  * Ranks are threads of one process. All ranks of one ncclUniqueId form a
- * clique; collectives meet at a barrier of the clique and run synchronously
- * inside the call; point-to-point messages go through per-clique mailboxes.
+ * clique; collectives meet at a barrier of the clique inside the call, after the
+ * work queued before them on their stream ran, and their results land in stream
+ * order (queued on the fake libcuda's stream); point-to-point messages go through
+ * per-clique mailboxes.
  * One global lock guards everything; waits use the clique's condition variable.
  */
 #ifndef DCP_FAKE_NCCL_H
@@ -107,5 +109,24 @@ void fake_nccl_leave(struct ncclComm *comm);
 
 /** Stalls stream through the fake libcuda (hang injection); 0 if it cannot. */
 unsigned long fake_nccl_stall_stream(cudaStream_t stream);
+
+/**
+ * Runs the work queued on stream before a collective reads its buffers (the
+ * collective is ordered after it). Returns 1 when that work waits behind a stall
+ * (the collective then never runs), else 0.
+ */
+int fake_nccl_flush_stream(cudaStream_t stream);
+
+/** Data a collective computed for one rank, written to dst in stream order. */
+struct fake_landing {
+    void *dst;
+    size_t bytes;
+    unsigned char data[];
+};
+
+/** A landing of bytes for dst (data to be filled in); NULL when out of memory. */
+struct fake_landing *fake_nccl_landing(void *dst, size_t bytes);
+/** Queues the write on stream (fake libcuda runs it when the stream gets there); takes l. */
+void fake_nccl_land(cudaStream_t stream, struct fake_landing *l);
 
 #endif /* DCP_FAKE_NCCL_H */

@@ -2,9 +2,12 @@
  * fake_nccl_ops.c: collectives, groups and point-to-point of the libnccl.so.2
  * double, with fault injection.
  *
- * A collective publishes its arguments, meets the other ranks at a barrier,
- * computes its result into a private buffer (so in-place calls are safe), meets
- * them again and writes the result. Reductions run in rank order, rounding to
+ * An operation first runs the work queued before it on its stream (it is ordered
+ * after that work, and reads buffers that work writes). A collective publishes
+ * its arguments, meets the other ranks at a barrier, computes its result into a
+ * private buffer (so in-place calls are safe), meets them again and queues the
+ * result's write on its stream, so the result lands in stream order: a consumer
+ * on another stream sees it only if it waits for this stream. Reductions run in rank order, rounding to
  * the element type after each step (as a 16-bit ring sum does), so results are
  * deterministic. ncclSend/ncclRecv are queued between ncclGroupStart/End and run
  * at ncclGroupEnd: sends are posted to mailboxes, receives take them in order,
@@ -256,15 +259,16 @@ static int slots_agree(const struct fake_clique *c)
     return 1;
 }
 
-/* This rank's result of the collective everybody published, in a new buffer. */
-static unsigned char *compute(const struct fake_clique *c, int rank, size_t *bytes)
+/* This rank's result of the collective everybody published, for recv. */
+static struct fake_landing *compute(const struct fake_clique *c, int rank, void *recv)
 {
     const struct fake_slot *s = &c->slots[rank];
     size_t chunk = s->count * type_size(s->type);
-    *bytes = s->kind == OP_ALLGATHER ? chunk * (size_t)c->nranks : chunk;
-    unsigned char *out = malloc(*bytes ? *bytes : 1);
-    if (!out)
+    struct fake_landing *l =
+        fake_nccl_landing(recv, s->kind == OP_ALLGATHER ? chunk * (size_t)c->nranks : chunk);
+    if (!l)
         return NULL;
+    unsigned char *out = l->data;
     if (s->kind == OP_ALLGATHER)
         for (int r = 0; r < c->nranks; r++)
             memcpy(out + (size_t)r * chunk, c->slots[r].send, chunk);
@@ -272,7 +276,7 @@ static unsigned char *compute(const struct fake_clique *c, int rank, size_t *byt
         reduce(c->slots, c->nranks, (size_t)rank * s->count, s->count, s->type, s->op, out);
     else
         reduce(c->slots, c->nranks, 0, s->count, s->type, s->op, out);
-    return out;
+    return l;
 }
 
 static ncclResult_t peers_gone(struct ncclComm *comm)
@@ -289,20 +293,18 @@ static ncclResult_t collective(struct ncclComm *comm, const struct fake_op *op)
     if (barrier(c))
         return peers_gone(comm);
     ncclResult_t r = ncclSuccess;
-    unsigned char *result = NULL;
-    size_t bytes = 0;
+    struct fake_landing *result = NULL;
     if (!slots_agree(c))
         r = fake_nccl_fail(comm, ncclInvalidUsage, "fake NCCL: ranks called different "
                            "collectives (kind, count, type or op differ)");
-    else if (!(result = compute(c, comm->rank, &bytes)))
+    else if (!(result = compute(c, comm->rank, op->recv)))
         r = fake_nccl_fail(comm, ncclSystemError, "fake NCCL: out of memory");
     if (barrier(c)) {
         free(result);
         return peers_gone(comm);
     }
-    if (result && bytes)
-        memcpy(op->recv, result, bytes);
-    free(result);
+    if (result)
+        fake_nccl_land(op->stream, result);
     return r;
 }
 
@@ -347,11 +349,16 @@ static ncclResult_t receive(struct ncclComm *comm, const struct fake_op *op)
             return peers_gone(comm);
     size_t bytes = op->count * type_size(op->type);
     ncclResult_t r = ncclSuccess;
+    struct fake_landing *l = NULL;
     if (m->bytes != bytes)
         r = fake_nccl_fail(comm, ncclInvalidUsage, "fake NCCL: rank %d receives %zu bytes from "
                            "rank %d, which sends %zu", comm->rank, bytes, op->peer, m->bytes);
-    else if (bytes)
-        memcpy(op->recv, m->buf, bytes);
+    else if (!(l = fake_nccl_landing(op->recv, bytes)))
+        r = fake_nccl_fail(comm, ncclSystemError, "fake NCCL: out of memory");
+    else {
+        memcpy(l->data, m->buf, bytes);
+        fake_nccl_land(op->stream, l);
+    }
     m->consumed = 1;
     pthread_cond_broadcast(&c->changed);
     return r;
@@ -440,6 +447,16 @@ static ncclResult_t execute(struct ncclComm *comm, const struct fake_op *ops, si
     return r;
 }
 
+/* Runs the work queued before the operation on its streams; 1 if some waits
+ * behind a stall (the operation then never runs, as on a GPU). */
+static int flush_streams(const struct fake_op *ops, size_t n)
+{
+    int stalled = 0;
+    for (size_t i = 0; i < n; i++)
+        stalled |= fake_nccl_flush_stream(ops[i].stream);
+    return stalled;
+}
+
 static ncclResult_t run(const struct fake_op *ops, size_t n)
 {
     struct ncclComm *comm = ops[0].comm;
@@ -447,6 +464,7 @@ static ncclResult_t run(const struct fake_op *ops, size_t n)
         if (ops[i].comm != comm)
             return fake_nccl_fail(comm, ncclInvalidUsage,
                                   "fake NCCL: a group may use only one communicator");
+    const int behind_stall = flush_streams(ops, n);
     pthread_mutex_lock(&fake_nccl_lock);
     ncclResult_t r = check_ready(comm);
     if (r != ncclSuccess) {
@@ -457,6 +475,8 @@ static ncclResult_t run(const struct fake_op *ops, size_t n)
     fake_nccl_counters.operations++;
     if (fake_nccl_cfg.hang == k) {
         r = hang(comm, ops[0].stream);
+    } else if (behind_stall) {
+        r = ncclSuccess; /* queued behind a hung operation: it never runs */
     } else {
         fake_nccl_enter(comm);
         r = execute(comm, ops, n);

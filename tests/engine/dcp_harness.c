@@ -251,6 +251,7 @@ struct harness *harness_create(const struct harness_config *cfg, uint64_t seed, 
         .max_context = cfg->max_context,
     };
     h->side[0].e = fixture_engine_with(h->dep, &lim);
+    h->side[0].e->split_override = cfg->splits;
     h->side[0].dcp = N;
     h->nsides = 1;
     if (cfg->baseline && N > 1) {
@@ -584,6 +585,8 @@ bool harness_step(struct harness *h, uint32_t count, const uint32_t *seqs, const
     generate_step(h, count, seqs, grow);
     if (h->attend && h->side[0].e->step.num_splits > 1)
         stats.split_steps++;
+    if (h->attend && h->side[0].e->step.num_splits > stats.most_splits)
+        stats.most_splits = h->side[0].e->step.num_splits;
     for (uint32_t s = 0; s < h->nsides; s++) {
         const int err = dcp_engine_run(h->side[s].e, rank_step, &h->side[s]);
         if (err)

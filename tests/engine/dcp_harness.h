@@ -29,6 +29,7 @@ struct harness_config {
     uint64_t max_context;
     uint64_t num_blocks;        ///< The DCP engine's logical blocks; 0 = max_live sequences of max_context.
     bool baseline;              ///< Also run the TP baseline (dcp = 1) and compare (ignored when dcp = 1).
+    uint32_t splits;            ///< Split-KV factor every step of the DCP engine uses (0: the engine chooses), within its workspace.
 };
 
 /** Results over every harness of the process, for the final report. */
@@ -39,6 +40,7 @@ struct harness_stats {
     uint64_t multi_query_checks; ///< Checks with q_len > 1.
     uint64_t baseline_checks;   ///< Results compared with the TP baseline.
     uint64_t split_steps;       ///< Attended steps whose DCP engine used split-KV (splits > 1).
+    uint32_t most_splits;       ///< Largest split-KV factor an attended step used.
     double worst_out[4];        ///< Worst relative L2 error of an output vs the oracle, per dtype.
     double worst_lse[4];        ///< Worst |lse - oracle| / (1 + |oracle|), per dtype.
     double worst_baseline[4];   ///< Worst relative L2 difference DCP vs TP baseline, per dtype.

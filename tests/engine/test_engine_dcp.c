@@ -393,6 +393,37 @@ static void test_split_kv(void **state)
         assert_true(harness_get_stats()->split_steps > before);
 }
 
+/* Every split-KV factor gives the oracle's result, more splits than pages (empty
+ * splits) included, with an uneven batch: forced factors from 1 to 9, or as many
+ * as the backend's workspace holds. */
+static void test_every_split_count(void **state)
+{
+    (void)state;
+    for (uint32_t splits = 1; splits <= 9; splits++) {
+        struct test_rng rng;
+        test_rng_seed(&rng, test_seed() + 40u + splits);
+        struct harness_config c = base_config();
+        c.shape.host_threads = 5;
+        c.shape.tp = 2;
+        c.shape.dcp = 2;
+        c.shape.q_heads = 4;
+        c.shape.kv_lora_rank = 32;
+        c.shape.rope_dim = 16;
+        c.shape.dtype = DCP_DTYPE_BF16;
+        c.max_context = 96;
+        c.splits = splits;
+        char label[256];
+        describe(label, sizeof(label), "splits", &c.shape);
+        struct harness *h = harness_create(&c, test_seed() + 90u + splits, label);
+        uint32_t seqs[2] = {harness_seq_create(h), harness_seq_create(h)};
+        const uint64_t target[2] = {c.max_context - 8, 9};
+        prefill(h, &rng, 2, seqs, target, c.max_step_tokens);
+        decode(h, &rng, 2, seqs, 2);
+        harness_destroy(&h);
+    }
+    assert_true(harness_get_stats()->most_splits >= 9);
+}
+
 /* A full pool, released and refilled: new sequences land on pages that hold old
  * tokens (and on the released sequence's slot); nothing stale may show in their results. */
 static void test_block_reuse(void **state)
@@ -545,6 +576,7 @@ int main(void)
         cmocka_unit_test(test_empty_shards),
         cmocka_unit_test(test_real_mla),
         cmocka_unit_test(test_split_kv),
+        cmocka_unit_test(test_every_split_count),
         cmocka_unit_test(test_block_reuse),
         cmocka_unit_test(test_fork_diverge),
         cmocka_unit_test(test_truncate_regrow),

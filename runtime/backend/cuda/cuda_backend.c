@@ -149,10 +149,22 @@ static int cuda_engine_init(struct dcp_engine *e)
 
     const struct cuda_device *d0 = &ce->devices[0];
     const uint32_t heads_per_kv = e->gathered_heads / e->kv_heads_per_rank;
+    /* One wave of attention blocks: the SMs times the blocks of the attention
+     * kernel one SM holds at once (its registers, threads and shared memory). A
+     * step may split up to one wave's worth; the workspace is sized for that. */
+    int per_sm = 0;
+    if ((err = CU_CALL(&ce->cu->api, cuOccupancyMaxActiveBlocksPerMultiprocessor, &per_sm, d0->fn[DCPK_KERNEL_attn],
+                       (int)ce->attn->threads, (size_t)ce->attn->smem_bytes)))
+        return err;
+    if (per_sm <= 0)
+        return dcp_error(DCP_ENOTSUP, "%s cannot run on %s: no block fits on an SM (%u threads, %u bytes of "
+                         "shared memory)", ce->attn->entry, d0->info.name, ce->attn->threads, ce->attn->smem_bytes);
+    const uint32_t slots = (uint32_t)d0->info.sm_count * (uint32_t)per_sm;
     e->shape = (struct dcp_launch_shape){
-        .parallelism = (uint32_t)d0->info.sm_count * 2,
+        .parallelism = slots,
+        .blocks_per_sm = (uint32_t)per_sm,
         .head_tile = dcpk_attn_pick_head_tile(ce->attn, heads_per_kv, DCP_MAX(1u, e->cfg->workload.q_len)),
-        .max_splits = 32,
+        .max_splits = slots,
     };
     snprintf(e->detail, sizeof(e->detail), "%s (sm_%d%d, %d SMs), %s%s, %s; %s", d0->info.name,
              d0->info.cc_major, d0->info.cc_minor, d0->info.sm_count,

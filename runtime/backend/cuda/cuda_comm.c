@@ -210,10 +210,13 @@ static int virtual_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t re
      * source addresses is rewritten only when it changes. */
     const uint32_t n = cr->group->size;
     if (!cr->src_ptrs_valid || memcmp(cr->h_src_ptrs, cr->group->published, n * sizeof(uint64_t))) {
+        /* The pinned table is read when the copy runs: rewrite it only once the
+         * previous copy and the reduces reading the device table are done. */
         if ((err = CU_CALL(api, cuStreamSynchronize, cr->compute)))
             return err;
         memcpy(cr->h_src_ptrs, cr->group->published, n * sizeof(uint64_t));
-        if ((err = CU_CALL(api, cuMemcpyHtoD, cr->d_src_ptrs, cr->h_src_ptrs, n * sizeof(uint64_t))))
+        if ((err = CU_CALL(api, cuMemcpyHtoDAsync, cr->d_src_ptrs, cr->h_src_ptrs, n * sizeof(uint64_t),
+                           cr->compute)))
             return err;
         cr->src_ptrs_valid = true;
     }

@@ -47,6 +47,7 @@ enum {
     EV_READY,        ///< Producer work of a collective's send buffer is done.
     EV_DONE,         ///< This rank's part of a collective is done.
     EV_SYNC,         ///< Marks the end of queued work for polling.
+    EV_STAGED,       ///< After the last copy out of the pinned staging buffer.
     CUDA_RANK_EVENTS
 };
 
@@ -63,6 +64,9 @@ struct cuda_rank {
     CUdeviceptr d_src_ptrs;      ///< Virtual ReduceScatter: device table of member send addresses.
     uint64_t *h_src_ptrs;        ///< Pinned host copy of that table.
     bool src_ptrs_valid;
+    unsigned char *staging;      ///< Pinned host staging of uploads (step metadata fits whole).
+    size_t staging_bytes;
+    size_t staging_used;         ///< Bytes handed out since the buffer was last known free.
     ncclComm_t nccl_comm;        ///< NCCL: this rank's communicator in its DCP group.
     struct cuda_alloc *allocs;
     size_t num_allocs, cap_allocs;
@@ -107,6 +111,8 @@ int cuda_rank_init(struct dcp_rank *r);
 void cuda_rank_fini(struct dcp_rank *r);
 int cuda_launch(struct dcp_rank *r, enum dcpk_kernel_id kernel, const void *params);
 int cuda_synchronize(struct dcp_rank *r);
+/** Waits for ev (recorded on the rank's streams); with NCCL a bounded poll that aborts on failure. */
+int cuda_wait_event(struct dcp_rank *r, CUevent ev, const char *what);
 int cuda_timer_begin(struct dcp_rank *r, uint32_t *token);
 int cuda_timer_end(struct dcp_rank *r, uint32_t token, enum dcp_prof_cat cat);
 int cuda_timer_collect(struct dcp_rank *r);
@@ -135,5 +141,15 @@ void cuda_memory_rank_fini(struct dcp_rank *r);
 int cuda_upload(struct dcp_rank *r, uint64_t dst, const void *src, size_t bytes);
 int cuda_download(struct dcp_rank *r, void *dst, uint64_t src, size_t bytes);
 int cuda_copy(struct dcp_rank *r, uint64_t dst, uint64_t src, size_t bytes);
+
+/* cuda_launch_check.c */
+/**
+ * Why kernel could not serve a launch with these params, block size and dynamic
+ * shared memory (attn: the engine's attention entry), or NULL when it can. The
+ * GPU kernels would do nothing (attention) or fault (misaligned buffers), so
+ * cuda_launch refuses such a launch with an error instead.
+ */
+const char *cuda_launch_problem(const struct dcpk_attn_variant *attn, enum dcpk_kernel_id kernel,
+                                const void *params, uint32_t threads, uint32_t smem);
 
 #endif /* DCP_CUDA_INTERNAL_H */

@@ -3,6 +3,7 @@
  * arena through virtual memory management, and host/device copies.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_internal.h"
 #include "util/util.h"
@@ -131,19 +132,49 @@ void cuda_free(struct dcp_rank *r, uint64_t addr)
         }
 }
 
-/* Uploads wait for the rank's queued work first: per-step metadata is rewritten
- * in place, and the previous step's kernels may still be reading it. Only the
- * first upload after queued work waits (begin_step uploads several buffers). */
+/*
+ * Every copy goes on the stream of the work that reads it (docs/design.md):
+ * uploads on the rank's compute stream, after the kernels already queued there
+ * (per-step metadata is rewritten in place while the previous step's kernels may
+ * still read it) and before the ones that read the new data. Never cuMemcpyHtoD:
+ * it runs on the legacy stream, which the rank's non-blocking streams do not wait
+ * for, and from pageable memory it returns before the data lands. A source that
+ * fits goes through the pinned staging buffer (truly asynchronous); the buffer is
+ * reused once the copies out of it ran (EV_STAGED), which for begin_step is the
+ * previous step's uploads. A larger source is copied from pageable memory, which
+ * the driver stages before cuMemcpyHtoDAsync returns.
+ */
 int cuda_upload(struct dcp_rank *r, uint64_t dst, const void *src, size_t bytes)
 {
-    int err = CR(r)->queued ? cuda_synchronize(r) : use_rank(r);
-    return err ? err : CU_CALL(&CE(r->engine)->cu->api, cuMemcpyHtoD, dst, src, bytes);
+    struct cuda_rank *cr = CR(r);
+    const struct dcp_cuda_api *api = &CE(r->engine)->cu->api;
+    int err = use_rank(r);
+    if (err)
+        return err;
+    cr->queued = true;
+    if (bytes > cr->staging_bytes)
+        return CU_CALL(api, cuMemcpyHtoDAsync, dst, src, bytes, cr->compute);
+    const size_t room = (bytes + 15) & ~(size_t)15;
+    if (room > cr->staging_bytes - cr->staging_used) {
+        if ((err = cuda_wait_event(r, cr->events[EV_STAGED], "upload staging")))
+            return err;
+        cr->staging_used = 0;
+    }
+    unsigned char *at = cr->staging + cr->staging_used;
+    memcpy(at, src, bytes);
+    cr->staging_used += room;
+    err = CU_CALL(api, cuMemcpyHtoDAsync, dst, at, bytes, cr->compute);
+    return err ? err : CU_CALL(api, cuEventRecord, cr->events[EV_STAGED], cr->compute);
 }
 
+/* After the rank's work (a bounded wait), on its stream; to pageable memory the
+ * driver returns once the copy is done. */
 int cuda_download(struct dcp_rank *r, void *dst, uint64_t src, size_t bytes)
 {
     int err = cuda_synchronize(r);
-    return err ? err : CU_CALL(&CE(r->engine)->cu->api, cuMemcpyDtoH, dst, src, bytes);
+    if (!err)
+        err = CU_CALL(&CE(r->engine)->cu->api, cuMemcpyDtoHAsync, dst, src, bytes, CR(r)->compute);
+    return err ? err : CU_CALL(&CE(r->engine)->cu->api, cuStreamSynchronize, CR(r)->compute);
 }
 
 int cuda_copy(struct dcp_rank *r, uint64_t dst, uint64_t src, size_t bytes)

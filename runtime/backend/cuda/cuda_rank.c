@@ -30,6 +30,11 @@ int cuda_rank_init(struct dcp_rank *r)
         if (!err)
             err = CU_CALL(api, cuEventCreate, &cr->timer_end[i], CU_EVENT_DEFAULT);
     }
+    /* Pinned staging for uploads: room for one step's metadata (5 buffers, each
+     * rounded up to 16 bytes), so begin_step's copies are truly asynchronous. */
+    cr->staging_bytes = dcp_step_upload_bytes(e->max_batch, e->max_blocks_per_seq, e->max_tokens) + 5 * 16;
+    if (!err)
+        err = CU_CALL(api, cuMemAllocHost, (void **)&cr->staging, cr->staging_bytes);
     return err ? err : cuda_comm_rank_init(r);
 }
 
@@ -45,6 +50,8 @@ void cuda_rank_fini(struct dcp_rank *r)
         api->cuStreamSynchronize(cr->compute);
     cuda_comm_rank_fini(r);
     cuda_memory_rank_fini(r);
+    if (cr->staging)
+        api->cuMemFreeHost(cr->staging);
     for (int i = 0; i < CUDA_RANK_EVENTS; i++)
         if (cr->events[i])
             api->cuEventDestroy(cr->events[i]);
@@ -88,6 +95,10 @@ int cuda_launch(struct dcp_rank *r, enum dcpk_kernel_id kernel, const void *para
         threads = ce->attn->threads;
         smem = ce->attn->smem_bytes;
     }
+    const char *problem = cuda_launch_problem(ce->attn, kernel, params, threads, smem);
+    if (problem)
+        return dcp_error(DCP_EINVAL, "dcpk_%s cannot serve this launch (%s): refused rather than left to "
+                         "do nothing on the GPU", dcpk_kernels[kernel].name, problem);
     void *args[1] = {(void *)params};
     cr->queued = true;
     err = CU_CALL(&ce->cu->api, cuLaunchKernel, cr->dev->fn[kernel], g.x, g.y, g.z, threads, 1, 1, smem, cr->compute,
@@ -97,22 +108,28 @@ int cuda_launch(struct dcp_rank *r, enum dcpk_kernel_id kernel, const void *para
     return DCP_OK;
 }
 
-/* With NCCL, completion is polled together with the communicator's error state,
+/* With NCCL the event is polled together with the communicator's error state,
  * so a failed or hung peer ends in ncclCommAbort and an error, never a hang. */
+int cuda_wait_event(struct dcp_rank *r, CUevent ev, const char *what)
+{
+    struct cuda_engine *ce = CE(r->engine);
+    struct cuda_rank *cr = CR(r);
+    if (!cr->nccl_comm && ce->nccl)
+        return dcp_error(DCP_EABORTED, "the NCCL communicator was aborted");
+    if (!cr->nccl_comm)
+        return CU_CALL(&ce->cu->api, cuEventSynchronize, ev);
+    return dcp_nccl_wait(ce->nccl, &cr->nccl_comm, ce->cu, ev, r->engine->cfg->runtime.cuda.nccl_timeout_s, what);
+}
+
 int cuda_synchronize(struct dcp_rank *r)
 {
     struct cuda_engine *ce = CE(r->engine);
     struct cuda_rank *cr = CR(r);
     int err = use_rank(r);
-    if (err)
-        return err;
-    if (!cr->nccl_comm && ce->nccl)
-        return dcp_error(DCP_EABORTED, "the NCCL communicator was aborted");
-    if (!cr->nccl_comm)
-        err = CU_CALL(&ce->cu->api, cuStreamSynchronize, cr->compute);
-    else if (!(err = CU_CALL(&ce->cu->api, cuEventRecord, cr->events[EV_SYNC], cr->compute)))
-        err = dcp_nccl_wait(ce->nccl, &cr->nccl_comm, ce->cu, cr->events[EV_SYNC],
-                            r->engine->cfg->runtime.cuda.nccl_timeout_s, "rank synchronize");
+    if (!err)
+        err = CU_CALL(&ce->cu->api, cuEventRecord, cr->events[EV_SYNC], cr->compute);
+    if (!err)
+        err = cuda_wait_event(r, cr->events[EV_SYNC], "rank synchronize");
     if (!err)
         cr->queued = false;
     return err;

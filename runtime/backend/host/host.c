@@ -130,7 +130,7 @@ static int host_engine_init(struct dcp_engine *e)
         rank_group_set_timeout(&h->groups[i], e->cfg->runtime.cuda.nccl_timeout_s);
     }
     e->shape = (struct dcp_launch_shape){
-        .parallelism = h->threads_per_rank,
+        .parallelism = 2 * h->threads_per_rank, /* two items per thread balance uneven ones */
         .head_tile = 0,
         .max_splits = h->threads_per_rank > 1 ? 2 * h->threads_per_rank : 1,
     };

@@ -1,0 +1,88 @@
+/*
+ * cuda_launch_check.c: refuses, on the host, a launch a kernel would not serve.
+ *
+ * A GPU kernel that gets a launch it cannot serve either does nothing (the
+ * attention entries check their block size, shapes, dtype and cache alignment,
+ * attn_launch_ok in ptx/kernels/attn.cuh, and return: the output keeps whatever
+ * it held) or faults on a misaligned access and loses the context. Both are
+ * silent or fatal far from the cause; checking the parameter struct before
+ * cuLaunchKernel turns them into an error of the call that made the launch.
+ */
+#include "backend/cuda/cuda_internal.h"
+#include "dcp_kernels/variants.h"
+
+static int aligned(uint64_t addr, uint64_t to) { return addr % to == 0; }
+
+static int known_dtype(uint32_t dtype) { return dtype <= DCPK_FP8_E4M3; }
+
+/* Mirrors attn_launch_ok (ptx/kernels/attn.cuh), plus the head split. */
+static const char *attn_problem(const struct dcpk_attn_variant *v, uint32_t threads, uint32_t smem,
+                                const struct dcpk_attn_params *p)
+{
+    if (threads != v->threads)
+        return "block size differs from the entry's";
+    if (smem != v->smem_bytes)
+        return "dynamic shared memory differs from the entry's";
+    if (p->qk_dim != v->qk_dim || p->v_dim != v->v_dim)
+        return "head dimensions differ from the entry's";
+    if (p->dtype != v->dtype)
+        return "KV cache dtype differs from the entry's";
+    if (v->shared_kv ? p->v_cache != p->k_cache || p->v_row_stride != v->qk_dim
+                     : (uint64_t)p->v_row_stride * dcpk_dtype_size(v->dtype) % 16 != 0 || p->v_row_stride < v->v_dim)
+        return "V layout differs from the entry's";
+    if (!aligned(p->k_cache | p->v_cache, 16))
+        return "KV cache not 16-byte aligned";
+    if (!p->num_kv_heads || !p->head_tile || !p->block_size || !p->group_size || !p->interleave ||
+        !p->heads_per_chunk || !p->num_splits)
+        return "a zero size";
+    if (p->num_heads % p->num_kv_heads != 0)
+        return "query heads not a multiple of the KV heads";
+    if (!aligned(p->q | p->out | p->lse | p->ws_o | p->ws_lse, 4) ||
+        !aligned(p->block_table | p->seq_lens | p->q_start, 4))
+        return "misaligned buffer";
+    if (p->num_splits > 1 && (!p->ws_o || !p->ws_lse))
+        return "split-KV without a workspace";
+    return NULL;
+}
+
+const char *cuda_launch_problem(const struct dcpk_attn_variant *attn, enum dcpk_kernel_id kernel,
+                                const void *params, uint32_t threads, uint32_t smem)
+{
+    switch (kernel) {
+    case DCPK_KERNEL_attn:
+        return attn_problem(attn, threads, smem, params);
+    case DCPK_KERNEL_kv_append: {
+        const struct dcpk_kv_append_params *p = params;
+        if (!known_dtype(p->dtype))
+            return "unknown dtype";
+        if (!aligned(p->k_cache | p->v_cache, dcpk_dtype_size(p->dtype)) || !aligned(p->k_src | p->v_src, 4) ||
+            !aligned(p->slots, 8))
+            return "misaligned buffer";
+        return p->block_size ? NULL : "a zero size";
+    }
+    case DCPK_KERNEL_merge: {
+        const struct dcpk_merge_params *p = params;
+        if (!aligned(p->src_o | p->src_lse | p->out | p->out_lse, 4))
+            return "misaligned buffer";
+        return p->rows_per_chunk || !p->rows ? NULL : "a zero size";
+    }
+    case DCPK_KERNEL_lse_scale: {
+        const struct dcpk_lse_scale_params *p = params;
+        if (!aligned(p->lse_all | p->o | p->out_lse, 4))
+            return "misaligned buffer";
+        return p->rows_per_chunk || !p->rows ? NULL : "a zero size";
+    }
+    case DCPK_KERNEL_reduce: {
+        const struct dcpk_reduce_params *p = params;
+        return aligned(p->dst, 4) && aligned(p->src_ptrs, 8) ? NULL : "misaligned buffer";
+    }
+    case DCPK_KERNEL_fill: {
+        const struct dcpk_fill_params *p = params;
+        if (!known_dtype(p->dtype))
+            return "unknown dtype";
+        return aligned(p->dst, dcpk_dtype_size(p->dtype)) && aligned(p->row_keys, 8) ? NULL : "misaligned buffer";
+    }
+    default:
+        return "unknown kernel";
+    }
+}
