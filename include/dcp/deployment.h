@@ -120,6 +120,12 @@ struct dcp_memory_config {
     double reserve_bytes;             ///< Activations, workspace, graphs (YAML: reserve_gb). Default 4 GB.
 };
 
+/**
+ * Longest context one request may have, in tokens (2^32): the bound of
+ * workload.context_lengths, as DCP_TRACE_MAX_TOKENS (serve.h) is of a trace's.
+ */
+#define DCP_MAX_CONTEXT_TOKENS ((uint64_t)1 << 32)
+
 /** Longest list of context lengths a workload may give. */
 #define DCP_MAX_CONTEXT_LENGTHS 32
 
@@ -174,8 +180,12 @@ typedef struct dcp_deployment dcp_deployment;
  */
 DCP_API void dcp_config_defaults(struct dcp_config *cfg);
 
+/** Largest deployment file read (deployment files are a few KiB; /dev/zero is not one). */
+#define DCP_DEPLOYMENT_MAX_BYTES (1u << 20)
+
 /**
- * Loads and validates a YAML deployment file. On success *out is a new deployment.
+ * Loads and validates a YAML deployment file: a regular file (not a FIFO or a
+ * device) of at most DCP_DEPLOYMENT_MAX_BYTES. On success *out is a new deployment.
  * On failure returns DCP_ECONFIG (bad content; every problem is in diag),
  * DCP_EIO (unreadable file; also in diag) or DCP_ENOMEM, and *out is NULL.
  * diag may be NULL if the caller does not want the messages. Warnings may be

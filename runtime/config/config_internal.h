@@ -104,6 +104,9 @@ struct config_report {
 /** Most errors one load reports; then a final entry says it stopped. */
 #define CONFIG_MAX_ERRORS 100
 
+/** Deepest nesting of lists and mappings a deployment file may have (it needs 3). */
+#define CONFIG_MAX_DEPTH 32
+
 /** Adds a diagnostic (errors past CONFIG_MAX_ERRORS are counted, not stored). */
 void config_report_add(struct config_report *r, enum dcp_diag_severity severity,
                        struct config_pos pos, const char *path, const char *fmt, ...)
@@ -119,6 +122,18 @@ struct config_text {
 void config_text_add(struct config_text *t, const char *fmt, ...) DCP_PRINTF(2, 3);
 /** Appends "v0, v1, ..." (over 16 values: the first 15, "...", the last). */
 void config_text_add_values(struct config_text *t, const uint64_t *values, size_t count);
+
+/** Result of parsing an integer. */
+enum config_int_parse {
+    INT_OK,     ///< Parsed.
+    INT_SYNTAX, ///< Not an integer.
+    INT_RANGE,  ///< An integer, but negative or above UINT64_MAX.
+};
+
+/** A decimal integer with an optional sign (len bytes of s). */
+enum config_int_parse config_parse_uint(const char *s, size_t len, uint64_t *out);
+/** A token count: an integer with an optional suffix k/K (1024) or M (1048576). */
+enum config_int_parse config_parse_token_count(const char *s, size_t len, uint64_t *out);
 
 /** The key whose path is exactly path, or NULL. */
 const struct config_key *config_key_find(const char *path);

@@ -8,14 +8,13 @@
 #include <string.h>
 
 #include "config/config_internal.h"
+#include "util/file.h"
 
 struct dcp_deployment {
     struct dcp_config config; ///< Strings are owned copies.
     char *source;             ///< File name, "<string>" or "<config>".
 };
 
-/* Deployment files are small; a bigger file is a mistake (or /dev/zero). */
-#define MAX_FILE_BYTES (64u << 20)
 
 static void free_strings(struct dcp_config *cfg)
 {
@@ -106,41 +105,6 @@ DCP_API int dcp_deployment_load_string(const char *name, const char *text, size_
     return load_text(name ? name : "<string>", text ? text : "", len, NULL, diag, out);
 }
 
-/* Reads a whole file into a new buffer. Returns 0 or an errno value. */
-static int read_file(const char *path, char **data, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return errno;
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
-    int err = 0;
-    for (;;) {
-        if (n == cap && dcp_grow_array((void **)&buf, &cap, n + 4096, 1)) {
-            err = ENOMEM;
-            break;
-        }
-        const size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) {
-            err = ferror(f) ? (errno ? errno : EIO) : 0;
-            break;
-        }
-        if (n > MAX_FILE_BYTES) {
-            err = EFBIG;
-            break;
-        }
-    }
-    fclose(f);
-    if (err) {
-        free(buf);
-        return err;
-    }
-    *data = buf;
-    *len = n;
-    return 0;
-}
-
 DCP_API int dcp_deployment_load_file(const char *path, dcp_diag *diag, dcp_deployment **out)
 {
     if (!out)
@@ -150,14 +114,11 @@ DCP_API int dcp_deployment_load_file(const char *path, dcp_diag *diag, dcp_deplo
         return dcp_error(DCP_EINVAL, "dcp_deployment_load_file: path is NULL");
     char *text = NULL;
     size_t len = 0;
-    errno = 0;
-    const int err = read_file(path, &text, &len);
-    if (err == ENOMEM)
-        return dcp_error(DCP_ENOMEM, "%s: out of memory reading the file", path);
+    const int err = dcp_file_read(path, "deployment file", DCP_DEPLOYMENT_MAX_BYTES, 0, &text, &len);
     if (err) {
-        if (dcp_diag_add(diag, DCP_DIAG_ERROR, path, 0, 0, "", "cannot read: %s", strerror(err)))
+        if (err == DCP_EIO && dcp_diag_add(diag, DCP_DIAG_ERROR, "", 0, 0, "", "%s", dcp_last_error()))
             return DCP_ENOMEM;
-        return dcp_error(DCP_EIO, "%s: cannot read: %s", path, strerror(err));
+        return err;
     }
     /* Relative paths inside the file (workload.trace) are relative to its directory. */
     const char *slash = strrchr(path, '/');

@@ -6,13 +6,14 @@
  * key that failed to parse yields one error, not a cascade. Every message says
  * which rule failed and lists what would be valid.
  */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <unistd.h>
 
 #include "config/config_internal.h"
+#include "dcp/serve.h"
+#include "util/file.h"
 
 struct rule_ctx {
     struct config_report *report;
@@ -273,22 +274,17 @@ static void rule_weights_fit(struct rule_ctx *c)
     rule_report(c, DCP_DIAG_ERROR, "parallel.tp", "%s", t.buf);
 }
 
-/* The request trace must be a readable file now, not when a run is half done. */
+/* The request trace must be a readable regular file now, not when a run is half done. */
 static void rule_trace_readable(struct rule_ctx *c)
 {
     const char *trace = c->cfg->workload.trace;
     if (!trace)
         return;
-    FILE *f = fopen(trace, "r");
-    int err = f ? 0 : errno;
-    struct stat st;
-    if (f && fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode))
-        err = EISDIR;
-    if (f)
-        fclose(f);
-    if (err)
-        rule_report(c, DCP_DIAG_ERROR, "workload.trace", "cannot read trace file '%s': %s", trace,
-                    strerror(err));
+    const int fd = dcp_file_open(trace, "trace", DCP_TRACE_MAX_FILE_BYTES, 0);
+    if (fd >= 0)
+        close(fd);
+    else
+        rule_report(c, DCP_DIAG_ERROR, "workload.trace", "%s", dcp_last_error());
 }
 
 /* kv_scale only means something for a scaled (fp8) cache. */

@@ -182,6 +182,53 @@ bool config_key_required_for(const struct config_key *k, enum dcp_attention_kind
     return (k->required & CONFIG_ATTN(attn)) != 0;
 }
 
+/* ---- Integer syntax ------------------------------------------------------ */
+
+/* A decimal integer with an optional sign; negative values are out of range. */
+enum config_int_parse config_parse_uint(const char *s, size_t len, uint64_t *out)
+{
+    size_t i = 0;
+    bool negative = false;
+    if (len > 0 && (s[0] == '+' || s[0] == '-')) {
+        negative = s[0] == '-';
+        i = 1;
+    }
+    if (i == len)
+        return INT_SYNTAX;
+    uint64_t v = 0;
+    bool overflow = false;
+    for (; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return INT_SYNTAX;
+        const unsigned digit = (unsigned)(s[i] - '0');
+        if (v > (UINT64_MAX - digit) / 10)
+            overflow = true;
+        else
+            v = v * 10 + digit;
+    }
+    if (overflow || (negative && v != 0))
+        return INT_RANGE;
+    *out = v;
+    return INT_OK;
+}
+
+/* A token count: an integer with an optional binary suffix, k/K (1024) or M (1048576). */
+enum config_int_parse config_parse_token_count(const char *s, size_t len, uint64_t *out)
+{
+    uint64_t mult = 1;
+    if (len > 0 && (s[len - 1] == 'k' || s[len - 1] == 'K'))
+        mult = 1024;
+    else if (len > 0 && s[len - 1] == 'M')
+        mult = 1024 * 1024;
+    const enum config_int_parse p = config_parse_uint(s, mult == 1 ? len : len - 1, out);
+    if (p != INT_OK)
+        return p;
+    if (*out > UINT64_MAX / mult)
+        return INT_RANGE;
+    *out *= mult;
+    return INT_OK;
+}
+
 /* ---- Storing and loading field values ------------------------------------ */
 
 static void *field_of(struct dcp_config *cfg, const struct config_key *k)

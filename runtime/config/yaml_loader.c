@@ -143,53 +143,6 @@ static void type_error(struct yaml_loader *L, const struct config_key *k, const 
 
 /* ---- Scalar syntax ------------------------------------------------------- */
 
-enum int_parse { INT_OK, INT_SYNTAX, INT_RANGE };
-
-/* A decimal integer with an optional sign; negative values are out of range. */
-static enum int_parse parse_uint(const char *s, size_t len, uint64_t *out)
-{
-    size_t i = 0;
-    bool negative = false;
-    if (len > 0 && (s[0] == '+' || s[0] == '-')) {
-        negative = s[0] == '-';
-        i = 1;
-    }
-    if (i == len)
-        return INT_SYNTAX;
-    uint64_t v = 0;
-    bool overflow = false;
-    for (; i < len; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return INT_SYNTAX;
-        const unsigned digit = (unsigned)(s[i] - '0');
-        if (v > (UINT64_MAX - digit) / 10)
-            overflow = true;
-        else
-            v = v * 10 + digit;
-    }
-    if (overflow || (negative && v != 0))
-        return INT_RANGE;
-    *out = v;
-    return INT_OK;
-}
-
-/* A token count: an integer with an optional binary suffix, k/K (1024) or M (1048576). */
-static enum int_parse parse_token_count(const char *s, size_t len, uint64_t *out)
-{
-    uint64_t mult = 1;
-    if (len > 0 && (s[len - 1] == 'k' || s[len - 1] == 'K'))
-        mult = 1024;
-    else if (len > 0 && s[len - 1] == 'M')
-        mult = 1024 * 1024;
-    const enum int_parse p = parse_uint(s, mult == 1 ? len : len - 1, out);
-    if (p != INT_OK)
-        return p;
-    if (*out > UINT64_MAX / mult)
-        return INT_RANGE;
-    *out *= mult;
-    return INT_OK;
-}
-
 static size_t skip_digits(const char *s, size_t len, size_t i)
 {
     while (i < len && s[i] >= '0' && s[i] <= '9')
@@ -284,10 +237,10 @@ static bool load_int_node(struct yaml_loader *L, const struct config_key *k, con
                           const char *name, const char *path, uint64_t *out)
 {
     const bool token = k->kind == CONFIG_TOKEN_LIST;
-    enum int_parse p = INT_SYNTAX;
+    enum config_int_parse p = INT_SYNTAX;
     if (is_plain(n))
-        p = token ? parse_token_count(scalar_text(n), scalar_len(n), out)
-                  : parse_uint(scalar_text(n), scalar_len(n), out);
+        p = token ? config_parse_token_count(scalar_text(n), scalar_len(n), out)
+                  : config_parse_uint(scalar_text(n), scalar_len(n), out);
     if (p == INT_SYNTAX) {
         type_error_as(L, path, token ? "a token count such as 4096, 128k or 1M" : "an integer", n, true);
         return false;
@@ -717,11 +670,55 @@ static bool check_no_aliases(struct yaml_loader *L)
 }
 
 /*
+ * Checks that no list or mapping nests deeper than CONFIG_MAX_DEPTH, reading
+ * events only as far as needed. libyaml's scanner does work proportional to the
+ * nesting depth for every token, so composing a document nested 100,000 levels
+ * takes quadratic time (24 s for 200 KB); this pass stops at the cap, keeping a
+ * load linear in the size of its input. Syntax errors are left to the loader,
+ * which reports them with their position. Returns false after reporting.
+ */
+static bool check_depth(struct yaml_loader *L, const char *text, size_t len)
+{
+    yaml_parser_t parser;
+    if (!yaml_parser_initialize(&parser)) {
+        L->out_of_memory = true;
+        return false;
+    }
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    unsigned depth = 0;
+    bool ok = true;
+    for (;;) {
+        yaml_event_t ev;
+        if (!yaml_parser_parse(&parser, &ev))
+            break; /* the loader reports it */
+        const yaml_event_type_t type = ev.type;
+        if (type == YAML_SEQUENCE_START_EVENT || type == YAML_MAPPING_START_EVENT) {
+            if (++depth > CONFIG_MAX_DEPTH) {
+                config_report_add(L->report, DCP_DIAG_ERROR, pos_of_mark(ev.start_mark), "",
+                                  "lists and mappings nest deeper than %d levels here; a deployment "
+                                  "needs 3",
+                                  CONFIG_MAX_DEPTH);
+                ok = false;
+            }
+        } else if (type == YAML_SEQUENCE_END_EVENT || type == YAML_MAPPING_END_EVENT) {
+            depth--;
+        }
+        yaml_event_delete(&ev);
+        if (!ok || type == YAML_STREAM_END_EVENT)
+            break;
+    }
+    yaml_parser_delete(&parser);
+    return ok;
+}
+
+/*
  * Loads the single document and checks its shape. Returns false when nothing
  * more can be checked (malformed, empty, or not a mapping).
  */
 static bool load_document(struct yaml_loader *L, yaml_parser_t *parser, const char *text, size_t len)
 {
+    if (!check_depth(L, text, len))
+        return false;
     if (!yaml_parser_load(parser, &L->doc)) {
         report_parse_error(L, parser, text, len);
         return false;

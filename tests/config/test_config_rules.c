@@ -203,8 +203,8 @@ static void test_trace_must_be_readable(void **state)
     (void)state;
     struct dcp_config c = deepseek_v3_h200();
     c.workload.trace = "/nonexistent/trace.txt";
-    expect_config_error(&c, "workload.trace: cannot read trace file '/nonexistent/trace.txt': No such "
-                            "file or directory");
+    expect_config_error(&c, "workload.trace: trace /nonexistent/trace.txt: cannot open: No such file "
+                            "or directory");
     char dir[64], path[256];
     temp_dir_make(dir);
     temp_file_write(dir, "trace.txt", "1024\n", path);
