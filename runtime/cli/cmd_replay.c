@@ -134,15 +134,38 @@ static int summarize(dcp_sched *s, struct replay_result *res, double first_arriv
 }
 
 /* Plans, runs (model or engine) and completes steps until every request is done. */
-static int serve_loop(dcp_sched *s, const struct dcp_step_model *model, struct replay_exec *x,
-                      struct replay_result *res, struct progress *pg, uint32_t total)
+/* Closed loop (--clients N): a finished request's client sends the next request of
+ * the trace at once, whatever its timestamp. Submits requests while fewer than
+ * clients are unfinished. */
+static int feed_clients(dcp_sched *s, const struct dcp_trace *t, uint32_t clients, uint32_t *next, double now)
 {
+    struct dcp_sched_stats st;
+    dcp_sched_get_stats(s, &st);
+    int err = DCP_OK;
+    while (!err && *next < t->count && st.submitted - st.finished - st.rejected < clients) {
+        struct dcp_serve_request r = t->requests[*next];
+        r.arrival = now;
+        err = dcp_sched_add(s, &r, NULL);
+        ++*next;
+        dcp_sched_get_stats(s, &st);
+    }
+    return err;
+}
+
+static int serve_loop(dcp_sched *s, const struct dcp_step_model *model, struct replay_exec *x,
+                      struct replay_result *res, struct progress *pg, const struct dcp_trace *trace,
+                      uint32_t clients)
+{
+    const uint32_t total = trace->count;
     size_t cap = 0;
     double now = 0;
+    uint32_t fed = 0;
     uint32_t *gen_before = NULL;
     size_t gen_cap = 0;
     int err = DCP_OK;
-    while (!err && !dcp_sched_done(s)) {
+    while (!err && (!dcp_sched_done(s) || (clients && fed < total))) {
+        if (clients && (err = feed_clients(s, trace, clients, &fed, now)))
+            break;
         struct dcp_sched_step step;
         if ((err = dcp_sched_step(s, now, &step)))
             break;
@@ -227,7 +250,7 @@ int replay_layout(const dcp_deployment *dep, const struct replay_opts *o, const 
         }
         res->executed = true;
     }
-    for (uint32_t i = 0; !err && i < trace->count; i++)
+    for (uint32_t i = 0; !err && !o->clients && i < trace->count; i++)
         err = dcp_sched_add(s, &trace->requests[i], NULL);
     struct progress pg;
     progress_init(&pg, o->quiet);
@@ -235,10 +258,10 @@ int replay_layout(const dcp_deployment *dep, const struct replay_opts *o, const 
     snprintf(label, sizeof(label), "replay %s", dcp == 1 ? "TP baseline" : "DCP");
     progress_begin(&pg, label);
     if (!err)
-        err = serve_loop(s, o->simulate ? &model : NULL, x, res, &pg, trace->count);
+        err = serve_loop(s, o->simulate ? &model : NULL, x, res, &pg, trace, o->clients);
     progress_end(&pg);
     if (!err)
-        err = summarize(s, res, trace->requests[0].arrival);
+        err = summarize(s, res, o->clients ? 0 : trace->requests[0].arrival);
     if (err)
         fprintf(stderr, "dcp-run replay: dcp=%u: %s: %s\n", dcp, dcp_strerror(err), dcp_last_error());
     dcp_sched_destroy(&s);
@@ -268,10 +291,12 @@ static void print_text(const struct dcp_config *cfg, const struct replay_opts *o
     printf("model %s (%s, %u layers) on %u x %s, tp %u; %s\n", cfg->model.name,
            dcp_attention_kind_name(cfg->model.attention), cfg->model.num_layers, cfg->parallel.tp,
            cfg->hardware.gpu, cfg->parallel.tp, r[0].backend);
-    printf("trace %s (%s): %u requests over %.0f s, length scale %g, time scale %g\n",
-           o->trace ? o->trace : "synthetic agentic", t->format, t->count,
-           t->requests[t->count - 1].arrival - t->requests[0].arrival, o->length_scale ? o->length_scale : 1,
-           o->time_scale ? o->time_scale : 1);
+    printf("trace %s (%s): %u requests over %.0f s, length scale %g, time scale %g", o->trace ? o->trace : "synthetic agentic",
+           t->format, t->count, t->requests[t->count - 1].arrival - t->requests[0].arrival,
+           o->length_scale ? o->length_scale : 1, o->time_scale ? o->time_scale : 1);
+    if (o->clients)
+        printf("; closed loop of %u clients (timestamps ignored)", o->clients);
+    printf("\n");
     printf("scheduler: max running %u, step tokens %u, watermark %g, prefix caching %s, MTP drafts %u",
            o->sched.max_running, o->sched.step_tokens, o->sched.watermark, o->sched.prefix_caching ? "on" : "off",
            o->sched.mtp_drafts);
@@ -348,6 +373,7 @@ static void print_json(const struct dcp_config *cfg, const struct replay_opts *o
     json_kv_bool(&w, "simulate", o->simulate);
     json_kv_number(&w, "length_scale", o->length_scale ? o->length_scale : 1);
     json_kv_number(&w, "time_scale", o->time_scale ? o->time_scale : 1);
+    json_kv_uint(&w, "clients", o->clients);
     json_key(&w, "layouts");
     json_begin_array(&w);
     for (int i = 0; i < n; i++) {
@@ -438,6 +464,8 @@ static void usage(FILE *out)
             "  --output-scale X     multiply output lengths by X (default 1)\n"
             "  --time-scale X       multiply arrival times by X (< 1 compresses; default 1)\n"
             "  --limit N            first N requests only\n"
+            "  --clients N          closed loop: N clients, each sends its next request when the last\n"
+            "                       finished (timestamps ignored), like a benchmark's max concurrency\n"
             "  --max-running N      most requests running at once (default 256)\n"
             "  --step-tokens N      token budget of a step (default 8192)\n"
             "  --watermark X        fraction of blocks kept free at admission (default 0.01)\n"
@@ -514,6 +542,9 @@ static int parse(int argc, char **argv, struct replay_opts *o)
         } else if (cli_opt(argc, argv, &i, "--limit", &v, &bad)) {
             bad = bad || !cli_parse_u64(v, &u) || u == 0 || u > UINT32_MAX;
             o->limit = (uint32_t)u;
+        } else if (cli_opt(argc, argv, &i, "--clients", &v, &bad)) {
+            bad = bad || !cli_parse_u64(v, &u) || u == 0 || u > 1000000;
+            o->clients = (uint32_t)u;
         } else if (cli_opt(argc, argv, &i, "--max-running", &v, &bad)) {
             bad = bad || !cli_parse_u64(v, &u) || u == 0 || u > 65536;
             o->sched.max_running = (uint32_t)u;

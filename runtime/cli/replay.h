@@ -23,6 +23,7 @@ struct replay_opts {
     bool simulate, json, quiet, check;
     double length_scale, time_scale, output_scale;
     uint32_t limit;
+    uint32_t clients;              ///< Closed loop of this many clients (0: the trace's timestamps).
     const char *plot;
     struct dcp_sched_params sched;
     struct dcp_step_model_params model;

@@ -73,19 +73,22 @@ static void panel(FILE *f, int y0, const char *title, const char *unit, const ch
         fprintf(f, "<polyline id=\"%s-%s\" data-layout=\"%s\" data-max=\"%g\" fill=\"none\" stroke=\"%s\" "
                 "stroke-width=\"1.5\" points=\"", id, layout_id(&r[i]), layout_id(&r[i]),
                 kv ? r[i].kv_max : (double)r[i].conc_max, colors[i % 2]);
-        /* Column c holds the largest value of the samples that fall in it. */
+        /* Column c holds the largest value of the samples that fall in it; a column
+         * without a step keeps the last sample's value; the line ends with the layout's
+         * last sample. */
         uint64_t s = 0;
         double last = 0;
-        for (int c = 0; c < MAX_POINTS; c++) {
+        const double t_last = r[i].num_samples ? r[i].samples[r[i].num_samples - 1].t : 0;
+        for (int c = 0; c < MAX_POINTS && (c == 0 || t_max * c / MAX_POINTS < t_last); c++) {
             const double t_end = t_max * (c + 1) / MAX_POINTS;
             double m = -1;
             for (; s < r[i].num_samples && r[i].samples[s].t <= t_end; s++) {
                 const double v = kv ? r[i].samples[s].kv_used * 100.0 : r[i].samples[s].running;
                 m = DCP_CLI_MAX(m, v);
+                last = v;
             }
             if (m < 0)
-                m = last; /* no step in this column: the state carries on */
-            last = m;
+                m = last;
             fprintf(f, "%s%.1f,%.1f", c ? " " : "", LEFT + pw * (c + 0.5) / MAX_POINTS,
                     top + ph - ph * DCP_CLI_MIN(m / v_max, 1.0));
         }

@@ -1,17 +1,14 @@
 /* trace.c: request traces: Mooncake JSONL and one-length-per-line files (strictly
  * checked, every error with its line), a synthetic agentic trace, and JSONL output. */
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "dcp/serve.h"
-#include "serve/serve_internal.h"
+#include "util/file.h"
 #include "util/util.h"
 
 /* ---- building a trace --------------------------------------------------------- */
@@ -468,55 +465,12 @@ int dcp_trace_load(const char *path, const struct dcp_trace_options *opts, struc
     const uint64_t cap = opts && opts->max_file_bytes ? opts->max_file_bytes : DCP_TRACE_MAX_FILE_BYTES;
     char *text = NULL;
     size_t len = 0;
-    int st = dcp_serve_read_file(path, cap, &text, &len);
+    int st = dcp_file_read(path, "trace", (size_t)DCP_MIN(cap, (uint64_t)SIZE_MAX - 1), 0, &text, &len);
     if (st)
         return st;
     st = dcp_trace_parse(path, text, len, opts, out);
     free(text);
     return st;
-}
-
-int dcp_serve_read_file(const char *path, uint64_t max_bytes, char **text, size_t *len)
-{
-    *text = NULL;
-    *len = 0;
-    /* O_NONBLOCK: opening a FIFO must not wait for a writer; regular files ignore it. */
-    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0)
-        return dcp_error(DCP_EIO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    int st = DCP_OK;
-    if (fstat(fd, &sb))
-        st = dcp_error(DCP_EIO, "%s: cannot stat: %s", path, strerror(errno));
-    else if (!S_ISREG(sb.st_mode))
-        st = dcp_error(DCP_EIO, "%s: not a regular file", path);
-    else if ((uint64_t)sb.st_size > max_bytes)
-        st = dcp_error(DCP_EIO, "%s: %" PRIu64 " bytes exceeds the limit of %" PRIu64 " bytes", path,
-                       (uint64_t)sb.st_size, max_bytes);
-    char *buf = NULL;
-    size_t got = 0;
-    if (!st && !(buf = malloc((size_t)sb.st_size + 1)))
-        st = dcp_error(DCP_ENOMEM, "%s: %" PRIu64 " bytes", path, (uint64_t)sb.st_size);
-    while (!st && got < (size_t)sb.st_size) {
-        const ssize_t r = read(fd, buf + got, (size_t)sb.st_size - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            st = dcp_error(DCP_EIO, "%s: read failed: %s", path, strerror(errno));
-        else if (r == 0)
-            break; /* shrank while reading: parse what is there */
-        else
-            got += (size_t)r;
-    }
-    close(fd);
-    if (st) {
-        free(buf);
-        return st;
-    }
-    buf[got] = '\0';
-    *text = buf;
-    *len = got;
-    return DCP_OK;
 }
 
 /* ---- synthetic agentic trace ---------------------------------------------------------- */

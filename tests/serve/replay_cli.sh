@@ -82,6 +82,17 @@ for x in json.load(open(sys.argv[1]))["layouts"]:
     assert x["concurrency_mean"] < 0.01 and x["concurrency_max"] == 1, x
 PY
 
+# Closed loop: never more than N requests in the system, all of them served.
+"$dcp_run" replay "$kimi" --trace "$excerpt" --clients 4 --simulate --json --quiet >"$tmp/closed.json" 2>"$tmp/err" ||
+    fail "clients: $(cat "$tmp/err")"
+python3 - "$tmp/closed.json" <<'PY' || fail "closed loop"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["clients"] == 4
+for x in d["layouts"]:
+    assert x["completed"] == 200 and 1 <= x["concurrency_max"] <= 4, x
+PY
+
 run_exec() { # OUT ARGS...: execute mode on the default deployment (host backend)
     out=$1
     shift
