@@ -209,8 +209,14 @@ static int serve_loop(dcp_sched *s, const struct dcp_step_model *model, struct r
         now += dt;
         if ((err = dcp_sched_complete(s, now)))
             break;
-        if (x)
+        if (x) {
             replay_exec_after_complete(x, s, &step, gen_before);
+            /* Executed runs are small: check the scheduler's invariants every step too. */
+            if ((err = dcp_sched_check(s))) {
+                fprintf(stderr, "dcp-run replay: invariant broken: %s\n", dcp_last_error());
+                break;
+            }
+        }
         struct dcp_sched_stats st;
         dcp_sched_get_stats(s, &st);
         err = add_sample(res, &cap, now, st.running, (double)st.used_blocks / (double)st.num_blocks);
