@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/file.h"
 #include "util/sha256.h"
 #include "util/util.h"
 
@@ -592,17 +593,23 @@ static int file_read_open(int fd, const struct stat *st, struct dcp_rendezvous *
 static int file_try_read(struct dcp_rendezvous *r, void *blob, size_t size, double deadline, char *note, size_t ns)
 {
     (void)deadline; /* a regular local or shared file does not block for long; a FIFO is refused unopened */
-    int fd = open(r->spec.path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0 && errno == ENOENT) {
+    int fd = dcp_file_open(r->spec.path, "rendezvous file", FILE_HEADER_BYTES + DCP_RENDEZVOUS_MAX_BLOB + MAC_BYTES,
+                           DCP_FILE_NOFOLLOW);
+    const int err = errno;
+    if (fd < 0 && err == ENOENT) {
         snprintf(note, ns, "no file %s", r->spec.path);
         return RETRY;
     }
-    if (fd < 0 && errno == ELOOP) {
+    if (fd < 0 && err == ELOOP) {
         snprintf(note, ns, "%s is a symbolic link: not trusted", r->spec.path);
         return RETRY;
     }
+    if (fd < 0 && (err == EINVAL || err == EFBIG)) { /* not a regular file, or far too large */
+        snprintf(note, ns, "%s: not trusted", dcp_last_error());
+        return RETRY;
+    }
     if (fd < 0)
-        return dcp_error(DCP_EIO, "rendezvous %s: cannot open: %s", r->text, strerror(errno));
+        return dcp_error(DCP_EIO, "rendezvous %s: cannot open: %s", r->text, strerror(err));
     struct stat st;
     int rc = fstat(fd, &st) ? dcp_error(DCP_EIO, "rendezvous %s: cannot stat: %s", r->text, strerror(errno))
                             : file_check_stat(r, &st, note, ns);

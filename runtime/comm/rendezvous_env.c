@@ -3,13 +3,13 @@
 #include "comm/rendezvous.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/file.h"
 #include "util/sha256.h"
 #include "util/util.h"
 
@@ -53,14 +53,18 @@ static int read_tag(struct dcp_rendezvous_env *out)
     return DCP_OK;
 }
 
-/* Reads the secret file: opened without blocking (a FIFO is refused, not waited
- * on), private to this user, of a sane size; one trailing newline dropped. */
+/* Reads the secret file: opened through the library's input-file reader (a FIFO is
+ * refused, not waited on; a huge file is refused), private to this user; one
+ * trailing newline dropped. */
 static int read_secret_file(const char *path, struct dcp_rendezvous_env *out)
 {
     static const char var[] = "DCP_RENDEZVOUS_SECRET_FILE";
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0)
-        return dcp_error(DCP_EINVAL, "rendezvous: %s=%s: cannot open: %s", var, path, strerror(errno));
+    int fd = dcp_file_open(path, var, DCP_RENDEZVOUS_MAX_SECRET + 1, 0);
+    if (fd < 0) {
+        char why[512]; /* dcp_last_error()'s buffer is rewritten by dcp_error() */
+        snprintf(why, sizeof(why), "%s", dcp_last_error());
+        return dcp_error(DCP_EINVAL, "rendezvous: %s", why);
+    }
     struct stat st;
     char why[160];
     int status = DCP_OK;
@@ -69,9 +73,6 @@ static int read_secret_file(const char *path, struct dcp_rendezvous_env *out)
     else if (dcp_rendezvous_private_file_problem(&st, why, sizeof(why)))
         status = dcp_error(DCP_EINVAL, "rendezvous: %s=%s %s; the secret file must be private (chmod 600)", var,
                            path, why);
-    else if (st.st_size > DCP_RENDEZVOUS_MAX_SECRET + 1)
-        status = dcp_error(DCP_EINVAL, "rendezvous: %s=%s is %lld bytes; a secret is at most %d", var, path,
-                           (long long)st.st_size, DCP_RENDEZVOUS_MAX_SECRET);
     ssize_t n = 0;
     if (!status) {
         uint8_t buf[DCP_RENDEZVOUS_MAX_SECRET + 2];

@@ -1,10 +1,16 @@
 /*
  * gpu_check: every kernel of the CUDA backend against the float64 oracle on a real
- * GPU (or, with --quick in CI, on the test doubles), then the time split of a DCP
- * decode step.
+ * GPU (or, with --quick in CI, on the test doubles), the reference cases timed with
+ * CUDA events, and the time split of a DCP decode step.
  *
  *   gpu_check [--quick] [--backend cuda|host] [--seed N]   correctness sweep
+ *   gpu_check --bench [--quick]                             reference cases, timed
  *   gpu_check --breakdown [--backend ...]                   profile of a DCP step
+ *
+ * --quick scales every shape down (CI on the test doubles runs kernels on the CPU).
+ * DCP_GPU_CHECK_PERTURB=x (a relative amount, e.g. 1e-3) changes one output value
+ * of every checked case by that much before the comparison: a forced failure, so
+ * CI can show that a wrong result makes the check, and tests/gpu/run.sh, fail.
  *
  * The sweep covers MLA (576/512) and GQA (head_dim 64/128/256), every KV dtype,
  * 1/2/4/8 virtual ranks (tp = dcp = N on one GPU), both merge schemes, interleave
@@ -12,7 +18,22 @@
  * are generated on the device (dcp_rank_fill_synthetic) and regenerated on the
  * host for the oracle, rounded through the cache dtype. Every launch kind runs:
  * kv_append, attention (with split-KV), merge, lse_scale, reduce (virtual
- * ReduceScatter), fill. Exit: 0 pass, 1 fail, 77 no usable GPU.
+ * ReduceScatter), fill. Tolerance: relative L2 error 1e-4 per head and |dLSE| 1e-4
+ * (TOL_EXACT): every kernel computes in fp32 from the cached values, which the
+ * oracle rounds the same way, so the true error is ~1e-6 and one dropped key of a
+ * few thousand shows. Exit: 0 pass, 1 fail, 77 no usable GPU.
+ *
+ * --bench runs the reference cases on one rank: GQA head_dim 128 with 8 query heads
+ * per KV head, bf16, batch 32 x 64k; MLA 576/512 bf16 with 16 and 128 heads, batch
+ * 32 x 8k; MLA 128 heads batch 1 x 8k. Each sample is one attention launch (split-KV
+ * combine included) timed with CUDA events (the engine's profile: cuEventRecord /
+ * cuEventElapsedTime around each operation), after an L2 flush (a synthetic fill of
+ * a buffer larger than any L2); 21 samples, median and minimum, plus the mean of 20
+ * back-to-back launches without flushes. GB/s counts the KV bytes the launch must
+ * read. The yardstick, measured in the same run, is a device-to-device copy, which
+ * moves 2N bytes for N copied and is reported as bytes moved. The outputs of the
+ * last timed launch are checked against the float64 oracle (first and last sequence,
+ * every head).
  */
 #include <math.h>
 #include <stdio.h>
@@ -23,6 +44,7 @@
 #include "oracle.h"
 
 #define MAX_RANKS 8
+#define DCP_ARRAY_SIZE_(a) (sizeof(a) / sizeof((a)[0]))
 #define MAX_SEQS 3
 
 struct sweep_case {
@@ -35,8 +57,11 @@ struct sweep_case {
     uint32_t q_len;
 };
 
+/* Relative L2 error per head and absolute LSE error allowed on exact paths. */
+#define TOL_EXACT 1e-4
+
 struct opts {
-    bool quick, breakdown;
+    bool quick, breakdown, bench;
     enum dcp_backend_kind backend;
     uint64_t seed;
 };
@@ -204,6 +229,25 @@ struct case_result {
     int status;
 };
 
+/* DCP_GPU_CHECK_PERTURB: moves the first value of an output row by that fraction of
+ * the row's norm, so the row's relative error becomes about that fraction. */
+static void perturb_row(float *row, uint32_t n)
+{
+    const char *text = getenv("DCP_GPU_CHECK_PERTURB");
+    const double amount = text ? strtod(text, NULL) : 0;
+    if (!(amount != 0) || !isfinite(amount))
+        return;
+    double norm = 0;
+    for (uint32_t i = 0; i < n; i++)
+        norm += (double)row[i] * row[i];
+    row[0] += (float)(amount * sqrt(norm));
+}
+
+static bool within_exact_tolerance(const struct case_result *r)
+{
+    return r->status == DCP_OK && r->rel_err <= TOL_EXACT && isfinite(r->lse_err) && r->lse_err <= TOL_EXACT;
+}
+
 static struct case_result run_case(const struct sweep_case *sc, const struct opts *o, bool quick)
 {
     struct case_result res = {0};
@@ -281,6 +325,8 @@ static struct case_result run_case(const struct sweep_case *sc, const struct opt
     res.status = err;
     if (err)
         fprintf(stderr, "gpu_check: %s\n", dcp_last_error());
+    if (!err)
+        perturb_row(c.out[0], c.in.v_dim);
     for (uint32_t s = 0; s < MAX_SEQS && !err; s++) {
         double le = 0;
         const double e = compare_sequence(&c, sc, ids[s], lens[s], s * sc->q_len, q_heads, kv_heads, &le);
@@ -343,8 +389,7 @@ static int sweep(const struct opts *o)
                     printf("no usable CUDA device: %s (%s)\n", dcp_strerror(r.status), dcp_last_error());
                     return 77;
                 }
-                const double tol = sc.dtype == DCP_DTYPE_FP32 ? 1e-4 : 1e-2;
-                const bool ok = r.status == DCP_OK && r.rel_err <= tol && isfinite(r.lse_err) && r.lse_err < 1e-2;
+                const bool ok = within_exact_tolerance(&r);
                 failures += !ok;
                 cases++;
                 printf("%-7s %-9s %5u %-6s %3u %5u %12.2e %10.2e  %s\n", layouts[li].name, dcp_dtype_name(sc.dtype),
@@ -352,7 +397,253 @@ static int sweep(const struct opts *o)
                        ok ? "ok" : r.status ? dcp_strerror(r.status) : "FAIL");
                 fflush(stdout);
             }
-    printf("correctness: %d of %d cases passed\n", cases - failures, cases);
+    printf("correctness: %d of %d cases passed (tolerance: rel L2 %.0e, |dLSE| %.0e)\n", cases - failures, cases,
+           TOL_EXACT, TOL_EXACT);
+    return failures ? 1 : 0;
+}
+
+/* ---- the reference cases, timed with CUDA events ----------------------------- */
+
+/* Creates batch sequences and appends len tokens to each through the append path,
+ * chunk tokens per step. */
+static int prefill(struct case_run *c, uint32_t *ids, uint32_t batch, uint32_t len, uint32_t chunk)
+{
+    int err = DCP_OK;
+    for (uint32_t s = 0; s < batch && !err; s++) {
+        err = dcp_seq_create(c->e, &ids[s]);
+        for (uint32_t done = 0, n; done < len && !err; done += n) {
+            n = len - done < chunk ? len - done : chunk;
+            err = dcp_seq_extend(c->e, ids[s], n);
+            const struct dcp_batch one = {.num_seqs = 1, .seq_ids = &ids[s], .q_lens = &n};
+            c->tokens = n;
+            c->attend = false;
+            if (!err)
+                err = dcp_engine_begin_step(c->e, &one);
+            if (!err)
+                err = dcp_engine_run(c->e, rank_fn, c);
+        }
+    }
+    return err;
+}
+
+#define BENCH_SAMPLES 21     /* flushed samples per case (median reported) */
+#define BENCH_BACK_TO_BACK 20 /* launches of the back-to-back run */
+
+struct bench_case {
+    const char *name;
+    enum dcp_attention_kind kind;
+    uint32_t head_dim, q_heads, kv_heads, batch, context;
+};
+
+struct bench_run {
+    struct case_run c;
+    void *flush;        /* > L2: written between samples; the copy yardstick's source */
+    void *flush_dst;    /* the copy's destination */
+    size_t flush_bytes;
+    double sample_s[BENCH_SAMPLES], back_to_back_s, copy_s;
+};
+
+static double profile_attention(dcp_rank *r, int *err)
+{
+    struct dcp_profile p = {0};
+    if (!*err)
+        *err = dcp_rank_get_profile(r, &p); /* waits for the rank's queued work */
+    return p.attention_seconds + p.merge_seconds; /* the launch and its split-KV combine */
+}
+
+static int bench_rank(dcp_rank *r, void *arg)
+{
+    struct bench_run *b = arg;
+    const struct dcp_engine_info *in = &b->c.in;
+    const struct dcp_synth_desc q = {.seed = seed_of(0, 0), .row_keys = dcp_rank_step_token_keys(r),
+                                     .rows = b->c.tokens, .heads = in->q_heads_per_rank, .dim = in->qk_dim,
+                                     .amplitude = 1.0f};
+    const uint32_t flush_rows = (uint32_t)(b->flush_bytes / sizeof(float) / 1024);
+    const struct dcp_synth_desc flush = {.seed = 99, .rows = flush_rows, .heads = 1, .dim = 1024, .amplitude = 1.0f};
+    int err = dcp_rank_fill_synthetic(r, b->c.q[0], &q);
+    for (int w = 0; w < 2 && !err; w++) /* warm-up: module, caches, clocks */
+        err = dcp_rank_attention(r, 0, b->c.q[0], b->c.o[0], b->c.l[0]);
+    for (int s = 0; s < BENCH_SAMPLES && !err; s++) {
+        err = dcp_rank_fill_synthetic(r, b->flush, &flush); /* evicts the KV from L2 */
+        const double before = profile_attention(r, &err);
+        if (!err)
+            err = dcp_rank_attention(r, 0, b->c.q[0], b->c.o[0], b->c.l[0]);
+        b->sample_s[s] = profile_attention(r, &err) - before;
+    }
+    const double before = profile_attention(r, &err);
+    for (int s = 0; s < BENCH_BACK_TO_BACK && !err; s++)
+        err = dcp_rank_attention(r, 0, b->c.q[0], b->c.o[0], b->c.l[0]);
+    b->back_to_back_s = (profile_attention(r, &err) - before) / BENCH_BACK_TO_BACK;
+    struct dcp_profile p0 = {0}, p1 = {0};
+    if (!err)
+        err = dcp_rank_get_profile(r, &p0);
+    for (int s = 0; s < 3 && !err; s++)
+        err = dcp_rank_copy(r, b->flush_dst, b->flush, b->flush_bytes);
+    if (!err)
+        err = dcp_rank_get_profile(r, &p1);
+    b->copy_s = (p1.other_seconds - p0.other_seconds) / 3;
+    /* The outputs of the last timed launch, for the oracle. */
+    const size_t rows = (size_t)b->c.tokens * in->q_heads_per_rank;
+    if (!err)
+        err = dcp_rank_download(r, b->c.out[0], b->c.o[0], rows * in->v_dim * sizeof(float));
+    if (!err)
+        err = dcp_rank_download(r, b->c.lse[0], b->c.l[0], rows * sizeof(float));
+    return err;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* KV bytes one launch must read: every cached token of every sequence, K and V
+ * (MLA: the 576-wide latent once). */
+static double kv_bytes(const struct bench_case *bc, const struct dcp_engine_info *in, uint32_t context)
+{
+    const double per_token = (double)bc->kv_heads * (bc->kind == DCP_ATTN_MLA ? in->qk_dim : in->qk_dim + in->v_dim);
+    return (double)bc->batch * context * per_token * 2.0; /* bf16 */
+}
+
+/* Sets up one reference case (prefill through the append path), times it, checks it. */
+static int bench_one(const struct bench_case *bc, const struct opts *o, uint32_t context, bool *ok)
+{
+    const struct sweep_case sc = {.kind = bc->kind, .head_dim = bc->head_dim, .dtype = DCP_DTYPE_BF16, .n = 1,
+                                  .comm = DCP_COMM_A2A, .interleave = 1, .q_len = 1};
+    dcp_deployment *dep = make_deployment(&sc, o, bc->q_heads, bc->kv_heads);
+    if (!dep)
+        return DCP_ECONFIG;
+    const uint32_t chunk = context < 8192 ? context : 8192;
+    struct dcp_engine_params p;
+    dcp_engine_default_params(&p);
+    p.deployment = dep;
+    p.num_layers = 1;
+    p.max_batch = bc->batch;
+    p.max_seqs = bc->batch;
+    p.max_query_tokens = bc->batch > chunk ? bc->batch : chunk;
+    p.max_step_tokens = p.max_query_tokens;
+    p.max_context = context + 64;
+    p.profile = true;
+    /* The whole cache (bf16) with room for block rounding, plus workspace. */
+    const double token_bytes = 2.0 * bc->kv_heads * (bc->kind == DCP_ATTN_MLA ? 576 : 2 * bc->head_dim);
+    p.kv_budget_bytes = (double)bc->batch * (context + 64) * token_bytes * 1.05 + 64e6;
+    struct bench_run b = {0};
+    b.c.mla = bc->kind == DCP_ATTN_MLA;
+    b.c.model = &dcp_deployment_config(dep)->model;
+    b.flush_bytes = o->quick ? (1u << 20) : (256u << 20);
+    int err = dcp_engine_create(&p, &b.c.e);
+    if (!err)
+        dcp_engine_get_info(b.c.e, &b.c.in);
+    dcp_rank *r = err ? NULL : dcp_engine_rank(b.c.e, 0);
+    const struct dcp_engine_info *in = &b.c.in;
+    const size_t f = sizeof(float), qrows = (size_t)bc->batch * in->q_heads_per_rank;
+    if (!err && (!(b.c.out[0] = malloc(qrows * in->v_dim * f)) || !(b.c.lse[0] = malloc(qrows * f))))
+        err = DCP_ENOMEM;
+    if (!err)
+        err = dcp_rank_alloc(r, (size_t)chunk * in->kv_heads_per_rank * in->qk_dim * f, &b.c.k[0]);
+    if (!err)
+        err = dcp_rank_alloc(r, (size_t)chunk * in->kv_heads_per_rank * in->v_dim * f, &b.c.v[0]);
+    if (!err)
+        err = dcp_rank_alloc(r, qrows * in->qk_dim * f, &b.c.q[0]);
+    if (!err)
+        err = dcp_rank_alloc(r, qrows * in->v_dim * f, &b.c.o[0]);
+    if (!err)
+        err = dcp_rank_alloc(r, qrows * f, &b.c.l[0]);
+    if (!err)
+        err = dcp_rank_alloc(r, b.flush_bytes, &b.flush);
+    if (!err)
+        err = dcp_rank_alloc(r, b.flush_bytes, &b.flush_dst);
+    uint32_t *ids = calloc(bc->batch, sizeof(*ids)), *ql = calloc(bc->batch, sizeof(*ql));
+    if (!err && (!ids || !ql))
+        err = DCP_ENOMEM;
+    if (!err)
+        err = prefill(&b.c, ids, bc->batch, context - 1, chunk);
+    /* The decode step: one new token per sequence (appended, then attended). */
+    for (uint32_t s = 0; s < bc->batch && !err; s++) {
+        ql[s] = 1;
+        err = dcp_seq_extend(b.c.e, ids[s], 1);
+    }
+    const struct dcp_batch all = {.num_seqs = bc->batch, .seq_ids = ids, .q_lens = ql};
+    b.c.tokens = bc->batch;
+    b.c.attend = false;
+    if (!err)
+        err = dcp_engine_begin_step(b.c.e, &all);
+    if (!err)
+        err = dcp_engine_run(b.c.e, rank_fn, &b.c); /* appends the step's KV */
+    if (!err)
+        err = dcp_engine_run(b.c.e, bench_rank, &b);
+    double worst = 0, worst_lse = 0;
+    for (uint32_t k = 0; k < 2 && !err; k++) {
+        const uint32_t s = k ? bc->batch - 1 : 0;
+        double le = 0;
+        if (k == 0)
+            perturb_row(b.c.out[0] + (size_t)s * in->q_heads_per_rank * in->v_dim, in->v_dim);
+        const double e = compare_sequence(&b.c, &sc, ids[s], context, s, bc->q_heads, bc->kv_heads, &le);
+        worst = e > worst || !isfinite(e) ? e : worst;
+        worst_lse = le > worst_lse || !isfinite(le) ? le : worst_lse;
+    }
+    if (err) {
+        printf("%-22s %s: %s\n", bc->name, dcp_strerror(err), dcp_last_error());
+    } else {
+        const struct case_result cr = {.rel_err = worst, .lse_err = worst_lse};
+        *ok = within_exact_tolerance(&cr);
+        qsort(b.sample_s, BENCH_SAMPLES, sizeof(double), cmp_double);
+        const double med = b.sample_s[BENCH_SAMPLES / 2], bytes = kv_bytes(bc, in, context);
+        const double copy_gbs = 2.0 * (double)b.flush_bytes / b.copy_s / 1e9;
+        printf("%-22s %3u x %-6u %8.1f %10.1f %9.1f %9.1f %8.1f %9.1f %6.2f %9.2e  %s\n", bc->name, bc->batch, context,
+               bytes / 1e6, med * 1e6, b.sample_s[0] * 1e6, b.back_to_back_s * 1e6, bytes / med / 1e9, copy_gbs,
+               bytes / med / 1e9 / copy_gbs, worst > worst_lse ? worst : worst_lse, *ok ? "ok" : "FAIL");
+    }
+    fflush(stdout);
+    free(ids);
+    free(ql);
+    if (b.c.e) {
+        dcp_rank_free(r, b.c.k[0]);
+        dcp_rank_free(r, b.c.v[0]);
+        dcp_rank_free(r, b.c.q[0]);
+        dcp_rank_free(r, b.c.o[0]);
+        dcp_rank_free(r, b.c.l[0]);
+        dcp_rank_free(r, b.flush);
+        dcp_rank_free(r, b.flush_dst);
+    }
+    free(b.c.out[0]);
+    free(b.c.lse[0]);
+    dcp_engine_destroy(&b.c.e);
+    dcp_deployment_destroy(&dep);
+    return err;
+}
+
+static int bench(const struct opts *o)
+{
+    static const struct bench_case cases[] = {
+        {"gqa d128 8q/kv bf16", DCP_ATTN_GQA, 128, 8, 1, 32, 65536},
+        {"mla 16 heads bf16", DCP_ATTN_MLA, 0, 16, 1, 32, 8192},
+        {"mla 128 heads bf16", DCP_ATTN_MLA, 0, 128, 1, 32, 8192},
+        {"mla 128 heads b1 bf16", DCP_ATTN_MLA, 0, 128, 1, 1, 8192},
+    };
+    /* --quick (the test doubles run kernels on the CPU): contexts / 512, batch <= 4. */
+    printf("reference cases: one rank, CUDA-event time per launch after an L2 flush (%d samples), back-to-back"
+           " mean of %d%s\n", BENCH_SAMPLES, BENCH_BACK_TO_BACK, o->quick ? "; --quick: scaled-down shapes" : "");
+    printf("%-22s %-12s %8s %10s %9s %9s %8s %9s %6s %9s  %s\n", "case", "batch x ctx", "KV MB", "median us",
+           "min us", "b2b us", "GB/s", "copy GB/s", "ratio", "max err", "result");
+    int failures = 0;
+    for (size_t i = 0; i < DCP_ARRAY_SIZE_(cases); i++) {
+        struct bench_case bc = cases[i];
+        const uint32_t context = o->quick ? bc.context / 512 : bc.context;
+        if (o->quick && bc.batch > 4)
+            bc.batch = 4;
+        bool ok = false;
+        int err = bench_one(&bc, o, context, &ok);
+        if (err && unavailable(err) && i == 0) {
+            printf("no usable CUDA device: %s (%s)\n", dcp_strerror(err), dcp_last_error());
+            return 77;
+        }
+        failures += err || !ok;
+    }
+    printf("(GB/s: KV bytes the launch reads / median; copy GB/s: bytes moved, 2N for N copied, same run;\n"
+           " ratio: attention GB/s / copy GB/s; max err: worst of rel L2 and |dLSE| of the last timed launch\n"
+           " against the float64 oracle, first and last sequence, tolerance %.0e)\n", TOL_EXACT);
+    printf("bench: %zu of %zu cases passed\n", DCP_ARRAY_SIZE_(cases) - (size_t)failures, DCP_ARRAY_SIZE_(cases));
     return failures ? 1 : 0;
 }
 
@@ -419,20 +710,8 @@ static int breakdown(const struct opts *o)
                 break;
         }
         uint32_t ids[64], ql[64];
-        for (uint32_t s = 0; s < batch && !err; s++) {
-            err = dcp_seq_create(b.c.e, &ids[s]);
-            for (uint32_t done = 0; done < len && !err; done += ql[s]) {
-                ql[s] = len - done < 8192 ? len - done : 8192;
-                err = dcp_seq_extend(b.c.e, ids[s], ql[s]);
-                const struct dcp_batch one = {.num_seqs = 1, .seq_ids = &ids[s], .q_lens = &ql[s]};
-                b.c.tokens = ql[s];
-                b.c.attend = false;
-                if (!err)
-                    err = dcp_engine_begin_step(b.c.e, &one);
-                if (!err)
-                    err = dcp_engine_run(b.c.e, rank_fn, &b.c);
-            }
-        }
+        if (!err)
+            err = prefill(&b.c, ids, batch, len, 8192);
         for (uint32_t s = 0; s < batch; s++)
             ql[s] = 1;
         const struct dcp_batch all = {.num_seqs = batch, .seq_ids = ids, .q_lens = ql};
@@ -481,15 +760,17 @@ int main(int argc, char **argv)
             o.quick = true;
         else if (!strcmp(argv[i], "--breakdown"))
             o.breakdown = true;
+        else if (!strcmp(argv[i], "--bench"))
+            o.bench = true;
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc)
             o.backend = !strcmp(argv[++i], "host") ? DCP_BACKEND_HOST : DCP_BACKEND_CUDA;
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
             o.seed = strtoull(argv[++i], NULL, 0);
         else {
-            fprintf(stderr, "usage: gpu_check [--quick] [--breakdown] [--backend cuda|host] [--seed N]\n");
+            fprintf(stderr, "usage: gpu_check [--quick] [--bench | --breakdown] [--backend cuda|host] [--seed N]\n");
             return 2;
         }
     }
     rng_state = o.seed | 1;
-    return o.breakdown ? breakdown(&o) : sweep(&o);
+    return o.breakdown ? breakdown(&o) : o.bench ? bench(&o) : sweep(&o);
 }
