@@ -459,6 +459,99 @@ static void test_collectives(void **state)
     world_close(&w);
 }
 
+/*
+ * A collective is ordered on its stream, like any work: it sees what that stream
+ * waited for, and its result is there for work that waits for it. Each rank
+ * writes its send buffer on a second stream (side) and gathers on its own
+ * stream; side then copies the result out. Without events the gather takes the
+ * old contents (0) and the copy sees the old result (-1); with them both see
+ * 1 + rank. seen: [n] gathered, then [n] copied.
+ */
+static int gather_across_streams(struct rank *r, bool ordered, float *seen)
+{
+    const struct dcp_cuda_api *api = &r->w->cu->api;
+    const int n = r->w->n;
+    CUstream side = NULL;
+    CUevent ev = NULL;
+    CUdeviceptr send = 0, recv = 0, copy = 0;
+    const float one_plus_rank = 1.0f + (float)r->rank, old = -1.0f;
+    unsigned int bits;
+    memcpy(&bits, &one_plus_rank, sizeof(bits));
+    unsigned int old_bits;
+    memcpy(&old_bits, &old, sizeof(old_bits));
+    int status = dcp_cuda_check(api->cuStreamCreate(&side, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    if (!status)
+        status = dcp_cuda_check(api->cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    if (!status)
+        status = dcp_cuda_check(api->cuMemAlloc(&send, sizeof(float)), "cuMemAlloc");
+    if (!status)
+        status = dcp_cuda_check(api->cuMemAlloc(&recv, (size_t)n * sizeof(float)), "cuMemAlloc");
+    if (!status)
+        status = dcp_cuda_check(api->cuMemAlloc(&copy, (size_t)n * sizeof(float)), "cuMemAlloc");
+    if (!status) /* the old contents, settled */
+        status = dcp_cuda_check(api->cuMemsetD32Async(send, 0, 1, r->stream) ||
+                                    api->cuMemsetD32Async(recv, old_bits, (size_t)n, r->stream) ||
+                                    api->cuStreamSynchronize(r->stream),
+                                "setup");
+    if (!status) /* the producer, on the other stream */
+        status = dcp_cuda_check(api->cuMemsetD32Async(send, bits, 1, side), "cuMemsetD32Async");
+    if (!status && ordered)
+        status = dcp_cuda_check(api->cuEventRecord(ev, side) || api->cuStreamWaitEvent(r->stream, ev, 0),
+                                "producer event");
+    if (!status)
+        status = dcp_nccl_check(r->w->nccl, r->w->nccl->api.ncclAllGather((void *)send, (void *)recv, 1, ncclFloat32,
+                                                                          r->comm, r->stream),
+                                "ncclAllGather", r->comm);
+    /* The consumer, on the other stream. */
+    if (!status && ordered)
+        status = dcp_cuda_check(api->cuEventRecord(ev, r->stream) || api->cuStreamWaitEvent(side, ev, 0),
+                                "consumer event");
+    if (!status)
+        status = dcp_cuda_check(api->cuMemcpyDtoDAsync(copy, recv, (size_t)n * sizeof(float), side) ||
+                                    api->cuStreamSynchronize(side) || api->cuStreamSynchronize(r->stream),
+                                "copy out");
+    if (!status)
+        status = dcp_cuda_check(api->cuMemcpyDtoH(seen, recv, (size_t)n * sizeof(float)) ||
+                                    api->cuMemcpyDtoH(seen + n, copy, (size_t)n * sizeof(float)),
+                                "read back");
+    api->cuMemFree(send);
+    api->cuMemFree(recv);
+    api->cuMemFree(copy);
+    if (ev)
+        api->cuEventDestroy(ev);
+    if (side)
+        api->cuStreamDestroy(side);
+    return status;
+}
+
+static bool ordered_gather;
+static float gathered[MAX_RANKS][2 * MAX_RANKS];
+
+static int do_gather_across_streams(struct rank *r)
+{
+    return gather_across_streams(r, ordered_gather, gathered[r->rank]);
+}
+
+static void test_collective_in_stream_order(void **state)
+{
+    (void)state;
+    struct world w;
+    world_open(&w, 3);
+    world_init(&w);
+    for (int ordered = 0; ordered < 2; ordered++) {
+        ordered_gather = ordered;
+        world_run(&w, do_gather_across_streams, 0);
+        assert_all_ok(&w);
+        for (int r = 0; r < w.n; r++)
+            for (int q = 0; q < w.n; q++) {
+                assert_true(gathered[r][q] == (ordered ? 1.0f + (float)q : 0.0f));
+                if (gathered[r][w.n + q] != (ordered ? 1.0f + (float)q : -1.0f))
+                    fail_msg("ordered %d rank %d: copied[%d] = %g", ordered, r, q, (double)gathered[r][w.n + q]);
+            }
+    }
+    world_close(&w);
+}
+
 /* The default (NULL) config is blocking: init returns once all ranks joined. */
 static int do_blocking_init(struct rank *r)
 {
@@ -641,6 +734,7 @@ int main(void)
         cmocka_unit_test_setup(test_names_and_check, setup),
         cmocka_unit_test_setup(test_config, setup),
         cmocka_unit_test_setup(test_collectives, setup),
+        cmocka_unit_test_setup(test_collective_in_stream_order, setup),
         cmocka_unit_test_setup(test_blocking_init, setup),
         cmocka_unit_test_setup(test_async_error, setup),
         cmocka_unit_test_setup(test_hang_detected, setup),

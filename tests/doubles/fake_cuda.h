@@ -190,8 +190,11 @@ typedef void (*fake_work_fn)(void *arg);
 CUresult fake_enqueue(CUstream stream, fake_work_fn run, void *arg, int sync);
 /** Runs stream's queued work (and what it depends on) to the end, waiting out stalls. */
 void fake_drain_stream(CUstream stream);
-/** Runs every device's queued work that is not behind a stall (before frees). */
-void fake_drain_all(void);
+/**
+ * Runs the queued work of the current context's device that is not behind a
+ * stall: frees and unmaps do, as the driver synchronizes the device for them.
+ */
+void fake_drain_device(void);
 
 /** Frees what the memory part of the fake still holds (at unload). */
 void fake_memory_cleanup(void);

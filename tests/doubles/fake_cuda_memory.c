@@ -162,7 +162,7 @@ CUresult fake_cuMemFree(CUdeviceptr dptr)
     FAKE_ENTER(cuMemFree);
     if (dptr == 0)
         return CUDA_SUCCESS;
-    fake_drain_all(); /* like the driver, freeing waits for queued work */
+    fake_drain_device(); /* like the driver, freeing waits for the device's queued work */
     fake_lock();
     struct memory_range *r = take_range((uintptr_t)dptr, 0);
     if (r) {
@@ -219,7 +219,7 @@ CUresult fake_cuMemAllocHost(void **ptr, size_t bytes)
 CUresult fake_cuMemFreeHost(void *ptr)
 {
     FAKE_ENTER(cuMemFreeHost);
-    fake_drain_all();
+    fake_drain_device();
     fake_lock();
     struct memory_range *r = ptr ? take_range((uintptr_t)ptr, 1) : NULL;
     if (r)
@@ -706,7 +706,7 @@ CUresult fake_cuMemUnmap(CUdeviceptr ptr, size_t size)
     FAKE_ENTER(cuMemUnmap);
     if (size == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    fake_drain_all();
+    fake_drain_device();
     fake_lock();
     int ok = covered_by_mappings(ptr, size);
     for (struct memory_range **pr = &ranges; ok && *pr;) {

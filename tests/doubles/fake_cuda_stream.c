@@ -58,6 +58,7 @@ struct CUstream_st {
     int nonblocking;
     unsigned long enqueued, done; /* operations queued and completed so far */
     int busy;                     /* a thread is running the head operation */
+    unsigned long stalled_pass;   /* drive_device pass that found it stalled */
     struct fake_op *head, *tail;
     struct CUstream_st *next;
 };
@@ -246,29 +247,36 @@ static int drive(struct fake_point p, int block)
     }
 }
 
-/* Every stream of a device (the legacy one included) to its current end. */
+/* The next stream of device with work left, not stalled in this pass (lock held). */
+static struct CUstream_st *pending_stream(int device, unsigned long pass)
+{
+    struct CUstream_st *l = legacy_of(device);
+    if (l->done < l->enqueued && l->stalled_pass != pass)
+        return l;
+    for (struct CUstream_st *s = streams; s; s = s->next)
+        if (s->device == device && s->done < s->enqueued && s->stalled_pass != pass)
+            return s;
+    return NULL;
+}
+
+/* Every stream of a device (the legacy one included) to its current end. With
+ * block = 0, streams that stop at a stall are left there and the others are
+ * still run; returns 1 if some stopped. */
 static int drive_device(int device, int block)
 {
-    int again = 1;
-    while (again) { /* driving releases the lock: streams may come and go */
-        again = 0;
-        struct CUstream_st *l = legacy_of(device);
-        if (l->done < l->enqueued) {
-            if (drive(tail_of(l), block))
-                return 1;
-            again = 1;
-            continue;
-        }
-        for (struct CUstream_st *s = streams; s; s = s->next) {
-            if (s->device == device && s->done < s->enqueued) {
-                if (drive(tail_of(s), block))
-                    return 1;
-                again = 1;
-                break;
-            }
+    static unsigned long passes;
+    const unsigned long pass = ++passes;
+    int stalled = 0;
+    struct CUstream_st *s;
+    while ((s = pending_stream(device, pass))) { /* driving releases the lock: look again each time */
+        const unsigned long id = s->id;
+        if (drive(tail_of(s), block)) {
+            stalled = 1;
+            if ((s = stream_by_id(id)))
+                s->stalled_pass = pass;
         }
     }
-    return 0;
+    return stalled;
 }
 
 /* ------------------------------------------------------------------------- */
@@ -353,11 +361,10 @@ void fake_drain_stream(CUstream stream)
     fake_unlock();
 }
 
-void fake_drain_all(void)
+void fake_drain_device(void)
 {
     fake_lock();
-    for (int d = 0; d < fake.cfg.devices; d++)
-        drive_device(d, 0);
+    drive_device(current_device_or_0(), 0);
     fake_unlock();
 }
 
