@@ -87,7 +87,8 @@ struct dcp_plan {
 
 /**
  * Computes the plan of a validated deployment. Returns DCP_OK, or DCP_EINVAL for
- * NULL arguments. A KV budget of zero or less is not an error: pages and
+ * NULL arguments or a page or token count that would not fit 64 bits (checked;
+ * the deployment schema's upper bounds keep every loaded deployment clear of it). A KV budget of zero or less is not an error: pages and
  * concurrency are then 0.
  */
 DCP_API int dcp_plan_compute(const dcp_deployment *dep, struct dcp_plan *plan);

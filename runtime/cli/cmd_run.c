@@ -408,6 +408,12 @@ int cmd_run(int argc, char **argv)
         return CLI_EXIT_FAIL;
     }
     const struct dcp_config *cfg = dcp_deployment_config(dep);
+    if (o.layers > cfg->model.num_layers) {
+        fprintf(stderr, "dcp-run run: --layers %llu: the model (%s) has %u layers; give 1..%u\n",
+                o.layers, o.file, cfg->model.num_layers, cfg->model.num_layers);
+        dcp_deployment_destroy(&dep);
+        return CLI_EXIT_USAGE;
+    }
     struct run_requests reqs;
     if (run_requests_load(&reqs, dep, (uint32_t)o.requests)) {
         dcp_deployment_destroy(&dep);

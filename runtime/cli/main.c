@@ -2,6 +2,8 @@
  * dcp-run: plan, run and benchmark Decode Context Parallelism deployments.
  */
 #include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -55,8 +57,12 @@ dcp_deployment *cli_load_deployment(const char *path)
     dcp_diag_print(diag, stderr);
     if (err && dcp_diag_count(diag) == 0)
         fprintf(stderr, "%s: %s\n", path, dcp_strerror(err));
-    if (err && dcp_diag_error_count(diag) > 1)
-        fprintf(stderr, "%s: %zu errors\n", path, dcp_diag_error_count(diag));
+    /* The library's summary counts every error, also those past the listing cap. */
+    if (err == DCP_ECONFIG && dcp_diag_error_count(diag) > 1)
+        fprintf(stderr, "%s\n", dcp_last_error());
+    const char *env = getenv("DCP_DEFAULT_DEPLOYMENT");
+    if (err == DCP_EIO && env && *env && !strcmp(path, env))
+        fprintf(stderr, "dcp-run: (that file is the default deployment named by DCP_DEFAULT_DEPLOYMENT)\n");
     dcp_diag_destroy(&diag);
     return err ? NULL : dep;
 }
@@ -119,7 +125,23 @@ bool cli_parse_u64(const char *s, unsigned long long *out)
     return true;
 }
 
-int main(int argc, char **argv)
+/*
+ * Output that could not be written is a failure: `dcp-run plan > /dev/full` must
+ * not exit 0. Flushes stdout and turns a write error into exit status 1 with a
+ * message on stderr.
+ */
+static int finish_output(int rc)
+{
+    errno = 0;
+    const bool bad = fflush(stdout) != 0 || ferror(stdout);
+    const int err = errno;
+    if (!bad)
+        return rc;
+    fprintf(stderr, "dcp-run: cannot write the output: %s\n", err ? strerror(err) : "write error");
+    return rc == CLI_EXIT_OK ? CLI_EXIT_FAIL : rc;
+}
+
+static int run_command(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
@@ -140,3 +162,5 @@ int main(int argc, char **argv)
     fprintf(stderr, "dcp-run: unknown command '%s' (try dcp-run --help)\n", cmd);
     return CLI_EXIT_USAGE;
 }
+
+int main(int argc, char **argv) { return finish_output(run_command(argc, argv)); }

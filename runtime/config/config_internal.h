@@ -114,6 +114,9 @@ void config_report_add(struct config_report *r, enum dcp_diag_severity severity,
                        struct config_pos pos, const char *path, const char *fmt, ...)
     DCP_PRINTF(5, 6);
 
+/** Ends a load: adds a note with the total when errors were dropped past the cap. */
+void config_report_finish(struct config_report *r);
+
 /** A fixed buffer for building messages; overlong text ends in "...". */
 struct config_text {
     char buf[480];

@@ -72,8 +72,9 @@ DCP_API const char *dcp_deployment_source(const dcp_deployment *dep)
 }
 
 /* The status of a finished load, with the detail for dcp_last_error(). */
-static int load_status(const struct config_report *r, int status, const char *name)
+static int load_status(struct config_report *r, int status, const char *name)
 {
+    config_report_finish(r);
     if (status == DCP_ENOMEM || r->out_of_memory)
         return dcp_error(DCP_ENOMEM, "%s: out of memory while loading the deployment", name);
     if (r->errors)

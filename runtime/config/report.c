@@ -8,13 +8,9 @@ void config_report_add(struct config_report *r, enum dcp_diag_severity severity,
                        struct config_pos pos, const char *path, const char *fmt, ...)
 {
     if (severity == DCP_DIAG_ERROR) {
-        /* A garbage file could yield thousands of errors; the first hundred say enough. */
-        if (r->errors++ == CONFIG_MAX_ERRORS) {
-            if (dcp_diag_add(r->diag, DCP_DIAG_ERROR, r->file, 0, 0, "",
-                             "too many errors; stopped after %d", CONFIG_MAX_ERRORS))
-                r->out_of_memory = true;
-        }
-        if (r->errors > CONFIG_MAX_ERRORS)
+        /* A garbage file could yield thousands of errors; the first hundred say enough.
+         * The rest are counted; config_report_finish() says how many there were. */
+        if (r->errors++ >= CONFIG_MAX_ERRORS)
             return;
     }
     if (!r->diag)
@@ -25,6 +21,16 @@ void config_report_add(struct config_report *r, enum dcp_diag_severity severity,
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     if (dcp_diag_add(r->diag, severity, r->file, pos.line, pos.column, path, "%s", msg))
+        r->out_of_memory = true;
+}
+
+void config_report_finish(struct config_report *r)
+{
+    /* A note, not an error: the error count of the list stays the number listed. */
+    if (r->errors > CONFIG_MAX_ERRORS &&
+        dcp_diag_add(r->diag, DCP_DIAG_NOTE, r->file, 0, 0, "",
+                     "too many errors: %u in all, only the first %d are listed", r->errors,
+                     CONFIG_MAX_ERRORS))
         r->out_of_memory = true;
 }
 

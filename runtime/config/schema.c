@@ -39,44 +39,44 @@ const struct config_key config_keys[] = {
     STRING("model.name", model.name, ALL),
     {.path = "model.attention", .kind = CONFIG_ENUM, FIELD(model.attention), .required = ALL,
      .applies = ALL, .choices = config_attention_names, .num_choices = DCP_ARRAY_SIZE(config_attention_names)},
-    INT("model.layers", model.num_layers, ALL, ALL, 0, 1, UINT32_MAX),
-    INT("model.query_heads", model.num_q_heads, ALL, ALL, 0, 1, UINT32_MAX),
+    INT("model.layers", model.num_layers, ALL, ALL, 0, 1, 4096),
+    INT("model.query_heads", model.num_q_heads, ALL, ALL, 0, 1, 65536),
     /* MLA: 1 and MHA: query_heads when not given (CONFIG_DERIVED); rules.c checks them. */
-    INT("model.kv_heads", model.num_kv_heads, GQA, ALL, 0, 1, UINT32_MAX, .flags = CONFIG_DERIVED),
+    INT("model.kv_heads", model.num_kv_heads, GQA, ALL, 0, 1, 65536, .flags = CONFIG_DERIVED),
     INT("model.head_dim", model.head_dim, HEADS, HEADS, 0, 1, 1024),
     INT("model.kv_lora_rank", model.kv_lora_rank, 0, MLA, 512, 1, 4096),
     INT("model.rope_dim", model.rope_dim, 0, MLA, 64, 0, 1024),
     INT("model.qk_nope_head_dim", model.qk_nope_head_dim, 0, MLA, 128, 1, 4096),
-    NUMBER("model.softmax_scale", model.softmax_scale, 0, 0, 0, DBL_MAX, 1,
+    NUMBER("model.softmax_scale", model.softmax_scale, 0, 0, 0, 1e3, 1,
            .flags = CONFIG_DERIVED | CONFIG_MIN_OPEN),
     ENUM("model.kv_dtype", model.kv_dtype, DCP_DTYPE_BF16, config_dtype_names),
-    NUMBER("model.kv_scale", model.kv_scale, 0, 1, 0, DBL_MAX, 1, .flags = CONFIG_MIN_OPEN),
+    NUMBER("model.kv_scale", model.kv_scale, 0, 1, 0, 1e9, 1, .flags = CONFIG_MIN_OPEN),
     {.path = "model.parameters", .kind = CONFIG_PARAM_COUNT, FIELD(model.num_params),
-     .applies = ALL, .min = 0, .max = DBL_MAX, .scale = 1},
+     .applies = ALL, .min = 0, .max = 1e16, .scale = 1},
     ENUM("model.weight_dtype", model.weight_dtype, DCP_WEIGHT_BF16,
          config_weight_dtype_names),
     INT("model.experts", model.experts, 0, ALL, 0, 0, 1u << 20),
     INT("model.experts_per_token", model.experts_per_token, 0, ALL, 0, 0, 1u << 20),
     {.path = "model.active_parameters", .kind = CONFIG_PARAM_COUNT, FIELD(model.active_params),
-     .applies = ALL, .min = 0, .max = DBL_MAX, .scale = 1},
+     .applies = ALL, .min = 0, .max = 1e16, .scale = 1},
     INT("model.hidden_size", model.hidden_size, 0, ALL, 0, 0, 1u << 20),
 
     SECTION("hardware", ALL),
     STRING("hardware.gpu", hardware.gpu, ALL),
-    NUMBER("hardware.memory_gb", hardware.memory_bytes, ALL, 0, 0, DBL_MAX, 1e9,
+    NUMBER("hardware.memory_gb", hardware.memory_bytes, ALL, 0, 0, 1e5, 1e9,
            .flags = CONFIG_MIN_OPEN),
-    NUMBER("hardware.hbm_gbps", hardware.hbm_bandwidth, ALL, 0, 0, DBL_MAX, 1e9,
+    NUMBER("hardware.hbm_gbps", hardware.hbm_bandwidth, ALL, 0, 0, 1e6, 1e9,
            .flags = CONFIG_MIN_OPEN),
-    NUMBER("hardware.link_gbps", hardware.link_bandwidth, ALL, 0, 0, DBL_MAX, 1e9,
+    NUMBER("hardware.link_gbps", hardware.link_bandwidth, ALL, 0, 0, 1e6, 1e9,
            .flags = CONFIG_MIN_OPEN),
-    NUMBER("hardware.collective_latency_us", hardware.collective_latency, 0, 20, 0, DBL_MAX, 1e-6),
-    INT("hardware.gpus_per_node", hardware.gpus_per_node, 0, ALL, 8, 1, UINT32_MAX),
-    INT("hardware.nodes", hardware.nodes, 0, ALL, 1, 1, UINT32_MAX),
+    NUMBER("hardware.collective_latency_us", hardware.collective_latency, 0, 20, 0, 1e6, 1e-6),
+    INT("hardware.gpus_per_node", hardware.gpus_per_node, 0, ALL, 8, 1, 1024),
+    INT("hardware.nodes", hardware.nodes, 0, ALL, 1, 1, 65536),
 
     SECTION("parallel", ALL),
-    INT("parallel.tp", parallel.tp, ALL, ALL, 0, 1, UINT32_MAX),
-    INT("parallel.dcp", parallel.dcp, 0, ALL, 1, 1, UINT32_MAX),
-    INT("parallel.interleave", parallel.interleave, 0, ALL, 1, 1, UINT32_MAX),
+    INT("parallel.tp", parallel.tp, ALL, ALL, 0, 1, 65536),
+    INT("parallel.dcp", parallel.dcp, 0, ALL, 1, 1, 65536),
+    INT("parallel.interleave", parallel.interleave, 0, ALL, 1, 1, 1024),
     ENUM("parallel.comm", parallel.comm, DCP_COMM_A2A, config_comm_names),
     BOOL("parallel.replicate_q", parallel.replicate_q, 0),
     /* The first three dtype names: fp8 is not a wire type. */
@@ -86,15 +86,15 @@ const struct config_key config_keys[] = {
     SECTION("memory", 0),
     NUMBER("memory.gpu_fraction", memory.gpu_fraction, 0, 0.9, 0, 1, 1, .flags = CONFIG_MIN_OPEN),
     INT("memory.block_size", memory.block_size, 0, ALL, 64, 1, 1024, .flags = CONFIG_POW2),
-    NUMBER("memory.reserve_gb", memory.reserve_bytes, 0, 4, 0, DBL_MAX, 1e9),
+    NUMBER("memory.reserve_gb", memory.reserve_bytes, 0, 4, 0, 1e5, 1e9),
 
     SECTION("workload", ALL),
     {.path = "workload.context_lengths", .kind = CONFIG_TOKEN_LIST, FIELD(workload.context_lengths),
      .count_offset = offsetof(struct dcp_config, workload.num_context_lengths),
      .max_count = DCP_MAX_CONTEXT_LENGTHS, .required = ALL, .applies = ALL, .imin = 1,
-     .imax = UINT64_MAX},
-    INT("workload.requests", workload.requests, 0, ALL, 64, 1, UINT32_MAX),
-    INT("workload.decode_steps", workload.decode_steps, 0, ALL, 16, 1, UINT32_MAX),
+     .imax = DCP_MAX_CONTEXT_TOKENS},
+    INT("workload.requests", workload.requests, 0, ALL, 64, 1, 1048576),
+    INT("workload.decode_steps", workload.decode_steps, 0, ALL, 16, 1, 1048576),
     INT("workload.q_len", workload.q_len, 0, ALL, 1, 1, 64),
     INT("workload.seed", workload.seed, 0, ALL, 1, 0, UINT64_MAX),
     {.path = "workload.trace", .kind = CONFIG_PATH, FIELD(workload.trace), .applies = ALL},
@@ -102,12 +102,12 @@ const struct config_key config_keys[] = {
     SECTION("runtime", 0),
     ENUM("runtime.backend", runtime.backend, DCP_BACKEND_AUTO, config_backend_names),
     SECTION("runtime.host", 0),
-    INT("runtime.host.threads", runtime.host.threads, 0, ALL, 0, 0, UINT32_MAX),
-    NUMBER("runtime.host.memory_mb", runtime.host.memory_bytes, 0, 0, 0, DBL_MAX, 1e6),
+    INT("runtime.host.threads", runtime.host.threads, 0, ALL, 0, 0, 4096),
+    NUMBER("runtime.host.memory_mb", runtime.host.memory_bytes, 0, 0, 0, 1e8, 1e6),
     SECTION("runtime.cuda", 0),
     ENUM("runtime.cuda.comm", runtime.cuda.comm, DCP_CUDA_COMM_AUTO, config_cuda_comm_names),
-    INT("runtime.cuda.device", runtime.cuda.device, 0, ALL, 0, 0, INT32_MAX, .flags = CONFIG_SIGNED),
-    NUMBER("runtime.cuda.nccl_timeout_s", runtime.cuda.nccl_timeout_s, 0, 120, 0, DBL_MAX, 1,
+    INT("runtime.cuda.device", runtime.cuda.device, 0, ALL, 0, 0, 4095, .flags = CONFIG_SIGNED),
+    NUMBER("runtime.cuda.nccl_timeout_s", runtime.cuda.nccl_timeout_s, 0, 120, 0, 86400, 1,
            .flags = CONFIG_MIN_OPEN),
     BOOL("runtime.cuda.vmm", runtime.cuda.use_vmm, 1),
 };
@@ -331,14 +331,6 @@ DCP_API void dcp_config_defaults(struct dcp_config *cfg)
 
 /* ---- Checking values ----------------------------------------------------- */
 
-/* The largest value an integer key's field can hold. */
-static uint64_t int_storage_max(const struct config_key *k)
-{
-    if (k->kind == CONFIG_TOKEN_LIST || k->size == sizeof(uint64_t))
-        return UINT64_MAX;
-    return k->flags & CONFIG_SIGNED ? (uint64_t)INT32_MAX : UINT32_MAX;
-}
-
 /* A number key's largest value in YAML units: its own bound, or what keeps the
  * stored value (memory_gb in bytes) finite. */
 static double number_max(const struct config_key *k)
@@ -357,32 +349,26 @@ static void describe_powers_of_two(struct config_text *t, const struct config_ke
     config_text_add_values(t, values, n);
 }
 
-/*
- * The valid values of a key in words: "1..1024", ">= 1", "> 0 and <= 1". The
- * bound that only keeps a number finite in bytes is shown when it was the one hit.
- */
-static void describe_range(struct config_text *t, const struct config_key *k, bool too_large)
+/* The valid values of a key in words: "1..1024", "> 0 and <= 1", "1, 2, 4, ..., 1024". */
+static void describe_range(struct config_text *t, const struct config_key *k)
 {
     if (k->kind == CONFIG_INT || k->kind == CONFIG_TOKEN_LIST) {
         if (k->flags & CONFIG_POW2)
             describe_powers_of_two(t, k);
-        else if (k->imax == int_storage_max(k))
-            config_text_add(t, ">= %llu", (unsigned long long)k->imin);
         else
             config_text_add(t, "%llu..%llu", (unsigned long long)k->imin,
                             (unsigned long long)k->imax);
         return;
     }
-    config_text_add(t, "%s %g", k->flags & CONFIG_MIN_OPEN ? ">" : ">=", k->min);
-    if (k->max < DBL_MAX || (too_large && number_max(k) < DBL_MAX))
-        config_text_add(t, " and <= %g", number_max(k));
+    config_text_add(t, "%s %g and <= %g", k->flags & CONFIG_MIN_OPEN ? ">" : ">=", k->min,
+                    number_max(k));
 }
 
 static void report_range(struct config_report *r, const struct config_key *k, const char *name,
-                         const char *path, struct config_pos pos, const char *shown, bool too_large)
+                         const char *path, struct config_pos pos, const char *shown)
 {
     struct config_text valid = {0};
-    describe_range(&valid, k, too_large);
+    describe_range(&valid, k);
     config_report_add(r, DCP_DIAG_ERROR, pos, path, "%s=%s is out of range; valid: %s", name, shown,
                       valid.buf);
 }
@@ -390,7 +376,7 @@ static void report_range(struct config_report *r, const struct config_key *k, co
 void config_report_range(struct config_report *r, const struct config_key *k, const char *name,
                          const char *path, struct config_pos pos, const char *shown)
 {
-    report_range(r, k, name, path, pos, shown, false);
+    report_range(r, k, name, path, pos, shown);
 }
 
 bool config_check_int(struct config_report *r, const struct config_key *k, const char *name,
@@ -417,7 +403,7 @@ bool config_check_number(struct config_report *r, const struct config_key *k, co
     const bool above_min = k->flags & CONFIG_MIN_OPEN ? yaml_value > k->min : yaml_value >= k->min;
     if (above_min && yaml_value <= number_max(k))
         return true;
-    report_range(r, k, config_key_name(k), path, pos, shown, above_min);
+    report_range(r, k, config_key_name(k), path, pos, shown);
     return false;
 }
 

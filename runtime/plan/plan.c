@@ -10,6 +10,7 @@
  * DCP makes each page stand for N times as many context tokens.
  */
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "dcp/geometry.h"
@@ -43,12 +44,20 @@ static void plan_memory(const struct dcp_config *cfg, struct dcp_plan_memory *me
     mem->kv_budget_bytes = b.kv_bytes;
 }
 
-/* Whole pages of page_bytes that fit in budget bytes (none if the budget is not positive). */
-static uint64_t pages_in_budget(double budget, uint64_t page_bytes)
+/* Whole pages of page_bytes that fit in budget bytes (none if the budget is not
+ * positive); false if the count does not fit 64 bits. */
+static bool pages_in_budget(double budget, uint64_t page_bytes, uint64_t *pages)
 {
+    *pages = 0;
     if (!(budget > 0.0))
-        return 0;
-    return (uint64_t)floor(budget / (double)page_bytes);
+        return true;
+    if (page_bytes == 0)
+        return false;
+    const double n = floor(budget / (double)page_bytes);
+    if (!(n < 18446744073709551616.0)) /* 2^64; also catches NaN */
+        return false;
+    *pages = (uint64_t)n;
+    return true;
 }
 
 /*
@@ -56,7 +65,7 @@ static uint64_t pages_in_budget(double budget, uint64_t page_bytes)
  * baseline's per-GPU bytes per token per layer: a page holds block_size local
  * tokens either way, so page size and page count do not depend on dcp.
  */
-static void plan_layout(const struct dcp_config *cfg, uint32_t dcp, uint64_t token_layer_bytes,
+static bool plan_layout(const struct dcp_config *cfg, uint32_t dcp, uint64_t token_layer_bytes,
                         double kv_budget, struct dcp_plan_layout *out)
 {
     const struct dcp_model_config *model = &cfg->model;
@@ -69,10 +78,13 @@ static void plan_layout(const struct dcp_config *cfg, uint32_t dcp, uint64_t tok
     out->kv_heads_per_gpu = baseline_geometry(cfg).kv_heads_per_rank;
     out->kv_bytes_per_token = (double)token_layer_bytes * layers / dcp;
     out->replication = out->kv_bytes_per_token * cfg->parallel.tp / model_token_bytes;
-    out->page_bytes = (uint64_t)block * token_layer_bytes * layers;
-    out->pages = pages_in_budget(kv_budget, out->page_bytes);
-    out->local_tokens = out->pages * block;
-    out->context_tokens = out->local_tokens * dcp;
+    /* Checked: a figure that does not fit 64 bits is an error, never a wrapped count. */
+    bool ok = !__builtin_mul_overflow((uint64_t)block, token_layer_bytes, &out->page_bytes) &&
+              !__builtin_mul_overflow(out->page_bytes, (uint64_t)layers, &out->page_bytes);
+    ok = ok && pages_in_budget(kv_budget, out->page_bytes, &out->pages);
+    ok = ok && !__builtin_mul_overflow(out->pages, (uint64_t)block, &out->local_tokens);
+    ok = ok && !__builtin_mul_overflow(out->local_tokens, (uint64_t)dcp, &out->context_tokens);
+    return ok;
 }
 
 /* Requests of pages_per_request pages that fit in pages (none for a 0-token request). */
@@ -159,7 +171,7 @@ static void plan_crossover(const struct dcp_config *cfg, const struct dcp_plan_c
     out->context_len = n == 1 ? INFINITY : out->comm_seconds / out->saved_per_token_seconds;
 }
 
-void dcp_plan_from_config(const struct dcp_config *cfg, struct dcp_plan *plan)
+bool dcp_plan_from_config(const struct dcp_config *cfg, struct dcp_plan *plan)
 {
     const uint32_t tp = cfg->parallel.tp;
     const uint64_t token_layer_bytes = baseline_geometry(cfg).token_layer_bytes;
@@ -167,8 +179,8 @@ void dcp_plan_from_config(const struct dcp_config *cfg, struct dcp_plan *plan)
     memset(plan, 0, sizeof(*plan));
     plan_memory(cfg, &plan->memory);
     const double budget = plan->memory.kv_budget_bytes;
-    plan_layout(cfg, 1, token_layer_bytes, budget, &plan->baseline);
-    plan_layout(cfg, cfg->parallel.dcp, token_layer_bytes, budget, &plan->dcp);
+    bool ok = plan_layout(cfg, 1, token_layer_bytes, budget, &plan->baseline);
+    ok = plan_layout(cfg, cfg->parallel.dcp, token_layer_bytes, budget, &plan->dcp) && ok;
 
     plan->num_contexts = cfg->workload.num_context_lengths;
     for (uint32_t i = 0; i < plan->num_contexts; i++)
@@ -182,13 +194,16 @@ void dcp_plan_from_config(const struct dcp_config *cfg, struct dcp_plan *plan)
         plan_crossover(cfg, &plan->comm, token_layer_bytes, crossover_batches[i],
                        &plan->crossover[i]);
 
-    plan->instances = cfg->hardware.gpus_per_node * cfg->hardware.nodes / tp;
+    plan->instances = (uint32_t)((uint64_t)cfg->hardware.gpus_per_node * cfg->hardware.nodes / tp);
+    return ok;
 }
 
 DCP_API int dcp_plan_compute(const dcp_deployment *dep, struct dcp_plan *plan)
 {
     if (!dep || !plan)
         return dcp_error(DCP_EINVAL, "dcp_plan_compute: %s is NULL", dep ? "plan" : "deployment");
-    dcp_plan_from_config(dcp_deployment_config(dep), plan);
+    if (!dcp_plan_from_config(dcp_deployment_config(dep), plan))
+        return dcp_error(DCP_EINVAL, "dcp_plan_compute: a page or token count of %s does not fit "
+                                     "64 bits", dcp_deployment_source(dep));
     return DCP_OK;
 }

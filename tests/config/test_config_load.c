@@ -388,13 +388,13 @@ static void test_out_of_range(void **state)
 {
     (void)state;
     expect_one_error(MLA_MODEL H200 "parallel:\n  tp: 0\n" WORKLOAD,
-                     "t.yaml:14:7: parallel.tp: tp=0 is out of range; valid: >= 1");
+                     "t.yaml:14:7: parallel.tp: tp=0 is out of range; valid: 1..65536");
     expect_one_error(MLA_MODEL H200 "parallel:\n  tp: -8\n" WORKLOAD,
-                     "t.yaml:14:7: parallel.tp: tp=-8 is out of range; valid: >= 1");
+                     "t.yaml:14:7: parallel.tp: tp=-8 is out of range; valid: 1..65536");
     expect_one_error(MLA_MODEL H200 "parallel:\n  tp: 99999999999999999999999\n" WORKLOAD,
-                     "t.yaml:14:7: parallel.tp: tp=99999999999999999999999 is out of range; valid: >= 1");
+                     "t.yaml:14:7: parallel.tp: tp=99999999999999999999999 is out of range; valid: 1..65536");
     expect_one_error(MLA_MODEL H200 "parallel:\n  tp: 4294967296\n" WORKLOAD,
-                     "t.yaml:14:7: parallel.tp: tp=4294967296 is out of range; valid: >= 1");
+                     "t.yaml:14:7: parallel.tp: tp=4294967296 is out of range; valid: 1..65536");
     expect_one_error("model:\n  name: m\n  attention: gqa\n  layers: 1\n  query_heads: 8\n"
                      "  kv_heads: 8\n  head_dim: 2048\n" H200 "parallel: {tp: 1}\n" WORKLOAD,
                      "t.yaml:7:13: model.head_dim: head_dim=2048 is out of range; valid: 1..1024");
@@ -405,11 +405,23 @@ static void test_out_of_range(void **state)
                      "t.yaml:19:17: memory.gpu_fraction: gpu_fraction=0 is out of range; valid: > 0 "
                      "and <= 1");
     expect_one_error(MLA_MODEL H200 TP8_DCP8 WORKLOAD "memory:\n  reserve_gb: -1\n",
-                     "t.yaml:19:15: memory.reserve_gb: reserve_gb=-1 is out of range; valid: >= 0");
-    /* Stored in bytes, memory sizes must stay finite. */
+                     "t.yaml:19:15: memory.reserve_gb: reserve_gb=-1 is out of range; valid: >= 0 and <= 100000");
+    /* Every number has an upper bound (docs/configuration.md). */
     expect_one_error(MLA_MODEL H200 TP8_DCP8 WORKLOAD "memory:\n  reserve_gb: 1e300\n",
                      "t.yaml:19:15: memory.reserve_gb: reserve_gb=1e300 is out of range; valid: >= 0 "
-                     "and <= 1.79769e+299");
+                     "and <= 100000");
+    /* memory_gb 1e15 wrapped the planner's context count, 1e17 gave 0 pages (issue 7). */
+    expect_one_error("model:\n  name: DeepSeek-V3\n  attention: mla\n  layers: 61\n  query_heads: 128\n"
+                     "  parameters: 671B\n  weight_dtype: fp8\n"
+                     "hardware:\n  gpu: H200\n  memory_gb: 1e15\n  hbm_gbps: 4800\n  link_gbps: 450\n"
+                     TP8_DCP8 WORKLOAD,
+                     "t.yaml:10:14: hardware.memory_gb: memory_gb=1e15 is out of range; valid: > 0 and "
+                     "<= 100000");
+    expect_one_error(MLA_MODEL H200 TP8_DCP8 "workload:\n  context_lengths: [18446744073709551615]\n",
+                     "t.yaml:17:21: workload.context_lengths[0]: context_lengths[0]=18446744073709551615 is "
+                     "out of range; valid: 1..4294967296");
+    expect_one_error(MLA_MODEL H200 TP8_DCP8 "workload:\n  context_lengths: [1k]\n  requests: 4294967295\n",
+                     "t.yaml:18:13: workload.requests: requests=4294967295 is out of range; valid: 1..1048576");
     expect_one_error(MLA_MODEL H200 TP8_DCP8 WORKLOAD "memory:\n  block_size: 48\n",
                      "t.yaml:19:15: memory.block_size: block_size=48 is not a power of two; valid: 1, "
                      "2, 4, 8, 16, 32, 64, 128, 256, 512, 1024");
@@ -419,9 +431,9 @@ static void test_out_of_range(void **state)
     expect_one_error(MLA_MODEL H200 TP8_DCP8 "workload:\n  context_lengths: [1k]\n  q_len: 65\n",
                      "t.yaml:18:10: workload.q_len: q_len=65 is out of range; valid: 1..64");
     expect_one_error(MLA_MODEL H200 TP8_DCP8 WORKLOAD "runtime:\n  cuda:\n    device: -1\n",
-                     "t.yaml:20:13: runtime.cuda.device: device=-1 is out of range; valid: >= 0");
+                     "t.yaml:20:13: runtime.cuda.device: device=-1 is out of range; valid: 0..4095");
     expect_one_error(MLA_MODEL H200 TP8_DCP8 WORKLOAD "runtime:\n  cuda:\n    device: 2147483648\n",
-                     "t.yaml:20:13: runtime.cuda.device: device=2147483648 is out of range; valid: >= 0");
+                     "t.yaml:20:13: runtime.cuda.device: device=2147483648 is out of range; valid: 0..4095");
 }
 
 static void test_bad_enum(void **state)
@@ -536,7 +548,7 @@ static void test_several_errors_at_once(void **state)
         "t.yaml:18:3: parallel.tp: duplicate key 'tp' (first defined at line 16)",
         "t.yaml:19:9: parallel.comm: invalid value \"allreduce\"; valid: ag_rs, a2a",
         "t.yaml:21:17: memory.gpu_fraction: gpu_fraction=1.5 is out of range; valid: > 0 and <= 1",
-        "t.yaml:23:21: workload.context_lengths[0]: context_lengths[0]=0 is out of range; valid: >= 1",
+        "t.yaml:23:21: workload.context_lengths[0]: context_lengths[0]=0 is out of range; valid: 1..4294967296",
         "t.yaml:8:3: model.kv_lora_rank: kv_lora_rank applies to mla; gqa uses head_dim and kv_heads",
         "t.yaml:17:8: parallel.dcp: dcp=3 does not divide tp/num_kv_heads=2; valid dcp: 1, 2",
         "t.yaml:16:7: parallel.tp: tp=16 needs 16 GPUs but the hardware has 8 (gpus_per_node=8 x nodes=1)",
@@ -587,7 +599,7 @@ static void test_context_lengths(void **state)
                      "128k or 1M, got \"1.5k\"");
     expect_one_error(MLA_MODEL H200 TP8_DCP8 "workload:\n  context_lengths: [17592186044416M]\n",
                      "t.yaml:17:21: workload.context_lengths[0]: context_lengths[0]=17592186044416M is out "
-                     "of range; valid: >= 1");
+                     "of range; valid: 1..4294967296");
     /* The token suffixes belong to token counts only. */
     expect_one_error(MLA_MODEL H200 "parallel:\n  tp: 8\n  interleave: 1k\n" WORKLOAD,
                      "t.yaml:15:15: parallel.interleave: expected an integer, got \"1k\"");
@@ -647,7 +659,10 @@ static void test_error_cap(void **state)
     struct load_result r = load_yaml(text);
     assert_int_equal(r.status, DCP_ECONFIG);
     assert_int_equal(dcp_diag_count(r.diag), 101);
-    assert_string_equal(diag_text(r.diag, 100), "t.yaml: too many errors; stopped after 100");
+    /* The last entry is a note with the true total, not a 101st error. */
+    assert_int_equal(dcp_diag_error_count(r.diag), 100);
+    assert_string_equal(diag_text(r.diag, 100),
+                        "t.yaml: note: too many errors: 150 in all, only the first 100 are listed");
     assert_string_equal(dcp_last_error(), "t.yaml: invalid deployment (150 errors)");
     load_result_free(&r);
     free(text);

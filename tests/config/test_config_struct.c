@@ -155,23 +155,23 @@ static void test_from_config_rejects_bad_fields(void **state)
     expect_config_error(&c, "parallel.tp: missing required key 'tp'");
     c = deepseek_v3_h200();
     c.parallel.dcp = 0;
-    expect_config_error(&c, "parallel.dcp: dcp=0 is out of range; valid: >= 1");
+    expect_config_error(&c, "parallel.dcp: dcp=0 is out of range; valid: 1..65536");
     c = deepseek_v3_h200();
     c.memory.block_size = 48;
     expect_config_error(&c, "memory.block_size: block_size=48 is not a power of two; valid: 1, 2, 4, 8, "
                             "16, 32, 64, 128, 256, 512, 1024");
     c = deepseek_v3_h200();
     c.hardware.memory_bytes = -141e9; /* shown in the YAML unit */
-    expect_config_error(&c, "hardware.memory_gb: memory_gb=-141 is out of range; valid: > 0");
+    expect_config_error(&c, "hardware.memory_gb: memory_gb=-141 is out of range; valid: > 0 and <= 100000");
     c = deepseek_v3_h200();
     c.model.kv_scale = NAN;
-    expect_config_error(&c, "model.kv_scale: kv_scale=nan is out of range; valid: > 0");
+    expect_config_error(&c, "model.kv_scale: kv_scale=nan is out of range; valid: > 0 and <= 1e+09");
     c = deepseek_v3_h200();
     c.parallel.comm_dtype = DCP_DTYPE_FP8_E4M3;
     expect_config_error(&c, "parallel.comm_dtype: invalid value 3; valid: fp32, bf16, fp16");
     c = deepseek_v3_h200();
     c.runtime.cuda.device = -1;
-    expect_config_error(&c, "runtime.cuda.device: device=-1 is out of range; valid: >= 0");
+    expect_config_error(&c, "runtime.cuda.device: device=-1 is out of range; valid: 0..4095");
     c = deepseek_v3_h200();
     c.workload.num_context_lengths = 0;
     expect_config_error(&c, "workload.context_lengths: missing required key 'context_lengths'");
@@ -181,7 +181,7 @@ static void test_from_config_rejects_bad_fields(void **state)
     c = deepseek_v3_h200();
     c.workload.num_context_lengths = 2;
     c.workload.context_lengths[1] = 0;
-    expect_config_error(&c, "workload.context_lengths[1]: context_lengths[1]=0 is out of range; valid: >= 1");
+    expect_config_error(&c, "workload.context_lengths[1]: context_lengths[1]=0 is out of range; valid: 1..4294967296");
     c = deepseek_v3_h200();
     c.workload.trace = "";
     expect_config_error(&c, "workload.trace: must not be empty");

@@ -31,7 +31,9 @@
  * a buffer larger than any L2); 21 samples, median and minimum, plus the mean of 20
  * back-to-back launches without flushes. GB/s counts the KV bytes the launch must
  * read. The yardstick, measured in the same run, is a device-to-device copy, which
- * moves 2N bytes for N copied and is reported as bytes moved. The outputs of the
+ * moves 2N bytes for N copied and is reported as bytes moved. Each case also shows
+ * the launch the engine chose for the step (dcp_engine_step_launch(): split-KV
+ * factor, grid, the driver's occupancy in blocks per SM, slots). The outputs of the
  * last timed launch are checked against the float64 oracle (first and last sequence,
  * every head).
  */
@@ -568,6 +570,9 @@ static int bench_one(const struct bench_case *bc, const struct opts *o, uint32_t
     b.c.attend = false;
     if (!err)
         err = dcp_engine_begin_step(b.c.e, &all);
+    struct dcp_step_launch launch = {0};
+    if (!err)
+        err = dcp_engine_step_launch(b.c.e, &launch); /* what begin_step chose for this step */
     if (!err)
         err = dcp_engine_run(b.c.e, rank_fn, &b.c); /* appends the step's KV */
     if (!err)
@@ -590,9 +595,12 @@ static int bench_one(const struct bench_case *bc, const struct opts *o, uint32_t
         qsort(b.sample_s, BENCH_SAMPLES, sizeof(double), cmp_double);
         const double med = b.sample_s[BENCH_SAMPLES / 2], bytes = kv_bytes(bc, in, context);
         const double copy_gbs = 2.0 * (double)b.flush_bytes / b.copy_s / 1e9;
-        printf("%-22s %3u x %-6u %8.1f %10.1f %9.1f %9.1f %8.1f %9.1f %6.2f %9.2e  %s\n", bc->name, bc->batch, context,
-               bytes / 1e6, med * 1e6, b.sample_s[0] * 1e6, b.back_to_back_s * 1e6, bytes / med / 1e9, copy_gbs,
-               bytes / med / 1e9 / copy_gbs, worst > worst_lse ? worst : worst_lse, *ok ? "ok" : "FAIL");
+        char grid[40];
+        snprintf(grid, sizeof(grid), "%ux%ux%u", launch.grid[0], launch.grid[1], launch.grid[2]);
+        printf("%-22s %3u x %-6u %8.1f %10.1f %9.1f %9.1f %8.1f %9.1f %6.2f %6u %-14s %6u %6u %9.2e  %s\n", bc->name,
+               bc->batch, context, bytes / 1e6, med * 1e6, b.sample_s[0] * 1e6, b.back_to_back_s * 1e6,
+               bytes / med / 1e9, copy_gbs, bytes / med / 1e9 / copy_gbs, launch.num_splits, grid,
+               launch.blocks_per_sm, launch.slots, worst > worst_lse ? worst : worst_lse, *ok ? "ok" : "FAIL");
     }
     fflush(stdout);
     free(ids);
@@ -624,8 +632,9 @@ static int bench(const struct opts *o)
     /* --quick (the test doubles run kernels on the CPU): contexts / 512, batch <= 4. */
     printf("reference cases: one rank, CUDA-event time per launch after an L2 flush (%d samples), back-to-back"
            " mean of %d%s\n", BENCH_SAMPLES, BENCH_BACK_TO_BACK, o->quick ? "; --quick: scaled-down shapes" : "");
-    printf("%-22s %-12s %8s %10s %9s %9s %8s %9s %6s %9s  %s\n", "case", "batch x ctx", "KV MB", "median us",
-           "min us", "b2b us", "GB/s", "copy GB/s", "ratio", "max err", "result");
+    printf("%-22s %-12s %8s %10s %9s %9s %8s %9s %6s %6s %-14s %6s %6s %9s  %s\n", "case", "batch x ctx", "KV MB",
+           "median us", "min us", "b2b us", "GB/s", "copy GB/s", "ratio", "splits", "grid", "blk/SM", "slots",
+           "max err", "result");
     int failures = 0;
     for (size_t i = 0; i < DCP_ARRAY_SIZE_(cases); i++) {
         struct bench_case bc = cases[i];
@@ -641,7 +650,9 @@ static int bench(const struct opts *o)
         failures += err || !ok;
     }
     printf("(GB/s: KV bytes the launch reads / median; copy GB/s: bytes moved, 2N for N copied, same run;\n"
-           " ratio: attention GB/s / copy GB/s; max err: worst of rel L2 and |dLSE| of the last timed launch\n"
+           " ratio: attention GB/s / copy GB/s; splits, grid (splits x KV-head tiles x sequences), blk/SM (the\n"
+           " driver's occupancy for the attention kernel) and slots (SMs x blk/SM): the launch the engine chose;\n"
+           " max err: worst of rel L2 and |dLSE| of the last timed launch\n"
            " against the float64 oracle, first and last sequence, tolerance %.0e)\n", TOL_EXACT);
     printf("bench: %zu of %zu cases passed\n", DCP_ARRAY_SIZE_(cases) - (size_t)failures, DCP_ARRAY_SIZE_(cases));
     return failures ? 1 : 0;

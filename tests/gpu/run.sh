@@ -15,7 +15,8 @@
 #   (2) the reference cases (GQA d128 8 heads per KV head bf16 b32 x 64k; MLA 16 and
 #       128 heads b32 x 8k; MLA 128 heads b1 x 8k), CUDA-event time per launch after
 #       an L2 flush, GB/s next to a device-to-device copy (bytes moved) of the same
-#       run, outputs of the timed launches checked against the oracle (gpu_check --bench);
+#       run, splits / grid / occupancy of each launch, outputs of the timed launches
+#       checked against the oracle (gpu_check --bench);
 #   (3) decode attention at 4k/32k/128k next to a copy (dcp-run bench);
 #   (4) the time split of a DCP step, merge and collectives included (gpu_check --breakdown);
 #   (5) dcp-run run on the default deployment, with its correctness check.

@@ -286,6 +286,31 @@ static void test_gqa_replication(void **state)
  * loader rejects such a deployment, so this plans the config directly: plan.h
  * still promises zero pages rather than garbage if one ever gets through.
  */
+/*
+ * memory_gb 1e15 wrapped the context count and 1e17 gave 0 pages ("does not
+ * fit") without an error (issue 7). The loader now bounds memory_gb (config
+ * tests); past the bounds the planner itself refuses rather than wrap.
+ */
+static void test_overflow_refused(void **state)
+{
+    (void)state;
+    struct dcp_config cfg;
+    struct dcp_plan plan;
+    mla_61_layers(&cfg, "DeepSeek-V3", 64);
+    cfg.model.num_kv_heads = 1;
+    h200(&cfg);
+    cfg.parallel.dcp = 8;
+    cfg.hardware.memory_bytes = 1e15 * 1e9;
+    assert_false(dcp_plan_from_config(&cfg, &plan));
+    cfg.hardware.memory_bytes = 1e17 * 1e9;
+    assert_false(dcp_plan_from_config(&cfg, &plan));
+    /* At the schema's bound (100,000 GB) every figure fits and pages are counted. */
+    cfg.hardware.memory_bytes = 1e5 * 1e9;
+    assert_true(dcp_plan_from_config(&cfg, &plan));
+    assert_true(plan.dcp.pages > 0);
+    assert_int_equal(plan.dcp.context_tokens, plan.dcp.pages * 64 * 8);
+}
+
 static void test_negative_budget(void **state)
 {
     (void)state;
@@ -296,7 +321,7 @@ static void test_negative_budget(void **state)
     cfg.model.num_params = 1.04e12;
     cfg.model.weight_dtype = DCP_WEIGHT_FP8;
     h200(&cfg);
-    dcp_plan_from_config(&cfg, &plan);
+    assert_true(dcp_plan_from_config(&cfg, &plan));
 
     check_near(plan.memory.kv_budget_bytes, -7.1e9, 1e-9, "budget");
     assert_int_equal(plan.baseline.pages, 0);
@@ -512,6 +537,7 @@ int main(void)
         cmocka_unit_test(test_dcp_one),
         cmocka_unit_test(test_instances),
         cmocka_unit_test(test_null_arguments),
+        cmocka_unit_test(test_overflow_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,57 @@
+#!/bin/sh
+# cli_errors.sh DCP_RUN DEFAULT_CONFIG: what dcp-run does with bad surroundings.
+#   output to a full device (plan, plan --json, --help): exit 1 and a message on stderr
+#   run --layers past the model's layers: exit 2 naming the layer count
+#   a FIFO or /dev/zero as the deployment: exit 1 at once, "not a regular file"
+#   DCP_DEFAULT_DEPLOYMENT naming no file: the message names the variable
+#   over 100 errors: the summary gives the true total, not 101
+set -u
+dcp_run=$1
+config=$2
+. "$(dirname "$0")/common.sh"
+
+if [ -w /dev/full ]; then
+    for args in "plan $config" "plan --json $config" "plan --help" "--help"; do
+        # shellcheck disable=SC2086
+        "$dcp_run" $args >/dev/full 2>"$tmp/err"
+        status=$?
+        [ "$status" -eq 1 ] || fail "dcp-run $args > /dev/full exited $status, expected 1"
+        grep -q 'cannot write the output' "$tmp/err" || fail "dcp-run $args > /dev/full: no message: $(cat "$tmp/err")"
+    done
+else
+    echo "no /dev/full: full-device check skipped"
+fi
+
+"$dcp_run" run --quiet --layers 99 "$config" >"$tmp/out" 2>"$tmp/err"
+status=$?
+[ "$status" -eq 2 ] || fail "run --layers 99 exited $status, expected 2"
+grep -q -- '--layers 99: the model .* has 2 layers; give 1..2' "$tmp/err" || fail "run --layers 99: $(cat "$tmp/err")"
+[ -s "$tmp/out" ] && fail "run --layers 99 printed to stdout"
+"$dcp_run" run --quiet --layers 3 "$config" >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 2 ] || fail "run --layers 3 on a 2-layer model did not exit 2"
+
+mkfifo "$tmp/fifo" || fail "mkfifo"
+for f in "$tmp/fifo" /dev/zero; do
+    timeout 20 "$dcp_run" plan "$f" >"$tmp/out" 2>"$tmp/err"
+    status=$?
+    [ "$status" -eq 1 ] || fail "plan $f exited $status, expected 1 (124: it hung)"
+    grep -q 'not a regular file' "$tmp/err" || fail "plan $f: $(cat "$tmp/err")"
+done
+
+DCP_DEFAULT_DEPLOYMENT=$tmp/nowhere.yaml "$dcp_run" plan >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 1 ] || fail "plan with DCP_DEFAULT_DEPLOYMENT pointing nowhere did not exit 1"
+grep -q 'DCP_DEFAULT_DEPLOYMENT' "$tmp/err" || fail "the message does not name DCP_DEFAULT_DEPLOYMENT: $(cat "$tmp/err")"
+
+{
+    cat "$config"
+    i=0
+    while [ $i -lt 150 ]; do
+        echo "x$i: 1"
+        i=$((i + 1))
+    done
+} >"$tmp/many.yaml"
+"$dcp_run" plan "$tmp/many.yaml" >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 1 ] || fail "plan on 150 errors did not exit 1"
+grep -q 'invalid deployment (150 errors)' "$tmp/err" || fail "150 errors not counted: $(tail -3 "$tmp/err")"
+grep -q '101 errors' "$tmp/err" && fail "150 errors reported as 101"
+echo ok
