@@ -37,14 +37,15 @@
  *    collective of dcp_rank_attention() failed, a collective timed out (DCP_ETIMEOUT;
  *    see runtime.cuda.nccl_timeout_s), or dcp_engine_abort() was called. Ranks waiting in
  *    a collective return DCP_EABORTED, and the next dcp_engine_begin_step() or
- *    dcp_engine_run() restarts the collectives. The host backend always can; the CUDA
- *    backend can with virtual ranks on one GPU when the device is healthy.
- *  - The engine is failed when that restart is impossible: NCCL communicators are
- *    aborted with the step (they cannot be restarted), and a CUDA error that poisons the
- *    context (e.g. an illegal address) is permanent. Then every step and rank function
- *    returns DCP_EABORTED (its message says why): destroy the engine
- *    (dcp_engine_destroy() waits for the devices with a bound, aborting communicators
- *    first). Sequences (dcp_seq_*) keep working so state can be inspected.
+ *    dcp_engine_run() restarts the collectives. The host backend always can. The CUDA
+ *    backend cannot yet: after an aborted step its engine is failed (see below).
+ *  - The engine is failed when that restart is impossible: every aborted step of the
+ *    CUDA backend, and a CUDA error that poisons the context (e.g. an illegal address).
+ *    Then every step and rank function returns DCP_EABORTED (its message says why):
+ *    destroy the engine. Sequences (dcp_seq_*) keep working so state can be inspected.
+ *    Known gap of the CUDA backend: after a collective hung (DCP_ETIMEOUT),
+ *    dcp_engine_destroy() and dcp_rank_free() wait for the rank's stream without a bound,
+ *    and only the failing rank's NCCL peers in virtual groups are woken.
  */
 #ifndef DCP_ENGINE_H
 #define DCP_ENGINE_H
