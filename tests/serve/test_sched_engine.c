@@ -92,6 +92,40 @@ static void test_engine_scheduler(void **state)
     dcp_deployment_destroy(&dep);
 }
 
+/* An engine created with max_seqs = 0 (the engine resolves it to its default) still
+ * admits requests: the scheduler takes the engine's resolved limit, not the raw 0. */
+static void test_engine_default_max_seqs(void **state)
+{
+    (void)state;
+    struct fixture_shape shape = fixture_default_shape();
+    fixture_adapt_to_backend(&shape);
+    dcp_deployment *dep = fixture_deployment(&shape);
+    struct dcp_engine_params ep;
+    dcp_engine_default_params(&ep);
+    ep.deployment = dep;
+    ep.max_context = 4096;
+    ep.max_batch = 4;
+    ep.max_query_tokens = 64;
+    ep.max_step_tokens = 64;
+    ep.max_seqs = 0; /* accepted: the engine resolves it to its default */
+    dcp_engine *e = NULL;
+    if (dcp_engine_create(&ep, &e))
+        fail_msg("engine: %s", dcp_last_error());
+    struct dcp_sched_params p;
+    dcp_sched_default_params(&p);
+    p.step_tokens = 64;
+    dcp_sched *s = NULL;
+    assert_int_equal(dcp_sched_create_for_engine(e, &p, &s), DCP_OK);
+    const struct dcp_serve_request r = {.arrival = 0, .prompt_tokens = 32, .output_tokens = 2};
+    assert_int_equal(dcp_sched_add(s, &r, NULL), DCP_OK);
+    struct dcp_sched_step st;
+    assert_int_equal(dcp_sched_step(s, 0, &st), DCP_OK);
+    assert_true(st.num_entries > 0);
+    dcp_sched_destroy(&s);
+    dcp_engine_destroy(&e);
+    dcp_deployment_destroy(&dep);
+}
+
 int main(void)
 {
     const int pre = fixture_backend_check();
@@ -99,6 +133,7 @@ int main(void)
         return pre;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_engine_scheduler),
+        cmocka_unit_test(test_engine_default_max_seqs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
