@@ -4,7 +4,10 @@
 #     --plot: both layouts complete every request; the SVG parses as XML and its series
 #     (concurrency and KV use per layout, the bars) agree with the JSON;
 #   execute (host backend, default deployment): a prefix-heavy trace in a KV budget small
-#     enough to preempt, with 2 MTP drafts a step: the correctness check passes, with rows
+#     enough to preempt, with 2 MTP drafts a step, every request arriving at once (closed
+#     loop, --clients 12: executed steps take wall time, so open-loop arrivals would overlap
+#     more or less depending on the machine's speed, and whether anything is preempted
+#     with them): the correctness check passes, with rows
 #     of requests served from the prefix cache and of preempted-then-recomputed ones; the
 #     output digests equal those of a run with ample KV, no prefix cache and no MTP
 #     (identical outputs: recompute, cache hits and truncated drafts change nothing);
@@ -99,7 +102,7 @@ run_exec() { # OUT ARGS...: execute mode on the default deployment (host backend
     "$dcp_run" replay --trace "$small" --length-scale 0.1 --limit 12 --watermark 0 --backend host --json \
         --quiet "$@" >"$out" 2>"$tmp/err" || fail "execute $*: $(cat "$tmp/err")"
 }
-run_exec "$tmp/tight.json" --kv-mb 2 --mtp 2 --mtp-acceptance 0.6
+run_exec "$tmp/tight.json" --kv-mb 3 --clients 12 --mtp 2 --mtp-acceptance 0.6
 run_exec "$tmp/ample.json" --kv-mb 40 --no-prefix-cache
 python3 - "$tmp/tight.json" "$tmp/ample.json" <<'PY' || fail "execute output"
 import json, sys
