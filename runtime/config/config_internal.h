@@ -176,9 +176,12 @@ bool config_check_number(struct config_report *r, const struct config_key *k, co
 /** Reports an integer out of range without checking (negative or too large to parse). */
 void config_report_range(struct config_report *r, const struct config_key *k, const char *name,
                          const char *path, struct config_pos pos, const char *shown);
-/** Reports "invalid value <shown>; valid: <choices>". */
+/**
+ * Reports "invalid value <shown>; valid: <choices>", with "did you mean '<near>'? "
+ * before the list when near is not NULL.
+ */
 void config_report_choice(struct config_report *r, const struct config_key *k, const char *path,
-                          struct config_pos pos, const char *shown);
+                          struct config_pos pos, const char *shown, const char *near);
 /** Reports "too many entries: <count> given, at most <max>" for a list key. */
 void config_report_too_many(struct config_report *r, const struct config_key *k, const char *path,
                             struct config_pos pos, size_t count);
