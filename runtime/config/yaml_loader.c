@@ -1,6 +1,9 @@
 /*
  * yaml_loader.c: YAML text -> struct dcp_config, driven by the schema table.
  *
+ * It knows nothing of deployments: deployment.c makes one from the config it
+ * fills (one-way: deployment -> loader -> struct dcp_config).
+ *
  * libyaml composes the document. Aliases are not supported (a shared node would
  * make positions in messages point at the anchor, and can form cycles): a scan of
  * the events reports each at its own position, and the walker skips the keys and
@@ -845,8 +848,12 @@ static bool load_document(struct yaml_loader *L, yaml_parser_t *parser, const ch
     return true;
 }
 
-static void yaml_loader_free(struct yaml_loader *L)
+void config_yaml_free(struct yaml_loader **loader)
 {
+    struct yaml_loader *L = *loader;
+    if (!L)
+        return;
+    *loader = NULL;
     if (L->have_doc)
         yaml_document_delete(&L->doc);
     for (size_t i = 0; i < CONFIG_KEY_MAX; i++)
@@ -857,8 +864,8 @@ static void yaml_loader_free(struct yaml_loader *L)
     free(L);
 }
 
-int config_load_yaml(struct config_report *r, const char *text, size_t len, const char *base_dir,
-                     const char *source, dcp_deployment **out)
+int config_yaml_load(struct config_report *r, const char *text, size_t len, const char *base_dir,
+                     struct yaml_loader **out)
 {
     *out = NULL;
     struct yaml_loader *L = calloc(1, sizeof(*L));
@@ -869,23 +876,24 @@ int config_load_yaml(struct config_report *r, const char *text, size_t len, cons
     L->c_locale = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
     yaml_parser_t parser;
     if (!L->c_locale || !yaml_parser_initialize(&parser)) {
-        yaml_loader_free(L);
+        config_yaml_free(&L);
         return DCP_ENOMEM;
     }
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
     dcp_config_defaults(&L->cfg);
     const unsigned errors_before = r->errors;
-    int status = DCP_OK;
     if (load_document(L, &parser, text, len)) {
         walk_mapping(L, L->root, "");
         check_presence(L);
         config_resolve_and_check(r, &L->cfg, L->state, locate_key, L);
-        if (r->errors == errors_before && !L->out_of_memory)
-            status = config_deployment_create(&L->cfg, source, out);
     }
-    if (L->out_of_memory)
-        status = DCP_ENOMEM;
     yaml_parser_delete(&parser);
-    yaml_loader_free(L);
-    return status;
+    const bool out_of_memory = L->out_of_memory;
+    if (!out_of_memory && r->errors == errors_before)
+        *out = L;
+    else
+        config_yaml_free(&L);
+    return out_of_memory ? DCP_ENOMEM : DCP_OK;
 }
+
+const struct dcp_config *config_yaml_config(const struct yaml_loader *L) { return &L->cfg; }
