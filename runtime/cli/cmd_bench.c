@@ -1,20 +1,24 @@
 /*
  * cmd_bench.c: `dcp-run bench` -- how fast decode attention streams the KV cache
- * compared with a plain copy of the same bytes, measured side by side.
+ * compared with what the machine can do, measured side by side.
  *
  * For each case (GQA, MLA) and context length: one rank, a batch of sequences
  * large enough that the KV cache far exceeds the CPU caches, filled through the
- * append path. Each repetition times one attention step and one copy of the same
- * number of bytes out of the KV arena, alternately; medians are reported. On the
- * host backend MLA is compute-bound, so its GFLOP/s is also compared with a plain
- * fp32 FMA loop run on the same number of threads in the same run.
+ * append path. Each repetition times one attention step, then the yardsticks
+ * (bench_ref.h), alternately; medians are reported. On the host backend the
+ * yardsticks are a read-only pass over the same bytes of the KV arena (what a
+ * kernel that reads its input once can reach) and an fp32 FMA loop in the widest
+ * ISA of the CPU, both on the backend's threads. Other backends get a device copy
+ * of the same bytes, counted as the 2N bytes it moves.
  */
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_ref.h"
 #include "cli.h"
 #include "progress.h"
 #include "run_common.h"
@@ -38,14 +42,19 @@ static const struct bench_case cases[] = {
     {"mla", DCP_ATTN_MLA, 128, 1, 0},   /* ... with DCP 8: 8 x 16 gathered heads */
 };
 
+/* Context lengths of --contexts. */
+#define BENCH_MAX_CONTEXTS 8
+struct bench_contexts {
+    uint64_t len[BENCH_MAX_CONTEXTS];
+    uint32_t count;
+};
+
 struct bench_opts {
     bool json, quiet;
-    unsigned long long repeat, threads;
-    bool has_backend;
-    enum dcp_backend_kind backend;
+    uint32_t repeat, threads;
+    struct cli_backend_opt backend;
     enum dcp_dtype dtype;
-    uint64_t contexts[8];
-    uint32_t num_contexts;
+    struct bench_contexts contexts;
 };
 
 struct bench_row {
@@ -53,109 +62,14 @@ struct bench_row {
     uint32_t heads;
     uint64_t context, batch;
     double kv_bytes;
-    double attn_s, copy_s;   /* medians */
-    double attn_gbps, copy_gbps, ratio;
+    double attn_s;           /* median */
+    bool read_ref;           /* the bandwidth yardstick is a read-only pass (host), else a copy */
+    double ref_gbps;         /* its median rate: bytes read, or bytes moved (2N) by the copy */
+    double attn_gbps, ratio; /* ratio = attn_gbps / ref_gbps */
     double gflops;           /* attention arithmetic rate */
-    double fma_gflops;       /* plain FMA loop, host only (0 otherwise) */
+    double fma_gflops;       /* median of the FMA loop, host only (0 otherwise) */
     char backend[160];
 };
-
-/* ---- the FMA yardstick ---------------------------------------------------- */
-/* The peak a plain loop of independent fp32 multiply-adds reaches on the same
- * instruction set the CPU kernels dispatch to (AVX2+FMA where the CPU has them). */
-
-#define FMA_CHAINS 10 /* independent accumulators: enough to hide the FMA latency */
-
-#if DCP_ARCH_X86_64 && defined(__GNUC__)
-#include <immintrin.h>
-
-__attribute__((target("avx2,fma"))) static double fma_loop_avx2(uint64_t iterations)
-{
-    /* Ten named accumulators so they stay in registers: two FMA ports with a
-     * latency of four cycles need at least eight chains in flight. */
-    const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
-    __m256 c0 = _mm256_set1_ps(0.0f), c1 = _mm256_set1_ps(0.1f), c2 = _mm256_set1_ps(0.2f),
-           c3 = _mm256_set1_ps(0.3f), c4 = _mm256_set1_ps(0.4f), c5 = _mm256_set1_ps(0.5f),
-           c6 = _mm256_set1_ps(0.6f), c7 = _mm256_set1_ps(0.7f), c8 = _mm256_set1_ps(0.8f),
-           c9 = _mm256_set1_ps(0.9f);
-    for (uint64_t it = 0; it < iterations; it++) {
-        c0 = _mm256_fmadd_ps(c0, a, b);
-        c1 = _mm256_fmadd_ps(c1, a, b);
-        c2 = _mm256_fmadd_ps(c2, a, b);
-        c3 = _mm256_fmadd_ps(c3, a, b);
-        c4 = _mm256_fmadd_ps(c4, a, b);
-        c5 = _mm256_fmadd_ps(c5, a, b);
-        c6 = _mm256_fmadd_ps(c6, a, b);
-        c7 = _mm256_fmadd_ps(c7, a, b);
-        c8 = _mm256_fmadd_ps(c8, a, b);
-        c9 = _mm256_fmadd_ps(c9, a, b);
-    }
-    __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(c0, c1), _mm256_add_ps(c2, c3)),
-                               _mm256_add_ps(_mm256_add_ps(c4, c5), _mm256_add_ps(c6, c7)));
-    sum = _mm256_add_ps(sum, _mm256_add_ps(c8, c9));
-    float out[8];
-    _mm256_storeu_ps(out, sum);
-    return (double)out[0] + out[7];
-}
-#endif
-
-/* Runs the loop; returns the flops done (2 per multiply-add) and a value that
- * depends on every result, so the compiler cannot drop the work. */
-static double fma_loop(uint64_t iterations, double *sink)
-{
-#if DCP_ARCH_X86_64 && defined(__GNUC__)
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        *sink = fma_loop_avx2(iterations);
-        return 2.0 * 8 * FMA_CHAINS * (double)iterations;
-    }
-#endif
-    float acc[FMA_CHAINS];
-    for (int i = 0; i < FMA_CHAINS; i++)
-        acc[i] = (float)i * 1e-3f;
-    for (uint64_t it = 0; it < iterations; it++)
-        for (int i = 0; i < FMA_CHAINS; i++)
-            acc[i] = fmaf(acc[i], 0.999999f, 1e-7f);
-    double s = 0;
-    for (int i = 0; i < FMA_CHAINS; i++)
-        s += acc[i];
-    *sink = s;
-    return 2.0 * FMA_CHAINS * (double)iterations;
-}
-
-struct fma_job {
-    uint64_t iterations;
-    double flops, sink;
-};
-
-static void *fma_thread(void *p)
-{
-    struct fma_job *j = p;
-    j->flops = fma_loop(j->iterations, &j->sink);
-    return NULL;
-}
-
-/* GFLOP/s of the FMA loop on `threads` threads at once. */
-static double measure_fma(uint32_t threads)
-{
-    const uint64_t iterations = 50u << 20;
-    struct fma_job jobs[64];
-    pthread_t tid[64];
-    threads = DCP_CLI_MIN(threads, 64u);
-    const double t0 = cli_now();
-    for (uint32_t i = 0; i < threads; i++) {
-        jobs[i] = (struct fma_job){.iterations = iterations};
-        if (pthread_create(&tid[i], NULL, fma_thread, &jobs[i]))
-            threads = i;
-    }
-    double flops = 0, sink = 0;
-    for (uint32_t i = 0; i < threads; i++) {
-        pthread_join(tid[i], NULL);
-        flops += jobs[i].flops;
-        sink += jobs[i].sink;
-    }
-    const double dt = cli_now() - t0;
-    return isfinite(sink) ? flops / dt / 1e9 : 0;
-}
 
 /* ---- one case ------------------------------------------------------------- */
 
@@ -177,11 +91,11 @@ static int make_deployment(const struct bench_case *c, const struct bench_opts *
     cfg.parallel.tp = 1;
     cfg.parallel.dcp = 1;
     cfg.memory.reserve_bytes = 0;
-    cfg.workload.context_lengths[0] = o->contexts[0];
+    cfg.workload.context_lengths[0] = o->contexts.len[0];
     cfg.workload.num_context_lengths = 1;
-    cfg.runtime.host.threads = (uint32_t)o->threads;
-    if (o->has_backend)
-        cfg.runtime.backend = o->backend;
+    cfg.runtime.host.threads = o->threads;
+    if (o->backend.given)
+        cfg.runtime.backend = o->backend.kind;
     dcp_diag *diag = NULL;
     int err = dcp_diag_create(&diag);
     if (!err)
@@ -201,6 +115,8 @@ struct bench_state {
     uint32_t step_tokens;
     struct dcp_engine_info info;
     bool mla;
+    bool host;        /* host backend: KV in host memory, yardsticks on the CPU */
+    uint32_t threads; /* the host backend's worker threads */
 };
 
 static int bench_fill(dcp_rank *rank, void *arg)
@@ -265,14 +181,35 @@ static int time_attention(struct bench_state *b, double *seconds)
     return err;
 }
 
-static int time_copy(struct bench_state *b, size_t bytes, double *seconds)
+/* FMA loop steps per thread per sample: about 10 ms of AVX-512 work at 3 GHz. */
+#define BENCH_FMA_ITERATIONS (4ull << 20)
+
+/* The bandwidth yardstick over `bytes` bytes of the KV arena: GB/s of a read-only
+ * pass on the host backend's threads, or of a device copy counting 2N bytes moved. */
+static int time_bandwidth(struct bench_state *b, size_t bytes, double *gbps)
 {
+    if (b->host) {
+        struct bench_ref_sample s;
+        if (bench_ref_stream(b->arena, bytes, b->threads, &s))
+            return DCP_ENOMEM;
+        *gbps = s.amount / s.seconds / 1e9;
+        return DCP_OK;
+    }
     const double t0 = cli_now();
     int err = dcp_rank_copy(b->rank, b->copy_dst, b->arena, bytes);
     if (!err)
         err = dcp_rank_synchronize(b->rank);
-    *seconds = cli_now() - t0;
+    *gbps = 2.0 * (double)bytes / (cli_now() - t0) / 1e9;
     return err;
+}
+
+static int time_fma(struct bench_state *b, double *gflops)
+{
+    struct bench_ref_sample s;
+    if (bench_ref_fma(BENCH_FMA_ITERATIONS, b->threads, &s))
+        return DCP_ENOMEM;
+    *gflops = s.amount / s.seconds / 1e9;
+    return DCP_OK;
 }
 
 static int run_case(const struct bench_case *c, uint64_t context, const struct bench_opts *o,
@@ -302,6 +239,9 @@ static int run_case(const struct bench_case *c, uint64_t context, const struct b
     if (err)
         goto out;
     dcp_engine_get_info(b.engine, &b.info);
+    b.host = !strcmp(b.info.backend, "host");
+    const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    b.threads = o->threads ? o->threads : (uint32_t)(cpus > 0 ? cpus : 1);
     b.rank = dcp_engine_rank(b.engine, 0);
     dcp_rank_kv_arena(b.rank, &b.arena, &b.arena_bytes);
     const size_t f = sizeof(float), Ts = p.max_step_tokens;
@@ -310,7 +250,7 @@ static int run_case(const struct bench_case *c, uint64_t context, const struct b
         (!b.mla && (err = dcp_rank_alloc(b.rank, Ts * b.info.v_dim * f, &b.v))) ||
         (err = dcp_rank_alloc(b.rank, batch * b.info.q_heads_per_rank * b.info.v_dim * f, &b.out)) ||
         (err = dcp_rank_alloc(b.rank, batch * b.info.q_heads_per_rank * f, &b.lse)) ||
-        (err = dcp_rank_alloc(b.rank, b.arena_bytes, &b.copy_dst)))
+        (!b.host && (err = dcp_rank_alloc(b.rank, b.arena_bytes, &b.copy_dst))))
         goto out;
     err = bench_prefill(&b, context, chunk);
     const struct dcp_synth_desc qd = {
@@ -320,21 +260,24 @@ static int run_case(const struct bench_case *c, uint64_t context, const struct b
     if (!err)
         err = dcp_rank_fill_synthetic(b.rank, b.q, &qd);
     const double kv_bytes = (double)bytes_per_token * (double)context * batch;
-    const size_t copy_bytes = (size_t)DCP_CLI_MIN((double)b.arena_bytes, kv_bytes);
-    const uint32_t reps = (uint32_t)o->repeat;
-    double *ta = calloc(reps, sizeof(double)), *tc = calloc(reps, sizeof(double));
-    if (!ta || !tc)
+    const size_t ref_bytes = (size_t)DCP_CLI_MIN((double)b.arena_bytes, kv_bytes);
+    const uint32_t reps = o->repeat;
+    double *ta = calloc(reps, sizeof(double)), *tr = calloc(reps, sizeof(double)),
+           *tf = calloc(reps, sizeof(double));
+    if (!ta || !tr || !tf)
         err = DCP_ENOMEM;
-    /* One untimed round warms both paths, then they alternate. */
+    /* One untimed round warms every path, then they alternate. */
     double warm;
     if (!err)
         err = time_attention(&b, &warm);
     if (!err)
-        err = time_copy(&b, copy_bytes, &warm);
+        err = time_bandwidth(&b, ref_bytes, &warm);
     for (uint32_t i = 0; i < reps && !err; i++) {
         err = time_attention(&b, &ta[i]);
         if (!err)
-            err = time_copy(&b, copy_bytes, &tc[i]);
+            err = time_bandwidth(&b, ref_bytes, &tr[i]);
+        if (!err && b.host)
+            err = time_fma(&b, &tf[i]);
         progress_update(pg, i + 1, reps);
     }
     if (!err) {
@@ -344,16 +287,18 @@ static int run_case(const struct bench_case *c, uint64_t context, const struct b
         row->batch = batch;
         row->kv_bytes = kv_bytes;
         row->attn_s = run_percentile(ta, reps, 0.5);
-        row->copy_s = run_percentile(tc, reps, 0.5);
+        row->read_ref = b.host;
+        row->ref_gbps = run_percentile(tr, reps, 0.5);
         row->attn_gbps = kv_bytes / row->attn_s / 1e9;
-        row->copy_gbps = (double)copy_bytes / row->copy_s / 1e9;
-        row->ratio = row->attn_gbps / row->copy_gbps;
+        row->ratio = row->attn_gbps / row->ref_gbps;
         const double flops_per_token_head = 2.0 * b.info.qk_dim + 2.0 * b.info.v_dim;
         row->gflops = flops_per_token_head * (double)context * batch * c->q_heads / row->attn_s / 1e9;
+        row->fma_gflops = b.host ? run_percentile(tf, reps, 0.5) : 0;
         snprintf(row->backend, sizeof(row->backend), "%s (%s)", b.info.backend, b.info.backend_detail);
     }
     free(ta);
-    free(tc);
+    free(tr);
+    free(tf);
 out:
     if (err)
         fprintf(stderr, "dcp-run bench: %s h=%u L=%llu: %s: %s\n", c->name, c->q_heads,
@@ -375,26 +320,34 @@ out:
 
 static void print_text(const struct bench_row *rows, int n, const struct bench_opts *o)
 {
-    printf("dcp-run bench: decode attention vs copying the same bytes, one rank, kv %s\n",
+    const bool host = n > 0 && rows[0].read_ref;
+    printf("dcp-run bench: decode attention vs %s, one rank, kv %s\n",
+           host ? "a read-only pass over the same bytes and an FMA loop" : "a copy of the same bytes",
            dcp_dtype_name(o->dtype));
     if (n > 0)
-        printf("backend: %s; medians of %llu alternating runs\n\n", rows[0].backend, o->repeat);
-    printf("%-4s %5s %8s %6s %9s %9s %10s %11s %6s %9s %10s %6s\n", "kind", "heads", "context", "batch",
-           "KV MB", "attn ms", "attn GB/s", "copy GB/s", "ratio", "GFLOP/s", "FMA GFLOP/s", "ratio");
+        printf("backend: %s; medians of %u alternating runs%s%s\n\n", rows[0].backend, o->repeat,
+               host ? "; FMA loop: " : "", host ? bench_ref_fma_isa() : "");
+    printf("%-4s %5s %8s %6s %9s %9s %10s %10s %6s %9s %11s %6s\n", "kind", "heads", "context", "batch",
+           "KV MB", "attn ms", "attn GB/s", host ? "read GB/s" : "copy GB/s", "ratio", "GFLOP/s",
+           "FMA GFLOP/s", "ratio");
     for (int i = 0; i < n; i++) {
         const struct bench_row *r = &rows[i];
-        printf("%-4s %5u %8llu %6llu %9.1f %9.2f %10.2f %11.2f %6.2f %9.1f", r->name, r->heads,
+        printf("%-4s %5u %8llu %6llu %9.1f %9.2f %10.2f %10.2f %6.2f %9.1f", r->name, r->heads,
                (unsigned long long)r->context, (unsigned long long)r->batch, r->kv_bytes / 1e6,
-               r->attn_s * 1e3, r->attn_gbps, r->copy_gbps, r->ratio, r->gflops);
+               r->attn_s * 1e3, r->attn_gbps, r->ref_gbps, r->ratio, r->gflops);
         if (r->fma_gflops > 0)
-            printf(" %10.1f %6.2f\n", r->fma_gflops, r->gflops / r->fma_gflops);
+            printf(" %11.1f %6.2f\n", r->fma_gflops, r->gflops / r->fma_gflops);
         else
-            printf(" %10s %6s\n", "-", "-");
+            printf(" %11s %6s\n", "-", "-");
     }
-    printf("\nattn GB/s: KV bytes the step reads / its time; copy GB/s: the same number of bytes copied\n"
-           "out of the KV arena / time (each byte read once and written once); ratio = attn / copy.\n"
-           "GFLOP/s counts 2*(qk+v) flops per token per head; FMA GFLOP/s is a plain fp32 FMA loop on\n"
-           "the same threads (host backend only).\n");
+    if (host)
+        printf("\nattn GB/s: KV bytes the step reads / its time; read GB/s: the same bytes of the KV arena\n"
+               "read once (a read-only pass, same threads); ratio = attn / read. GFLOP/s counts 2*(qk+v)\n"
+               "flops per token per head; FMA GFLOP/s: an fp32 FMA loop in the widest ISA of this CPU on\n"
+               "the same threads; ratio = GFLOP/s / FMA GFLOP/s.\n");
+    else
+        printf("\nattn GB/s: KV bytes the step reads / its time; copy GB/s: a device copy of the same\n"
+               "bytes, counted as the 2N bytes it moves (read + write); ratio = attn / copy.\n");
 }
 
 static void print_json(const struct bench_row *rows, int n, const struct bench_opts *o)
@@ -415,12 +368,14 @@ static void print_json(const struct bench_row *rows, int n, const struct bench_o
         json_kv_uint(&w, "batch", r->batch);
         json_kv_number(&w, "kv_bytes", r->kv_bytes);
         json_kv_number(&w, "attention_seconds", r->attn_s);
-        json_kv_number(&w, "copy_seconds", r->copy_s);
         json_kv_number(&w, "attention_gbps", r->attn_gbps);
-        json_kv_number(&w, "copy_gbps", r->copy_gbps);
+        /* "read": a read-only pass, bytes read; "copy": a device copy, bytes moved (2N). */
+        json_kv_string(&w, "bandwidth_reference", r->read_ref ? "read" : "copy");
+        json_kv_number(&w, "reference_gbps", r->ref_gbps);
         json_kv_number(&w, "bandwidth_ratio", r->ratio);
         json_kv_number(&w, "attention_gflops", r->gflops);
         if (r->fma_gflops > 0) {
+            json_kv_string(&w, "fma_isa", bench_ref_fma_isa());
             json_kv_number(&w, "fma_gflops", r->fma_gflops);
             json_kv_number(&w, "flops_ratio", r->gflops / r->fma_gflops);
         }
@@ -432,87 +387,89 @@ static void print_json(const struct bench_row *rows, int n, const struct bench_o
     json_finish(&w);
 }
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: dcp-run bench [options]\n"
-            "\n"
-            "Measures decode attention's KV streaming rate next to a copy of the same bytes, in the\n"
-            "same run, for GQA (8 query heads per KV head, head_dim 128) and MLA (576/512, 16 and 128\n"
-            "heads) at several context lengths, on one rank of the selected backend.\n"
-            "\n"
-            "options:\n"
-            "  --contexts L,L,..  context lengths (default 4k,16k,64k; k/M suffixes)\n"
-            "  --dtype D          KV dtype: bf16 (default), fp16, fp32, fp8_e4m3\n"
-            "  --repeat N         timed runs per case (default 5; medians are reported)\n"
-            "  --threads N        host worker threads (default: all CPUs)\n"
-            "  --backend B        auto (default), host or cuda\n"
-            "  --json             machine-readable output\n"
-            "  --quiet            no progress line\n");
-}
-
-static bool parse_dtype(const char *s, enum dcp_dtype *d)
+static bool parse_dtype(const char *s, void *dest, char *why, size_t why_size)
 {
     static const enum dcp_dtype all[] = {DCP_DTYPE_FP32, DCP_DTYPE_BF16, DCP_DTYPE_FP16, DCP_DTYPE_FP8_E4M3};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         if (!strcmp(s, dcp_dtype_name(all[i]))) {
-            *d = all[i];
+            *(enum dcp_dtype *)dest = all[i];
             return true;
         }
+    snprintf(why, why_size, "one of bf16, fp16, fp32, fp8_e4m3");
     return false;
 }
 
-static bool parse_contexts(const char *s, struct bench_opts *o)
+/* Context lengths: 2 up to 2^40 tokens, at most BENCH_MAX_CONTEXTS of them. */
+#define BENCH_MAX_CONTEXT_LEN (1ull << 40)
+
+static bool parse_contexts(const char *s, void *dest, char *why, size_t why_size)
 {
-    char buf[256];
-    snprintf(buf, sizeof(buf), "%s", s);
-    o->num_contexts = 0;
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        unsigned long long v;
-        if (o->num_contexts == 8 || !cli_parse_u64(tok, &v) || v < 2)
+    struct bench_contexts c = {.count = 0};
+    const char *p = s;
+    for (;;) {
+        const size_t n = strcspn(p, ",");
+        char tok[32];
+        unsigned long long v = 0;
+        if (c.count == BENCH_MAX_CONTEXTS || n == 0 || n >= sizeof(tok)) {
+            snprintf(why, why_size, "1 to %d comma-separated lengths in 2..%llu (k, M suffixes allowed)",
+                     BENCH_MAX_CONTEXTS, BENCH_MAX_CONTEXT_LEN);
             return false;
-        o->contexts[o->num_contexts++] = v;
+        }
+        memcpy(tok, p, n);
+        tok[n] = '\0';
+        if (!cli_parse_u64(tok, &v) || v < 2 || v > BENCH_MAX_CONTEXT_LEN) {
+            snprintf(why, why_size, "comma-separated lengths in 2..%llu (k, M suffixes allowed); '%s' is not one",
+                     BENCH_MAX_CONTEXT_LEN, tok);
+            return false;
+        }
+        c.len[c.count++] = v;
+        if (p[n] == '\0')
+            break;
+        p += n + 1;
     }
-    return o->num_contexts > 0;
+    *(struct bench_contexts *)dest = c;
+    return true;
 }
+
+#define BENCH_OPT(field) offsetof(struct bench_opts, field)
+static const struct cli_option bench_options[] = {
+    {"--contexts", CLI_ARG_CUSTOM, "L,L,..", "context lengths (default 4k,16k,64k; k/M suffixes)",
+     .offset = BENCH_OPT(contexts), .parse = parse_contexts},
+    {"--dtype", CLI_ARG_CUSTOM, "D", "KV dtype: bf16 (default), fp16, fp32, fp8_e4m3", .offset = BENCH_OPT(dtype),
+     .parse = parse_dtype},
+    {"--repeat", CLI_ARG_U32, "N", "timed runs per case (default 5; medians are reported)", 1, 1000,
+     .offset = BENCH_OPT(repeat)},
+    {"--threads", CLI_ARG_U32, "N", "host worker threads (default 0: all CPUs)", 0, 1024,
+     .offset = BENCH_OPT(threads)},
+    {"--backend", CLI_ARG_CUSTOM, "B", "auto (default), host or cuda", .offset = BENCH_OPT(backend),
+     .parse = cli_parse_backend_opt},
+    {"--json", CLI_ARG_FLAG, NULL, "machine-readable output", .offset = BENCH_OPT(json)},
+    {"--quiet", CLI_ARG_FLAG, NULL, "no progress line", .offset = BENCH_OPT(quiet)},
+};
+
+static const struct cli_spec bench_spec = {
+    .command = "bench",
+    .usage = "[options]",
+    .description =
+        "Measures decode attention's KV streaming rate next to yardsticks run alternately with it\n"
+        "(host: a read-only pass over the same bytes and an fp32 FMA loop in the widest ISA of the\n"
+        "CPU; cuda: a device copy of the same bytes, counted as 2N bytes moved), for GQA (8 query\n"
+        "heads per KV head, head_dim 128) and MLA (576/512, 16 and 128 heads) at several context\n"
+        "lengths, on one rank of the selected backend. A case that fails is reported on stderr and\n"
+        "in its row; the others still run.\n",
+    .options = bench_options,
+    .num_options = sizeof(bench_options) / sizeof(bench_options[0]),
+    .epilogue = "exit status: 0 ok, 1 a case failed (the others are still reported), 2 bad usage\n",
+};
 
 static int parse(int argc, char **argv, struct bench_opts *o)
 {
     memset(o, 0, sizeof(*o));
     o->repeat = 5;
     o->dtype = DCP_DTYPE_BF16;
-    parse_contexts("4k,16k,64k", o);
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL, *a = argv[i];
-        bool bad = false;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return -1;
-        } else if (cli_opt(argc, argv, &i, "--json", NULL, &bad)) {
-            o->json = true;
-        } else if (cli_opt(argc, argv, &i, "--quiet", NULL, &bad)) {
-            o->quiet = true;
-        } else if (cli_opt(argc, argv, &i, "--contexts", &v, &bad)) {
-            bad = bad || !parse_contexts(v, o);
-        } else if (cli_opt(argc, argv, &i, "--dtype", &v, &bad)) {
-            bad = bad || !parse_dtype(v, &o->dtype);
-        } else if (cli_opt(argc, argv, &i, "--repeat", &v, &bad)) {
-            bad = bad || !cli_parse_u64(v, &o->repeat) || o->repeat == 0 || o->repeat > 1000;
-        } else if (cli_opt(argc, argv, &i, "--threads", &v, &bad)) {
-            bad = bad || !cli_parse_u64(v, &o->threads) || o->threads > 1024;
-        } else if (cli_opt(argc, argv, &i, "--backend", &v, &bad)) {
-            o->has_backend = true;
-            bad = bad || !cli_parse_backend(v, &o->backend);
-        } else {
-            fprintf(stderr, "dcp-run bench: unexpected argument '%s' (see dcp-run bench --help)\n", a);
-            return CLI_EXIT_USAGE;
-        }
-        if (bad) {
-            fprintf(stderr, "dcp-run bench: bad value for %s (see dcp-run bench --help)\n", a);
-            return CLI_EXIT_USAGE;
-        }
-    }
-    return 0;
+    char why[8];
+    parse_contexts("4k,16k,64k", &o->contexts, why, sizeof(why));
+    return cli_parse(&bench_spec, argc, argv, o);
 }
 
 int cmd_bench(int argc, char **argv)
@@ -523,28 +480,20 @@ int cmd_bench(int argc, char **argv)
         return rc < 0 ? CLI_EXIT_OK : rc;
     struct progress pg;
     progress_init(&pg, o.quiet);
-    struct bench_row rows[3 * 8];
+    struct bench_row rows[3 * BENCH_MAX_CONTEXTS];
     int n = 0, err = DCP_OK;
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]) && !err; c++)
-        for (uint32_t i = 0; i < o.num_contexts && !err; i++) {
+        for (uint32_t i = 0; i < o.contexts.count && !err; i++) {
             char label[64];
             snprintf(label, sizeof(label), "bench %s h=%u L=%llu", cases[c].name, cases[c].q_heads,
-                     (unsigned long long)o.contexts[i]);
+                     (unsigned long long)o.contexts.len[i]);
             progress_begin(&pg, label);
             memset(&rows[n], 0, sizeof(rows[n]));
-            err = run_case(&cases[c], o.contexts[i], &o, &pg, &rows[n]);
+            err = run_case(&cases[c], o.contexts.len[i], &o, &pg, &rows[n]);
             if (!err)
                 n++;
         }
     progress_end(&pg);
-    /* The FMA yardstick runs on as many threads as the host backend used. */
-    if (!err && n > 0 && !strncmp(rows[0].backend, "host", 4)) {
-        const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        const uint32_t threads = o.threads ? (uint32_t)o.threads : (uint32_t)(cpus > 0 ? cpus : 1);
-        const double fma = measure_fma(threads);
-        for (int i = 0; i < n; i++)
-            rows[i].fma_gflops = fma;
-    }
     if (o.json)
         print_json(rows, n, &o);
     else

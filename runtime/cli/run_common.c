@@ -436,3 +436,12 @@ int cli_override_backend(dcp_deployment **dep, enum dcp_backend_kind backend)
     *dep = copy;
     return DCP_OK;
 }
+
+int cli_check_layers(const char *command, uint32_t layers, const char *file, const struct dcp_config *cfg)
+{
+    if (layers <= cfg->model.num_layers)
+        return CLI_EXIT_OK;
+    fprintf(stderr, "dcp-run %s: --layers %u: the model (%s) has %u layers; give 1..%u\n", command, layers, file,
+            cfg->model.num_layers, cfg->model.num_layers);
+    return CLI_EXIT_USAGE;
+}

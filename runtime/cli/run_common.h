@@ -86,4 +86,8 @@ double run_percentile(const double *v, uint32_t n, double p);
 /** Replaces *dep by a copy whose runtime.backend is backend. */
 int cli_override_backend(dcp_deployment **dep, enum dcp_backend_kind backend);
 
+/** CLI_EXIT_OK if --layers (0: all) is within the model's layers, else CLI_EXIT_USAGE after
+ *  saying so on stderr ("dcp-run COMMAND: --layers N: the model (FILE) has M layers"). */
+int cli_check_layers(const char *command, uint32_t layers, const char *file, const struct dcp_config *cfg);
+
 #endif /* DCP_CLI_RUN_COMMON_H */

@@ -2,6 +2,9 @@
  * config_internal.h: the deployment schema and the checks shared by the YAML
  * loader and dcp_deployment_from_config().
  *
+ * Dependencies run one way: deployment.c (the public API) calls the YAML loader,
+ * which fills a struct dcp_config, and the checks; neither calls back into it.
+ *
  * One table (schema.c) lists every key of a deployment file: its path, type, the
  * field of struct dcp_config it fills, whether it is required, its default, its
  * range or choices and the attention kinds it applies to. The YAML walker
@@ -176,9 +179,12 @@ bool config_check_number(struct config_report *r, const struct config_key *k, co
 /** Reports an integer out of range without checking (negative or too large to parse). */
 void config_report_range(struct config_report *r, const struct config_key *k, const char *name,
                          const char *path, struct config_pos pos, const char *shown);
-/** Reports "invalid value <shown>; valid: <choices>". */
+/**
+ * Reports "invalid value <shown>; valid: <choices>", with "did you mean '<near>'? "
+ * before the list when near is not NULL.
+ */
 void config_report_choice(struct config_report *r, const struct config_key *k, const char *path,
-                          struct config_pos pos, const char *shown);
+                          struct config_pos pos, const char *shown, const char *near);
 /** Reports "too many entries: <count> given, at most <max>" for a list key. */
 void config_report_too_many(struct config_report *r, const struct config_key *k, const char *path,
                             struct config_pos pos, size_t count);
@@ -208,20 +214,21 @@ void config_resolve_and_check(struct config_report *r, struct dcp_config *cfg,
                               unsigned char state[CONFIG_KEY_MAX], config_locate_fn locate,
                               const void *locate_user);
 
-/**
- * Makes a deployment from a checked config: deep copies of its strings and of
- * source. Returns DCP_OK or DCP_ENOMEM.
- */
-int config_deployment_create(const struct dcp_config *cfg, const char *source,
-                             dcp_deployment **out);
+/** A parsed deployment file: its checked config, whose strings it owns. */
+struct yaml_loader;
 
 /**
- * Parses YAML text, reports every problem into r, resolves and checks the rules
- * and, when nothing is wrong, makes *out (source names it). base_dir is the
- * directory relative paths are resolved against (NULL: the current directory).
- * Returns DCP_OK (with *out NULL when r->errors > 0) or DCP_ENOMEM.
+ * Parses YAML text, reports every problem into r and resolves and checks the
+ * rules. base_dir is the directory relative paths are resolved against (NULL:
+ * the current directory). When nothing is wrong, *out holds the checked config
+ * (config_yaml_config) until config_yaml_free; otherwise *out is NULL.
+ * Returns DCP_OK (also when r->errors grew) or DCP_ENOMEM.
  */
-int config_load_yaml(struct config_report *r, const char *text, size_t len, const char *base_dir,
-                     const char *source, dcp_deployment **out);
+int config_yaml_load(struct config_report *r, const char *text, size_t len, const char *base_dir,
+                     struct yaml_loader **out);
+/** The config of a successful load; its strings live as long as the loader. */
+const struct dcp_config *config_yaml_config(const struct yaml_loader *loader);
+/** Frees a loader (NULL is fine) and sets *loader to NULL. */
+void config_yaml_free(struct yaml_loader **loader);
 
 #endif /* DCP_CONFIG_INTERNAL_H */

@@ -1,6 +1,8 @@
 /*
  * deployment.c: the public deployment API. A deployment is an immutable deep
- * copy of a checked struct dcp_config plus the name of its source.
+ * copy of a checked struct dcp_config plus the name of its source, made here
+ * from a config filled by the YAML loader or given by the caller; the loader
+ * never makes deployments itself.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -37,7 +39,8 @@ DCP_API void dcp_deployment_destroy(dcp_deployment **dep)
     *dep = NULL;
 }
 
-int config_deployment_create(const struct dcp_config *cfg, const char *source, dcp_deployment **out)
+/* Makes a deployment from a checked config: deep copies of its strings and of source. */
+static int deployment_create(const struct dcp_config *cfg, const char *source, dcp_deployment **out)
 {
     dcp_deployment *d = calloc(1, sizeof(*d));
     if (!d)
@@ -88,7 +91,11 @@ static int load_text(const char *name, const char *text, size_t len, const char 
                      dcp_diag *diag, dcp_deployment **out)
 {
     struct config_report r = {.diag = diag, .file = name};
-    int status = config_load_yaml(&r, text, len, base_dir, name, out);
+    struct yaml_loader *loaded = NULL;
+    int status = config_yaml_load(&r, text, len, base_dir, &loaded);
+    if (loaded)
+        status = deployment_create(config_yaml_config(loaded), name, out);
+    config_yaml_free(&loaded);
     status = load_status(&r, status, name);
     if (status)
         dcp_deployment_destroy(out);
@@ -147,7 +154,7 @@ DCP_API int dcp_deployment_from_config(const struct dcp_config *cfg, dcp_diag *d
     unsigned char state[CONFIG_KEY_MAX];
     config_check_fields(&r, &copy, state);
     config_resolve_and_check(&r, &copy, state, NULL, NULL);
-    int status = r.errors || r.out_of_memory ? DCP_OK : config_deployment_create(&copy, "<config>", out);
+    int status = r.errors || r.out_of_memory ? DCP_OK : deployment_create(&copy, "<config>", out);
     status = load_status(&r, status, "<config>");
     if (status)
         dcp_deployment_destroy(out);

@@ -408,12 +408,15 @@ bool config_check_number(struct config_report *r, const struct config_key *k, co
 }
 
 void config_report_choice(struct config_report *r, const struct config_key *k, const char *path,
-                          struct config_pos pos, const char *shown)
+                          struct config_pos pos, const char *shown, const char *near)
 {
     struct config_text valid = {0};
+    if (near)
+        config_text_add(&valid, "did you mean '%s'? ", near);
+    config_text_add(&valid, "valid: ");
     for (unsigned i = 0; i < k->num_choices; i++)
         config_text_add(&valid, "%s%s", i ? ", " : "", k->choices[i]);
-    config_report_add(r, DCP_DIAG_ERROR, pos, path, "invalid value %s; valid: %s", shown, valid.buf);
+    config_report_add(r, DCP_DIAG_ERROR, pos, path, "invalid value %s; %s", shown, valid.buf);
 }
 
 void config_report_too_many(struct config_report *r, const struct config_key *k, const char *path,
@@ -524,7 +527,7 @@ static bool check_field_value(struct config_report *r, const struct dcp_config *
         if (e >= 0 && (unsigned)e < k->num_choices)
             return true;
         snprintf(shown, sizeof(shown), "%d", e);
-        config_report_choice(r, k, k->path, no_pos, shown);
+        config_report_choice(r, k, k->path, no_pos, shown, NULL);
         return false;
     }
     case CONFIG_TOKEN_LIST: return check_token_list_field(r, cfg, k);

@@ -1,8 +1,13 @@
 /*
  * yaml_loader.c: YAML text -> struct dcp_config, driven by the schema table.
  *
- * libyaml composes the document; aliases are rejected first (a shared node would
- * make positions in messages point at the anchor, and can form cycles). The walker matches each mapping key against the schema rows under
+ * It knows nothing of deployments: deployment.c makes one from the config it
+ * fills (one-way: deployment -> loader -> struct dcp_config).
+ *
+ * libyaml composes the document. Aliases are not supported (a shared node would
+ * make positions in messages point at the anchor, and can form cycles): a scan of
+ * the events reports each at its own position, and the walker skips the keys and
+ * entries that are aliases while checking everything else. The walker matches each mapping key against the schema rows under
  * the current section and parses the value by the row's kind; it reports every
  * problem with the position of the node to blame and keeps going. libyaml accepts
  * duplicate keys silently, so the walker remembers where each key was seen.
@@ -30,7 +35,18 @@ struct yaml_loader {
     const yaml_node_t *value_node[CONFIG_KEY_MAX];
     unsigned char state[CONFIG_KEY_MAX];          ///< enum config_key_state per key.
     char *resolved[CONFIG_KEY_MAX];               ///< Owned resolved paths of CONFIG_PATH keys.
+    struct node_def *defs;                        ///< Per node index: where it was written.
     bool out_of_memory;
+};
+
+/*
+ * Where a node of the composed document was written: the node that holds it and
+ * the slot there (2 * pair for a key, 2 * pair + 1 for a value, the item index in
+ * a list). Every other reference to the node is an alias (*name).
+ */
+struct node_def {
+    int parent; ///< Index of the holding node; 0 for the root; -1 before it is found.
+    size_t slot;
 };
 
 /* Shown text of a scalar is cut after this many bytes. */
@@ -141,6 +157,49 @@ static void type_error(struct yaml_loader *L, const struct config_key *k, const 
     type_error_as(L, k->path, expected.buf, n, !wants_text);
 }
 
+/* ---- Aliases ------------------------------------------------------------ */
+
+/* Records where node index was written and, the first time only, its children (document order). */
+static void find_definitions(struct yaml_loader *L, int parent, size_t slot, int index)
+{
+    const yaml_node_t *n = node_at(L, index);
+    if (!n || L->defs[index].parent >= 0)
+        return; /* a later reference: an alias, which the event scan reported */
+    L->defs[index] = (struct node_def){parent, slot};
+    /* Depth is bounded: scan_events refused documents nested past CONFIG_MAX_DEPTH. */
+    if (n->type == YAML_MAPPING_NODE) {
+        const yaml_node_pair_t *pairs = n->data.mapping.pairs.start;
+        for (const yaml_node_pair_t *p = pairs; p < n->data.mapping.pairs.top; p++) {
+            find_definitions(L, index, 2 * (size_t)(p - pairs), p->key);
+            find_definitions(L, index, 2 * (size_t)(p - pairs) + 1, p->value);
+        }
+    } else if (n->type == YAML_SEQUENCE_NODE) {
+        const yaml_node_item_t *items = n->data.sequence.items.start;
+        for (const yaml_node_item_t *it = items; it < n->data.sequence.items.top; it++)
+            find_definitions(L, index, (size_t)(it - items), *it);
+    }
+}
+
+/* Whether the reference in slot of node holder to node index is an alias. */
+static bool is_alias(const struct yaml_loader *L, const yaml_node_t *holder, size_t slot, int index)
+{
+    const int parent = (int)(holder - L->doc.nodes.start) + 1;
+    const ptrdiff_t count = L->doc.nodes.top - L->doc.nodes.start;
+    if (index < 1 || index > count)
+        return false;
+    return L->defs[index].parent != parent || L->defs[index].slot != slot;
+}
+
+/* The value of an alias event for messages: "*name". */
+static void report_alias(struct yaml_loader *L, const yaml_event_t *ev)
+{
+    const char *anchor = (const char *)ev->data.alias.anchor;
+    char shown[SHOW_BUF];
+    show_text(anchor ? anchor : "", anchor ? strlen(anchor) : 0, 0, shown);
+    config_report_add(L->report, DCP_DIAG_ERROR, pos_of_mark(ev->start_mark), "",
+                      "YAML alias *%s is not supported; write the value out", shown);
+}
+
 /* ---- Scalar syntax ------------------------------------------------------- */
 
 static size_t skip_digits(const char *s, size_t len, size_t i)
@@ -230,6 +289,70 @@ static bool parse_bool(const char *s, size_t len, bool *out)
     return false;
 }
 
+/* ---- Near misses ---------------------------------------------------------- */
+
+/* Optimal string alignment distance (edits incl. adjacent swaps), case-insensitive. */
+static size_t edit_distance(const char *a, size_t la, const char *b, size_t lb)
+{
+    enum { N = 40 };
+    size_t d[N][N];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        for (size_t j = 1; j <= lb; j++) {
+            const int ca = tolower((unsigned char)a[i - 1]), cb = tolower((unsigned char)b[j - 1]);
+            size_t best = d[i - 1][j - 1] + (ca != cb);
+            best = DCP_MIN(best, d[i - 1][j] + 1);
+            best = DCP_MIN(best, d[i][j - 1] + 1);
+            if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) &&
+                tolower((unsigned char)a[i - 2]) == cb)
+                best = DCP_MIN(best, d[i - 2][j - 2] + 1);
+            d[i][j] = best;
+        }
+    }
+    return d[la][lb];
+}
+
+/* Whether one of a, b starts with the other, sharing at least 3 characters. */
+static bool prefix_match(const char *a, size_t la, const char *b, size_t lb)
+{
+    const size_t n = DCP_MIN(la, lb);
+    return n >= 3 && strncasecmp(a, b, n) == 0;
+}
+
+/*
+ * The index of the name in names[0..count) closest to name (len bytes), or count
+ * when none is close: within 2 edits (and fewer edits than name has characters),
+ * else sharing a prefix of 3 or more characters. With prefer_prefix a name that
+ * starts the candidate wins over edits ("fp8" is a short "fp8_e4m3", not a typo
+ * of "fp32").
+ */
+static size_t closest_name(const char *name, size_t len, const char *const *names, size_t count,
+                           bool prefer_prefix)
+{
+    size_t best = count, prefix = count;
+    size_t best_distance = 3; /* suggestions need distance <= 2 */
+    for (size_t i = 0; i < count; i++) {
+        const size_t ll = strlen(names[i]);
+        if (prefix == count && prefix_match(name, len, names[i], ll))
+            prefix = i;
+        /* Lengths that differ by more than 2 cannot be within distance 2. */
+        if (len + 2 < ll || ll + 2 < len || len >= 38 || ll >= 38)
+            continue;
+        const size_t d = edit_distance(name, len, names[i], ll);
+        /* A distance as long as the name itself ("ab" vs "tp") is no resemblance. */
+        if (d < best_distance && d < len) {
+            best = i;
+            best_distance = d;
+        }
+    }
+    if (prefer_prefix && prefix < count && len < strlen(names[prefix]))
+        return prefix;
+    return best < count ? best : prefix;
+}
+
 /* ---- Values -------------------------------------------------------------- */
 
 /* Integers, and the entries of token lists (name/path carry the index). */
@@ -280,6 +403,10 @@ static bool load_token_list(struct yaml_loader *L, const struct config_key *k, c
             ok = false;
             break;
         }
+        if (is_alias(L, n, i, items[i])) {
+            ok = false; /* reported where it was written */
+            continue;
+        }
         if (load_int_node(L, k, item, name, path, &values[stored]))
             stored++;
         else
@@ -318,7 +445,9 @@ static bool load_enum(struct yaml_loader *L, const struct config_key *k, const y
     }
     char shown[SHOW_BUF];
     show_text(s, len, '"', shown);
-    config_report_choice(L->report, k, k->path, pos_of(n), shown);
+    const size_t near = closest_name(s, len, k->choices, k->num_choices, true);
+    config_report_choice(L->report, k, k->path, pos_of(n), shown,
+                         near < k->num_choices ? k->choices[near] : NULL);
     return false;
 }
 
@@ -389,61 +518,20 @@ static bool load_value(struct yaml_loader *L, const struct config_key *k, const 
 
 /* ---- Keys ---------------------------------------------------------------- */
 
-/* Optimal string alignment distance (edits incl. adjacent swaps), case-insensitive. */
-static size_t edit_distance(const char *a, size_t la, const char *b, size_t lb)
-{
-    enum { N = 40 };
-    size_t d[N][N];
-    for (size_t i = 0; i <= la; i++)
-        d[i][0] = i;
-    for (size_t j = 0; j <= lb; j++)
-        d[0][j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        for (size_t j = 1; j <= lb; j++) {
-            const int ca = tolower((unsigned char)a[i - 1]), cb = tolower((unsigned char)b[j - 1]);
-            size_t best = d[i - 1][j - 1] + (ca != cb);
-            best = DCP_MIN(best, d[i - 1][j] + 1);
-            best = DCP_MIN(best, d[i][j - 1] + 1);
-            if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) &&
-                tolower((unsigned char)a[i - 2]) == cb)
-                best = DCP_MIN(best, d[i - 2][j - 2] + 1);
-            d[i][j] = best;
-        }
-    }
-    return d[la][lb];
-}
-
-/* Whether one of a, b starts with the other, sharing at least 3 characters. */
-static bool prefix_match(const char *a, size_t la, const char *b, size_t lb)
-{
-    const size_t n = DCP_MIN(la, lb);
-    return n >= 3 && strncasecmp(a, b, n) == 0;
-}
-
 /* The allowed key under parent closest to an unknown name, or NULL if none is close. */
 static const struct config_key *closest_key(const char *parent, const char *name, size_t len)
 {
-    const struct config_key *best = NULL, *prefix = NULL;
-    size_t best_distance = 3; /* suggestions need distance <= 2 */
+    const char *names[CONFIG_KEY_MAX];
+    const struct config_key *keys[CONFIG_KEY_MAX];
+    size_t n = 0;
     for (size_t i = 0; i < config_key_count; i++) {
-        const struct config_key *k = &config_keys[i];
-        if (!config_key_is_under(k, parent))
-            continue;
-        const char *leaf = config_key_name(k);
-        const size_t ll = strlen(leaf);
-        if (!prefix && prefix_match(name, len, leaf, ll))
-            prefix = k;
-        /* Lengths that differ by more than 2 cannot be within distance 2. */
-        if (len + 2 < ll || ll + 2 < len || len >= 38 || ll >= 38)
-            continue;
-        const size_t d = edit_distance(name, len, leaf, ll);
-        /* A distance as long as the name itself ("ab" vs "tp") is no resemblance. */
-        if (d < best_distance && d < len) {
-            best = k;
-            best_distance = d;
+        if (config_key_is_under(&config_keys[i], parent)) {
+            keys[n] = &config_keys[i];
+            names[n++] = config_key_name(&config_keys[i]);
         }
     }
-    return best ? best : prefix;
+    const size_t near = closest_name(name, len, names, n, false);
+    return near < n ? keys[near] : NULL;
 }
 
 /* A key of that exact name in another section (interleave under memory:), or NULL. */
@@ -487,10 +575,12 @@ static void report_unknown_key(struct yaml_loader *L, const char *parent, const 
 
 static void walk_mapping(struct yaml_loader *L, const yaml_node_t *map, const char *parent)
 {
-    for (const yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
-         p++) {
+    const yaml_node_pair_t *pairs = map->data.mapping.pairs.start;
+    for (const yaml_node_pair_t *p = pairs; p < map->data.mapping.pairs.top; p++) {
         const yaml_node_t *key = node_at(L, p->key), *value = node_at(L, p->value);
-        if (!key || !value)
+        const size_t slot = 2 * (size_t)(p - pairs);
+        /* An alias was reported where it was written; the rest is still checked. */
+        if (!key || !value || is_alias(L, map, slot, p->key))
             continue;
         if (key->type != YAML_SCALAR_NODE) {
             type_error_as(L, parent, "a key name", key, false);
@@ -509,6 +599,10 @@ static void walk_mapping(struct yaml_loader *L, const yaml_node_t *map, const ch
             continue;
         }
         L->key_node[i] = key;
+        if (is_alias(L, map, slot + 1, p->value)) {
+            L->state[i] = CONFIG_BAD; /* not "missing": it was given, as an alias */
+            continue;
+        }
         L->value_node[i] = value;
         if (k->kind != CONFIG_SECTION) {
             L->state[i] = load_value(L, k, value) ? CONFIG_SET : CONFIG_BAD;
@@ -599,6 +693,44 @@ static struct config_pos pos_of_offset(const char *text, size_t len, size_t offs
     return pos;
 }
 
+/*
+ * Column (1-based) of the first tab among the blanks that start line (0-based)
+ * of text, or 0 when that indentation has none.
+ */
+static size_t indent_tab_column(const char *text, size_t len, size_t line)
+{
+    size_t i = 0;
+    for (size_t l = 0; l < line; l++) {
+        const char *nl = memchr(text + i, '\n', len - i);
+        if (!nl)
+            return 0;
+        i = (size_t)(nl - text) + 1;
+    }
+    for (size_t col = 1; i < len && (text[i] == ' ' || text[i] == '\t'); i++, col++)
+        if (text[i] == '\t')
+            return col;
+    return 0;
+}
+
+/*
+ * libyaml reports a tab used for indentation as "found character that cannot
+ * start any token" or a wrong indentation: name the tab, on the line of the
+ * problem or else of its context.
+ */
+static void add_tab_hint(struct config_text *t, const yaml_parser_t *parser, const char *text,
+                         size_t len)
+{
+    const size_t lines[2] = {parser->problem_mark.line, parser->context_mark.line};
+    for (size_t i = 0; i < (parser->context ? 2u : 1u); i++) {
+        const size_t col = indent_tab_column(text, len, lines[i]);
+        if (col) {
+            config_text_add(t, "; a tab indents line %zu (column %zu): YAML indents with spaces only",
+                            lines[i] + 1, col);
+            return;
+        }
+    }
+}
+
 static void report_parse_error(struct yaml_loader *L, const yaml_parser_t *parser, const char *text,
                                size_t len)
 {
@@ -617,67 +749,22 @@ static void report_parse_error(struct yaml_loader *L, const yaml_parser_t *parse
     if (parser->context)
         config_text_add(&t, " (%s at line %zu, column %zu)", parser->context,
                         parser->context_mark.line + 1, parser->context_mark.column + 1);
+    if (parser->error == YAML_SCANNER_ERROR || parser->error == YAML_PARSER_ERROR)
+        add_tab_hint(&t, parser, text, len);
     config_report_add(L->report, DCP_DIAG_ERROR, pos, "", "%s", t.buf);
 }
 
-/* Counts one more reference to node index; true if it was referenced before. */
-static bool seen_before(unsigned char *refs, const yaml_document_t *doc, int index)
-{
-    const ptrdiff_t i = index - 1;
-    if (i < 0 || i >= doc->nodes.top - doc->nodes.start)
-        return false;
-    return refs[i]++ != 0;
-}
-
 /*
- * Reports every alias. libyaml turns "*name" into a second reference to the
- * anchored node, so a node referenced twice is an alias; the key (or list) that
- * holds the reference is the position to blame. Returns false if there were any.
- */
-static bool check_no_aliases(struct yaml_loader *L)
-{
-    const yaml_document_t *doc = &L->doc;
-    const ptrdiff_t count = doc->nodes.top - doc->nodes.start;
-    unsigned char *refs = calloc((size_t)count + 1, 1);
-    if (!refs) {
-        L->out_of_memory = true;
-        return false;
-    }
-    const char *msg = "YAML aliases (*name) are not supported; write the value out";
-    bool ok = true;
-    for (const yaml_node_t *n = doc->nodes.start; n < doc->nodes.top; n++) {
-        if (n->type == YAML_MAPPING_NODE) {
-            for (const yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
-                const bool key_alias = seen_before(refs, doc, p->key);
-                if (key_alias || seen_before(refs, doc, p->value)) {
-                    const yaml_node_t *key = node_at(L, p->key);
-                    config_report_add(L->report, DCP_DIAG_ERROR, key_alias ? pos_of(n) : pos_of(key), "", "%s", msg);
-                    ok = false;
-                }
-            }
-        } else if (n->type == YAML_SEQUENCE_NODE) {
-            for (const yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
-                if (seen_before(refs, doc, *it)) {
-                    config_report_add(L->report, DCP_DIAG_ERROR, pos_of(n), "", "%s (list entry %td)", msg,
-                                      it - n->data.sequence.items.start);
-                    ok = false;
-                }
-            }
-        }
-    }
-    free(refs);
-    return ok;
-}
-
-/*
- * Checks that no list or mapping nests deeper than CONFIG_MAX_DEPTH, reading
- * events only as far as needed. libyaml's scanner does work proportional to the
+ * Reads the events of the first document before it is composed: reports every
+ * alias (*name) at its own position, since the composed document only keeps a
+ * second reference to the anchored node, and checks that no list or mapping nests
+ * deeper than CONFIG_MAX_DEPTH, reading events only as far as needed. libyaml's scanner does work proportional to the
  * nesting depth for every token, so composing a document nested 100,000 levels
  * takes quadratic time (24 s for 200 KB); this pass stops at the cap, keeping a
  * load linear in the size of its input. Syntax errors are left to the loader,
  * which reports them with their position. Returns false after reporting.
  */
-static bool check_depth(struct yaml_loader *L, const char *text, size_t len)
+static bool scan_events(struct yaml_loader *L, const char *text, size_t len)
 {
     yaml_parser_t parser;
     if (!yaml_parser_initialize(&parser)) {
@@ -692,6 +779,8 @@ static bool check_depth(struct yaml_loader *L, const char *text, size_t len)
         if (!yaml_parser_parse(&parser, &ev))
             break; /* the loader reports it */
         const yaml_event_type_t type = ev.type;
+        if (type == YAML_ALIAS_EVENT)
+            report_alias(L, &ev);
         if (type == YAML_SEQUENCE_START_EVENT || type == YAML_MAPPING_START_EVENT) {
             if (++depth > CONFIG_MAX_DEPTH) {
                 config_report_add(L->report, DCP_DIAG_ERROR, pos_of_mark(ev.start_mark), "",
@@ -704,7 +793,8 @@ static bool check_depth(struct yaml_loader *L, const char *text, size_t len)
             depth--;
         }
         yaml_event_delete(&ev);
-        if (!ok || type == YAML_STREAM_END_EVENT)
+        /* A second document is reported (and not scanned) by load_document(). */
+        if (!ok || type == YAML_DOCUMENT_END_EVENT || type == YAML_STREAM_END_EVENT)
             break;
     }
     yaml_parser_delete(&parser);
@@ -717,7 +807,7 @@ static bool check_depth(struct yaml_loader *L, const char *text, size_t len)
  */
 static bool load_document(struct yaml_loader *L, yaml_parser_t *parser, const char *text, size_t len)
 {
-    if (!check_depth(L, text, len))
+    if (!scan_events(L, text, len))
         return false;
     if (!yaml_parser_load(parser, &L->doc)) {
         report_parse_error(L, parser, text, len);
@@ -746,22 +836,36 @@ static bool load_document(struct yaml_loader *L, yaml_parser_t *parser, const ch
         type_error_as(L, "", "a mapping with sections model, hardware, parallel, workload", L->root, false);
         return false;
     }
-    return check_no_aliases(L);
+    const ptrdiff_t count = L->doc.nodes.top - L->doc.nodes.start;
+    L->defs = malloc(((size_t)count + 1) * sizeof(*L->defs));
+    if (!L->defs) {
+        L->out_of_memory = true;
+        return false;
+    }
+    for (ptrdiff_t i = 0; i <= count; i++)
+        L->defs[i].parent = -1;
+    find_definitions(L, 0, 0, (int)(L->root - L->doc.nodes.start) + 1);
+    return true;
 }
 
-static void yaml_loader_free(struct yaml_loader *L)
+void config_yaml_free(struct yaml_loader **loader)
 {
+    struct yaml_loader *L = *loader;
+    if (!L)
+        return;
+    *loader = NULL;
     if (L->have_doc)
         yaml_document_delete(&L->doc);
     for (size_t i = 0; i < CONFIG_KEY_MAX; i++)
         free(L->resolved[i]);
+    free(L->defs);
     if (L->c_locale)
         freelocale(L->c_locale);
     free(L);
 }
 
-int config_load_yaml(struct config_report *r, const char *text, size_t len, const char *base_dir,
-                     const char *source, dcp_deployment **out)
+int config_yaml_load(struct config_report *r, const char *text, size_t len, const char *base_dir,
+                     struct yaml_loader **out)
 {
     *out = NULL;
     struct yaml_loader *L = calloc(1, sizeof(*L));
@@ -772,23 +876,24 @@ int config_load_yaml(struct config_report *r, const char *text, size_t len, cons
     L->c_locale = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
     yaml_parser_t parser;
     if (!L->c_locale || !yaml_parser_initialize(&parser)) {
-        yaml_loader_free(L);
+        config_yaml_free(&L);
         return DCP_ENOMEM;
     }
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
     dcp_config_defaults(&L->cfg);
     const unsigned errors_before = r->errors;
-    int status = DCP_OK;
     if (load_document(L, &parser, text, len)) {
         walk_mapping(L, L->root, "");
         check_presence(L);
         config_resolve_and_check(r, &L->cfg, L->state, locate_key, L);
-        if (r->errors == errors_before && !L->out_of_memory)
-            status = config_deployment_create(&L->cfg, source, out);
     }
-    if (L->out_of_memory)
-        status = DCP_ENOMEM;
     yaml_parser_delete(&parser);
-    yaml_loader_free(L);
-    return status;
+    const bool out_of_memory = L->out_of_memory;
+    if (!out_of_memory && r->errors == errors_before)
+        *out = L;
+    else
+        config_yaml_free(&L);
+    return out_of_memory ? DCP_ENOMEM : DCP_OK;
 }
+
+const struct dcp_config *config_yaml_config(const struct yaml_loader *L) { return &L->cfg; }

@@ -270,6 +270,18 @@ static void test_malformed_yaml(void **state)
     /* Invalid UTF-8: libyaml reports only a byte offset; we turn it into line:col. */
     expect_one_error("model:\n  name: \xff\n",
                      "t.yaml:2:9: malformed YAML: invalid leading UTF-8 octet (byte 0xff)");
+    /* A tab in indentation: libyaml's message does not say "tab"; the hint names it. */
+    expect_one_error("\tmodel:\n  name: x\n",
+                     "t.yaml:1:1: malformed YAML: found character that cannot start any token (while "
+                     "scanning for the next token at line 1, column 1); a tab indents line 1 (column 1): "
+                     "YAML indents with spaces only");
+    expect_one_error("model:\n  name: x\n \tattention: mla\n",
+                     "t.yaml:3:2: malformed YAML: found a tab character that violates indentation "
+                     "(while scanning a plain scalar at line 2, column 9); a tab indents line 3 "
+                     "(column 2): YAML indents with spaces only");
+    /* A tab after a key's colon is fine, and a malformed file without tabs gets no hint. */
+    dcp_deployment *dep = expect_load(MLA_MODEL "  kv_dtype:\tbf16\n" H200 TP8_DCP8 WORKLOAD);
+    dcp_deployment_destroy(&dep);
     /* Trailing garbage after a valid document is malformed too. */
     expect_one_error(MLA_MODEL H200 TP8_DCP8 WORKLOAD "---\n[\n",
                      "t.yaml:20:1: malformed YAML: did not find expected node content "
@@ -441,12 +453,32 @@ static void test_bad_enum(void **state)
     (void)state;
     expect_one_error("model:\n  name: x\n  attention: xla\n  layers: 1\n  query_heads: 8\n" H200
                      "parallel: {tp: 1}\n" WORKLOAD,
-                     "t.yaml:3:14: model.attention: invalid value \"xla\"; valid: mla, gqa, mha");
+                     "t.yaml:3:14: model.attention: invalid value \"xla\"; did you mean 'mla'? valid: "
+                     "mla, gqa, mha");
     expect_one_error(MLA_MODEL H200 "parallel:\n  tp: 8\n  comm_dtype: fp8_e4m3\n" WORKLOAD,
                      "t.yaml:15:15: parallel.comm_dtype: invalid value \"fp8_e4m3\"; valid: fp32, bf16, "
                      "fp16");
     expect_one_error(MLA_MODEL H200 TP8_DCP8 WORKLOAD "runtime:\n  cuda:\n    comm: mpi\n",
                      "t.yaml:20:11: runtime.cuda.comm: invalid value \"mpi\"; valid: auto, nccl, virtual");
+}
+
+/* A near-miss enum value gets a suggestion from the key's own choices. */
+static void test_enum_did_you_mean(void **state)
+{
+    (void)state;
+    /* A shortened name: "fp8" is the start of fp8_e4m3 (not a typo of fp32, 2 edits away). */
+    expect_one_error(MLA_MODEL "  kv_dtype: fp8\n" H200 TP8_DCP8 WORKLOAD,
+                     "t.yaml:8:13: model.kv_dtype: invalid value \"fp8\"; did you mean 'fp8_e4m3'? "
+                     "valid: fp32, bf16, fp16, fp8_e4m3");
+    /* A typo (swapped characters). */
+    expect_one_error(MLA_MODEL "  kv_dtype: bf61\n" H200 TP8_DCP8 WORKLOAD,
+                     "t.yaml:8:13: model.kv_dtype: invalid value \"bf61\"; did you mean 'bf16'? "
+                     "valid: fp32, bf16, fp16, fp8_e4m3");
+    expect_one_error(MLA_MODEL H200 "parallel:\n  tp: 8\n  comm: a2\n" WORKLOAD,
+                     "t.yaml:15:9: parallel.comm: invalid value \"a2\"; did you mean 'a2a'? valid: ag_rs, a2a");
+    /* Nothing alike: no guess. */
+    expect_one_error(MLA_MODEL H200 "parallel:\n  tp: 8\n  comm: ring\n" WORKLOAD,
+                     "t.yaml:15:9: parallel.comm: invalid value \"ring\"; valid: ag_rs, a2a");
 }
 
 static void test_missing_required(void **state)
@@ -566,13 +598,52 @@ static void test_aliases_rejected(void **state)
     (void)state;
     expect_one_error(MLA_MODEL "hardware: &hw\n  gpu: H200\n  memory_gb: 141\n  hbm_gbps: 4800\n"
                      "  link_gbps: 450\n" TP8_DCP8 WORKLOAD "runtime:\n  host: *hw\n",
-                     "t.yaml:19:3: YAML aliases (*name) are not supported; write the value out");
+                     "t.yaml:19:9: YAML alias *hw is not supported; write the value out");
     /* A list that contains itself would make a naive walker loop forever. */
-    expect_one_error("model: &m [*m]\n",
-                     "t.yaml:1:8: YAML aliases (*name) are not supported; write the value out (list entry 0)");
+    struct load_result r = load_yaml("model: &m [*m]\n");
+    assert_int_equal(r.status, DCP_ECONFIG);
+    assert_string_equal(diag_text(r.diag, 0), "t.yaml:1:12: YAML alias *m is not supported; write the value out");
+    load_result_free(&r);
     /* An anchor nobody refers to is harmless. */
     dcp_deployment *dep = expect_load(MLA_MODEL H200 "parallel: &p\n  tp: 8\n" WORKLOAD);
     dcp_deployment_destroy(&dep);
+}
+
+/*
+ * An alias is blamed where it is written (not at the key that holds it, nor at
+ * the anchored node), and every other problem of the file is still reported.
+ * Before: one error at the key of the first alias found in node order, nothing else.
+ */
+static void test_alias_position_and_other_errors(void **state)
+{
+    (void)state;
+    struct load_result r = load_yaml("model:\n  name: x\n  attention: mla\n  layers: &n 61\n"
+                                     "  query_heads: *n\n  parameters: 1B\n" H200
+                                     "parallel:\n  tp: 8\n  dcp: 3\n"
+                                     "workload:\n  context_lengths: [&c 32k, *c]\n  requests: *n\n"
+                                     "memory:\n  gpu_fraction: 1.5\n");
+    diag_dump(r.diag);
+    assert_int_equal(r.status, DCP_ECONFIG);
+    const char *expected[] = {
+        "t.yaml:5:16: YAML alias *n is not supported; write the value out",
+        "t.yaml:16:29: YAML alias *c is not supported; write the value out",
+        "t.yaml:17:13: YAML alias *n is not supported; write the value out",
+        "t.yaml:19:17: memory.gpu_fraction: gpu_fraction=1.5 is out of range; valid: > 0 and <= 1",
+        "t.yaml:14:8: parallel.dcp: dcp=3 does not divide tp=8; valid dcp: 1, 2, 4, 8",
+    };
+    assert_int_equal(dcp_diag_count(r.diag), DCP_ARRAY_SIZE(expected));
+    for (size_t i = 0; i < DCP_ARRAY_SIZE(expected); i++)
+        assert_string_equal(diag_text(r.diag, i), expected[i]);
+    load_result_free(&r);
+    /* An anchor used later under another section: blamed at the alias, not at the anchor's key. */
+    r = load_yaml("model: {name: x, attention: mla, layers: 61, query_heads: 128, parameters: &p 1B}\n"
+                  "hardware: {gpu: H200, memory_gb: 141, hbm_gbps: 4800, link_gbps: 450}\n"
+                  "parallel: {tp: 8}\nworkload: {context_lengths: [32k]}\n"
+                  "runtime: {host: {threads: *p}}\n");
+    diag_dump(r.diag);
+    assert_int_equal(dcp_diag_count(r.diag), 1);
+    assert_string_equal(diag_text(r.diag, 0), "t.yaml:5:27: YAML alias *p is not supported; write the value out");
+    load_result_free(&r);
 }
 
 static void test_context_lengths(void **state)
@@ -780,6 +851,8 @@ int main(void)
         cmocka_unit_test(test_keys_for_other_attention),
         cmocka_unit_test(test_several_errors_at_once),
         cmocka_unit_test(test_aliases_rejected),
+        cmocka_unit_test(test_alias_position_and_other_errors),
+        cmocka_unit_test(test_enum_did_you_mean),
         cmocka_unit_test(test_context_lengths),
         cmocka_unit_test(test_number_forms),
         cmocka_unit_test(test_error_cap),
