@@ -330,7 +330,7 @@ static int nccl_begin(struct dcp_rank *r)
         cr->nccl_comm = NULL;
     }
     if (!cr->nccl_comm)
-        return dcp_error(DCP_EABORTED, "the step was aborted: the NCCL communicator was aborted");
+        return dcp_error(DCP_EABORTED, "the step was aborted (another rank failed); NCCL communicator aborted");
     int err = use_rank(r);
     cr->queued = true;
     if (!err)

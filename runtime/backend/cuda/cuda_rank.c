@@ -217,7 +217,7 @@ int cuda_wait_event(struct dcp_rank *r, CUevent ev, const char *what)
     pthread_mutex_lock(&cr->comm_mu);
     err = cr->nccl_comm ? dcp_nccl_wait_cancellable(ce->nccl, &cr->nccl_comm, ce->cu, ev, cuda_wait_bound(r->engine),
                                                     what, &r->engine->aborted)
-                        : dcp_error(DCP_EABORTED, "%s: the NCCL communicator was aborted", what);
+                        : dcp_error(DCP_EABORTED, "%s: the step was aborted; NCCL communicator aborted", what);
     pthread_mutex_unlock(&cr->comm_mu);
     return err;
 }
