@@ -212,6 +212,12 @@ static int timeout_failure(const struct dcp_nccl *nccl, ncclComm_t *comm, double
 int dcp_nccl_wait(const struct dcp_nccl *nccl, ncclComm_t *comm, const struct dcp_cuda *cu,
                   CUevent done, double timeout_s, const char *what)
 {
+    return dcp_nccl_wait_cancellable(nccl, comm, cu, done, timeout_s, what, NULL);
+}
+
+int dcp_nccl_wait_cancellable(const struct dcp_nccl *nccl, ncclComm_t *comm, const struct dcp_cuda *cu,
+                              CUevent done, double timeout_s, const char *what, const atomic_int *cancel)
+{
     if (!nccl || !comm || !*comm || (done && !cu))
         return dcp_error(DCP_EINVAL, "dcp_nccl_wait: NULL argument");
     what = what ? what : "NCCL operation";
@@ -231,6 +237,11 @@ int dcp_nccl_wait(const struct dcp_nccl *nccl, ncclComm_t *comm, const struct dc
             return DCP_OK;
         if (event != CUDA_ERROR_NOT_READY)
             return event_failure(nccl, comm, event, what);
+        if (cancel && atomic_load(cancel)) {
+            char message[384];
+            snprintf(message, sizeof(message), "%s: the step was aborted (another rank failed)", what);
+            return abort_comm(nccl, comm, DCP_EABORTED, message);
+        }
         if (dcp_now_seconds() >= deadline)
             return timeout_failure(nccl, comm, timeout_s, async, what);
         poll_pause(&pause_ns);

@@ -475,6 +475,8 @@ DCP_API void dcp_engine_destroy(dcp_engine **engine)
     if (!engine || !*engine)
         return;
     struct dcp_engine *e = *engine;
+    if (e->ranks && e->ops && e->ops->engine_stop)
+        e->ops->engine_stop(e);
     if (e->ranks) {
         for (uint32_t i = 0; i < e->ranks_initialised; i++) {
             free_rank_buffers(&e->ranks[i]);

@@ -37,6 +37,10 @@ struct dcp_backend_ops {
     int (*rank_init)(struct dcp_rank *r);
     /** Optional: after every rank_init, e.g. to wait for communicators to connect. */
     int (*engine_start)(struct dcp_engine *e);
+    /** Optional: first step of dcp_engine_destroy, before any buffer is freed, while no
+     *  rank function runs: ends what still runs on the devices, with a bound (after a
+     *  failure: aborts communicators first). Must accept a partial setup. */
+    void (*engine_stop)(struct dcp_engine *e);
     /** Per-rank teardown. Must accept a partial rank_init. */
     void (*rank_fini)(struct dcp_rank *r);
 

@@ -94,9 +94,11 @@ static int open_device(struct cuda_engine *ce, struct cuda_device *d, int ordina
     return DCP_OK;
 }
 
+/* A device where a rank was stuck keeps its module and context: unloading or
+ * destroying them under a running kernel would wait for it. */
 static void close_device(struct cuda_engine *ce, struct cuda_device *d)
 {
-    if (d->ctx_retained) {
+    if (d->ctx_retained && !d->busy) {
         ce->cu->api.cuCtxSetCurrent(d->ctx);
         dcp_module_unload(&d->module);
         ce->cu->api.cuDevicePrimaryCtxRelease(d->dev);
@@ -220,6 +222,8 @@ const struct dcp_backend_ops dcp_cuda_backend = {
     .all_to_all = cuda_all_to_all,
     .synchronize = cuda_synchronize,
     .abort = cuda_abort,
+    .recover = cuda_recover,
+    .engine_stop = cuda_engine_stop,
     .timer_begin = cuda_timer_begin,
     .timer_end = cuda_timer_end,
     .timer_collect = cuda_timer_collect,
