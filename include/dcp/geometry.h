@@ -32,8 +32,10 @@ struct dcp_rank_geometry {
 
 /**
  * Fills *g for model m under tp and dcp. Returns DCP_EINVAL with a message
- * (dcp_last_error) when tp does not split the query heads, or dcp does not
- * divide tp or the KV replicas (docs/design.md, "Validity rules").
+ * (dcp_last_error) and *g zeroed when tp does not split the query heads, tp
+ * neither divides nor is a multiple of the KV heads (GQA/MHA), or dcp does not
+ * divide the KV replicas (docs/design.md, "Validity rules"). The config rules
+ * (runtime/config/rules.c) report these same checks and messages.
  */
 DCP_API int dcp_rank_geometry(const struct dcp_model_config *m, uint32_t tp, uint32_t dcp,
                               struct dcp_rank_geometry *g);

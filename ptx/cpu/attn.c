@@ -263,12 +263,19 @@ DCPK_INLINE void find_rows(const struct dcpk_attn_params *p, const struct attn_s
     rows->bytes = len * sh->esize;
 }
 
-/** Converts the rows to fp32 at dst[t][len] (decode order), zero-padding rows up to ntp. */
+/**
+ * Converts the rows to fp32 at dst[t][len] (decode order), zero-padding rows up
+ * to ntp. f16c (a constant in each variant): fp16 rows through vcvtph2ps.
+ */
 DCPK_INLINE void load_tile(const struct tile_rows *rows, uint32_t len, uint32_t ntp, uint32_t dtype,
-                           float fp8_scale, float *restrict dst)
+                           float fp8_scale, float *restrict dst, int f16c)
 {
-    for (uint32_t t = 0; t < rows->n; t++)
-        dcpk_decode_row(dst + (size_t)t * len, rows->row[t], len, dtype, fp8_scale);
+    if (f16c && dtype == DCPK_FP16)
+        for (uint32_t t = 0; t < rows->n; t++)
+            dcpk_decode_fp16_f16c(dst + (size_t)t * len, (const uint16_t *)(const void *)rows->row[t], len);
+    else
+        for (uint32_t t = 0; t < rows->n; t++)
+            dcpk_decode_row(dst + (size_t)t * len, rows->row[t], len, dtype, fp8_scale);
     memset(dst + (size_t)rows->n * len, 0, (size_t)(ntp - rows->n) * len * sizeof(float));
 }
 
@@ -314,31 +321,67 @@ DCPK_INLINE void prefetch_step(struct prefetch_cursor *pc)
 }
 
 /*
- * The two products are register-blocked: 12 accumulators (8-row vectors) per
- * block, enough to cover the FMA latency with 16 vector registers, each step
+ * The two products are register-blocked: 12 accumulators (vectors of query rows)
+ * per block, enough to cover the FMA latency with 16 vector registers, each step
  * one vector load and 12 broadcast-FMAs. SCORE_TOKENS tokens per score block;
- * P x V blocks of 12, 8, 4 and 1 output dims.
+ * P x V blocks of 12, 8, 4 and 1 output dims. Each comes in two widths: 8 rows
+ * (dcpk_vf) and, for the AVX-512 variant, 16 rows (attn_vf16, a zmm register);
+ * only the products are widened (they are nearly all of the arithmetic), the
+ * softmax stays 8 rows wide.
  */
 #define SCORE_TOKENS 12
 
-/** s[t][r] for SCORE_TOKENS tokens of kt (rows qk apart) and the 8 rows at qt (row stride nrp). */
-DCPK_INLINE void score_block(float *restrict s, const float *restrict kt, const float *restrict qt,
-                             uint32_t qk, uint32_t nrp)
-{
-    dcpk_vf acc[SCORE_TOKENS];
-    DCPK_UNROLL
-    for (int j = 0; j < SCORE_TOKENS; j++)
-        acc[j] = dcpk_vf_set1(0.0f);
-    DCPK_UNROLL2
-    for (uint32_t d = 0; d < qk; d++) {
-        const dcpk_vf qv = dcpk_vf_load(qt + (size_t)d * nrp);
-        DCPK_UNROLL
-        for (int j = 0; j < SCORE_TOKENS; j++)
-            acc[j] += kt[d + (size_t)j * qk] * qv;
+/** 16 fp32 lanes (a zmm register in the AVX-512 variant; never executed in the others). */
+typedef float attn_vf16 __attribute__((vector_size(64)));
+
+/** Rows per vector of the wide products. */
+#define ATTN_WIDE_ROWS 16
+
+#define ATTN_VLOAD(vtype, p)          \
+    __extension__({                   \
+        vtype v_;                     \
+        memcpy(&v_, (p), sizeof(v_)); \
+        v_;                           \
+    })
+#define ATTN_VSTORE(p, v)                    \
+    do {                                     \
+        const __typeof__(v) vs_ = (v);       \
+        memcpy((p), &vs_, sizeof(vs_));      \
+    } while (0)
+
+/** s[t][r] for SCORE_TOKENS tokens of kt (rows qk apart) and the vector of rows at qt (row stride nrp). */
+#define ATTN_DEFINE_SCORE_BLOCK(name, vtype)                                                       \
+    DCPK_INLINE void name(float *restrict s, const float *restrict kt, const float *restrict qt, \
+                          uint32_t qk, uint32_t nrp)                                             \
+    {                                                                                            \
+        vtype acc[SCORE_TOKENS];                                                                 \
+        DCPK_UNROLL                                                                              \
+        for (int j = 0; j < SCORE_TOKENS; j++)                                                   \
+            acc[j] = (vtype){0};                                                                 \
+        DCPK_UNROLL2                                                                             \
+        for (uint32_t d = 0; d < qk; d++) {                                                      \
+            const vtype qv = ATTN_VLOAD(vtype, qt + (size_t)d * nrp);                           \
+            DCPK_UNROLL                                                                          \
+            for (int j = 0; j < SCORE_TOKENS; j++)                                               \
+                acc[j] += kt[d + (size_t)j * qk] * qv;                                           \
+        }                                                                                        \
+        DCPK_UNROLL                                                                              \
+        for (int j = 0; j < SCORE_TOKENS; j++)                                                   \
+            ATTN_VSTORE(s + (size_t)j * nrp, acc[j]);                                            \
     }
-    DCPK_UNROLL
-    for (int j = 0; j < SCORE_TOKENS; j++)
-        DCPK_VF_STORE(s + (size_t)j * nrp, acc[j]);
+ATTN_DEFINE_SCORE_BLOCK(score_block, dcpk_vf)
+ATTN_DEFINE_SCORE_BLOCK(score_block16, attn_vf16)
+
+/** Rows of a vector at row rv of nrp: 16 in the wide variant where 16 are left, else 8. */
+DCPK_INLINE uint32_t row_step(uint32_t rv, uint32_t nrp, int wide)
+{
+    return wide && rv + ATTN_WIDE_ROWS <= nrp ? ATTN_WIDE_ROWS : DCPK_VL;
+}
+
+/** Row vectors of nrp rows (the blocks per token block of each product). */
+DCPK_INLINE uint32_t row_vectors(uint32_t nrp, int wide)
+{
+    return wide ? nrp / ATTN_WIDE_ROWS + nrp % ATTN_WIDE_ROWS / DCPK_VL : nrp / DCPK_VL;
 }
 
 /**
@@ -347,33 +390,38 @@ DCPK_INLINE void score_block(float *restrict s, const float *restrict kt, const 
  * a block are one pointer plus constant offsets.
  */
 DCPK_INLINE void tile_scores_qk(float *restrict s, const float *restrict kt, const float *restrict qt,
-                                uint32_t qk, uint32_t nrp, uint32_t ntp, struct prefetch_cursor *pc)
+                                uint32_t qk, uint32_t nrp, uint32_t ntp, struct prefetch_cursor *pc, int wide)
 {
-    for (uint32_t rv = 0; rv < nrp; rv += DCPK_VL)
+    for (uint32_t rv = 0, step; rv < nrp; rv += step) {
+        step = row_step(rv, nrp, wide);
         for (uint32_t t0 = 0; t0 < ntp; t0 += SCORE_TOKENS) {
             prefetch_step(pc);
-            score_block(s + (size_t)t0 * nrp + rv, kt + (size_t)t0 * qk, qt + rv, qk, nrp);
+            if (step == ATTN_WIDE_ROWS)
+                score_block16(s + (size_t)t0 * nrp + rv, kt + (size_t)t0 * qk, qt + rv, qk, nrp);
+            else
+                score_block(s + (size_t)t0 * nrp + rv, kt + (size_t)t0 * qk, qt + rv, qk, nrp);
         }
+    }
 }
 
 DCPK_INLINE void tile_scores(float *restrict s, const float *restrict kt, const float *restrict qt,
-                             uint32_t qk, uint32_t nrp, uint32_t ntp, struct prefetch_cursor *pc)
+                             uint32_t qk, uint32_t nrp, uint32_t ntp, struct prefetch_cursor *pc, int wide)
 {
     switch (qk) {
     case 64:
-        tile_scores_qk(s, kt, qt, 64, nrp, ntp, pc);
+        tile_scores_qk(s, kt, qt, 64, nrp, ntp, pc, wide);
         break;
     case 128:
-        tile_scores_qk(s, kt, qt, 128, nrp, ntp, pc);
+        tile_scores_qk(s, kt, qt, 128, nrp, ntp, pc, wide);
         break;
     case 256:
-        tile_scores_qk(s, kt, qt, 256, nrp, ntp, pc);
+        tile_scores_qk(s, kt, qt, 256, nrp, ntp, pc, wide);
         break;
     case 576:
-        tile_scores_qk(s, kt, qt, 576, nrp, ntp, pc);
+        tile_scores_qk(s, kt, qt, 576, nrp, ntp, pc, wide);
         break;
     default:
-        tile_scores_qk(s, kt, qt, qk, nrp, ntp, pc);
+        tile_scores_qk(s, kt, qt, qk, nrp, ntp, pc, wide);
         break;
     }
 }
@@ -428,26 +476,39 @@ DCPK_INLINE void tile_softmax(float *restrict s, float *restrict m, float *restr
     }
 }
 
-/** ot[d][r] = ot[d][r] * alpha[r] + sum_t vt[t][d] * s[t][r] for n dims from d = 0 of ot/vt, 8 rows. */
+/** ot[d][r] = ot[d][r] * alpha[r] + sum_t vt[t][d] * s[t][r] for n dims from d = 0 of ot/vt, one vector of rows. */
+#define ATTN_DEFINE_ACCUMULATE_BLOCK(name, vtype)                                                        \
+    DCPK_INLINE void name(float *restrict ot, const float *restrict s, const float *restrict vt,         \
+                          uint32_t vstride, const float *restrict alpha, uint32_t nrp, uint32_t nt, int n) \
+    {                                                                                                    \
+        const vtype a = ATTN_VLOAD(vtype, alpha);                                                        \
+        vtype acc[12];                                                                                   \
+        DCPK_UNROLL                                                                                      \
+        for (int j = 0; j < n; j++)                                                                      \
+            acc[j] = ATTN_VLOAD(vtype, ot + (size_t)j * nrp) * a;                                        \
+        DCPK_UNROLL2                                                                                     \
+        for (uint32_t t = 0; t < nt; t++, vt += vstride) {                                               \
+            const vtype pt = ATTN_VLOAD(vtype, s + (size_t)t * nrp);                                     \
+            DCPK_UNROLL                                                                                  \
+            for (int j = 0; j < n; j++)                                                                  \
+                acc[j] += vt[j] * pt;                                                                    \
+        }                                                                                                \
+        DCPK_UNROLL                                                                                      \
+        for (int j = 0; j < n; j++)                                                                      \
+            ATTN_VSTORE(ot + (size_t)j * nrp, acc[j]);                                                   \
+    }
+ATTN_DEFINE_ACCUMULATE_BLOCK(accumulate_block8, dcpk_vf)
+ATTN_DEFINE_ACCUMULATE_BLOCK(accumulate_block16, attn_vf16)
+
+/** The block of the row vector's width (step: row_step()). */
 DCPK_INLINE void accumulate_block(float *restrict ot, const float *restrict s, const float *restrict vt,
                                   uint32_t vstride, const float *restrict alpha, uint32_t nrp,
-                                  uint32_t nt, int n)
+                                  uint32_t nt, int n, uint32_t step)
 {
-    const dcpk_vf a = dcpk_vf_load(alpha);
-    dcpk_vf acc[12];
-    DCPK_UNROLL
-    for (int j = 0; j < n; j++)
-        acc[j] = dcpk_vf_load(ot + (size_t)j * nrp) * a;
-    DCPK_UNROLL2
-    for (uint32_t t = 0; t < nt; t++, vt += vstride) {
-        const dcpk_vf pt = dcpk_vf_load(s + (size_t)t * nrp);
-        DCPK_UNROLL
-        for (int j = 0; j < n; j++)
-            acc[j] += vt[j] * pt;
-    }
-    DCPK_UNROLL
-    for (int j = 0; j < n; j++)
-        DCPK_VF_STORE(ot + (size_t)j * nrp, acc[j]);
+    if (step == ATTN_WIDE_ROWS)
+        accumulate_block16(ot, s, vt, vstride, alpha, nrp, nt, n);
+    else
+        accumulate_block8(ot, s, vt, vstride, alpha, nrp, nt, n);
 }
 
 /** P x V blocks of a v_dim: 12 dims at a time, then 8, 4 and 1. */
@@ -460,28 +521,29 @@ static uint32_t accumulate_blocks(uint32_t v)
 /** ot[d][r] = ot[d][r] * alpha[r] + sum_t vt[t][d] * s[t][r]. */
 DCPK_INLINE void tile_accumulate(float *restrict ot, const float *restrict s, const float *restrict vt,
                                  uint32_t vstride, const float *restrict alpha, uint32_t v,
-                                 uint32_t nrp, uint32_t nt, struct prefetch_cursor *pc)
+                                 uint32_t nrp, uint32_t nt, struct prefetch_cursor *pc, int wide)
 {
-    for (uint32_t rv = 0; rv < nrp; rv += DCPK_VL) {
+    for (uint32_t rv = 0, step; rv < nrp; rv += step) {
+        step = row_step(rv, nrp, wide);
         const float *a = alpha + rv;
         uint32_t d = 0;
         for (; d + 12 <= v; d += 12) {
             prefetch_step(pc);
-            accumulate_block(ot + (size_t)d * nrp + rv, s + rv, vt + d, vstride, a, nrp, nt, 12);
+            accumulate_block(ot + (size_t)d * nrp + rv, s + rv, vt + d, vstride, a, nrp, nt, 12, step);
         }
         if (d + 8 <= v) {
             prefetch_step(pc);
-            accumulate_block(ot + (size_t)d * nrp + rv, s + rv, vt + d, vstride, a, nrp, nt, 8);
+            accumulate_block(ot + (size_t)d * nrp + rv, s + rv, vt + d, vstride, a, nrp, nt, 8, step);
             d += 8;
         }
         if (d + 4 <= v) {
             prefetch_step(pc);
-            accumulate_block(ot + (size_t)d * nrp + rv, s + rv, vt + d, vstride, a, nrp, nt, 4);
+            accumulate_block(ot + (size_t)d * nrp + rv, s + rv, vt + d, vstride, a, nrp, nt, 4, step);
             d += 4;
         }
         for (; d < v; d++) {
             prefetch_step(pc);
-            accumulate_block(ot + (size_t)d * nrp + rv, s + rv, vt + d, vstride, a, nrp, nt, 1);
+            accumulate_block(ot + (size_t)d * nrp + rv, s + rv, vt + d, vstride, a, nrp, nt, 1, step);
         }
     }
 }
@@ -515,8 +577,9 @@ static void write_rows(const struct dcpk_attn_params *p, const struct attn_shape
  */
 DCPK_INLINE void run_tiles(const struct dcpk_attn_params *p, const struct attn_shape *sh,
                            const struct attn_group *gr, const struct attn_scratch *w, uint32_t nrp,
-                           uint64_t end, uint64_t end_min)
+                           uint64_t end, uint64_t end_min, enum dcpk_cpu_isa isa)
 {
+    const int wide = isa >= DCPK_CPU_ISA_AVX512, f16c = isa >= DCPK_CPU_ISA_F16C;
     const float *vt = sh->v_in_k ? w->kt : w->vt;
     const uint32_t vstride = sh->v_in_k ? p->qk_dim : p->v_dim;
     struct tile_rows k_rows[2], v_rows[2]; /* this tile's and the next one's */
@@ -532,23 +595,24 @@ DCPK_INLINE void run_tiles(const struct dcpk_attn_params *p, const struct attn_s
         find_rows(p, sh, gr, c1, sh->v_in_k ? 0 : nt1, p->v_cache, p->v_dim, p->v_row_stride, vn);
         nt = kr->n;
         const uint32_t ntp = round_up_u32(nt, SCORE_TOKENS);
-        load_tile(kr, p->qk_dim, ntp, p->dtype, p->kv_scale, w->kt);
+        load_tile(kr, p->qk_dim, ntp, p->dtype, p->kv_scale, w->kt, f16c);
         if (!sh->v_in_k)
-            load_tile(vr, p->v_dim, nt, p->dtype, p->kv_scale, w->vt);
+            load_tile(vr, p->v_dim, nt, p->dtype, p->kv_scale, w->vt, f16c);
         /* One prefetch step per score block and per P x V block. */
         struct prefetch_cursor pc;
-        prefetch_start(&pc, kn, vn, nrp / DCPK_VL * (ntp / SCORE_TOKENS + accumulate_blocks(p->v_dim)));
-        tile_scores(w->s, w->kt, w->qt, p->qk_dim, nrp, ntp, &pc);
+        prefetch_start(&pc, kn, vn, row_vectors(nrp, wide) * (ntp / SCORE_TOKENS + accumulate_blocks(p->v_dim)));
+        tile_scores(w->s, w->kt, w->qt, p->qk_dim, nrp, ntp, &pc, wide);
         if (c0 + nt > end_min)
             mask_tile(w->s, w->row_end, c0, nt, nrp);
         tile_softmax(w->s, w->m, w->l, w->alpha, nrp, nt);
-        tile_accumulate(w->ot, w->s, vt, vstride, w->alpha, p->v_dim, nrp, nt, &pc);
+        tile_accumulate(w->ot, w->s, vt, vstride, w->alpha, p->v_dim, nrp, nt, &pc, wide);
     }
 }
 
 /** One group of rows of a work item: its visible ranges, its tiles, then its outputs. */
 DCPK_INLINE void attn_group_run(const struct dcpk_attn_params *p, const struct attn_shape *sh,
-                                const struct attn_group *gr, const struct attn_scratch *w)
+                                const struct attn_group *gr, const struct attn_scratch *w,
+                                enum dcpk_cpu_isa isa)
 {
     const uint32_t nrp = round_up_u32(gr->nrows, DCPK_VL);
     /* Padding rows (zero queries, never written out) see every key, so they
@@ -568,14 +632,14 @@ DCPK_INLINE void attn_group_run(const struct dcpk_attn_params *p, const struct a
             w->l[i] = 0.0f;
         }
         memset(w->ot, 0, (size_t)p->v_dim * nrp * sizeof(float));
-        run_tiles(p, sh, gr, w, nrp, end_max, end_min);
+        run_tiles(p, sh, gr, w, nrp, end_max, end_min, isa);
     }
     write_rows(p, sh, gr, w, nrp);
 }
 
 /** Work item `item`: its split's key range, then its rows group by group. */
 DCPK_INLINE void attn_item(const struct dcpk_attn_params *p, const struct attn_shape *sh,
-                           uint64_t item, const struct attn_scratch *w)
+                           uint64_t item, const struct attn_scratch *w, enum dcpk_cpu_isa isa)
 {
     const uint64_t gy = (uint64_t)p->num_kv_heads * sh->head_tiles;
     struct attn_group gr;
@@ -603,18 +667,19 @@ DCPK_INLINE void attn_item(const struct dcpk_attn_params *p, const struct attn_s
     const uint32_t rows = gr.nheads * gr.ntok;
     for (gr.row0 = 0; gr.row0 < rows; gr.row0 += sh->row_cap) {
         gr.nrows = rows - gr.row0 < sh->row_cap ? rows - gr.row0 : sh->row_cap;
-        attn_group_run(p, sh, &gr, w);
+        attn_group_run(p, sh, &gr, w, isa);
     }
 }
 
+/** Items [begin, end) in variant isa (a constant in each caller, so each gets its own code). */
 DCPK_INLINE void attn_items(const struct dcpk_attn_params *p, uint64_t begin, uint64_t end,
-                            void *scratch)
+                            void *scratch, enum dcpk_cpu_isa isa)
 {
     const struct attn_shape sh = attn_shape_of(p);
     struct attn_scratch w;
     attn_scratch_layout(p, &sh, scratch, &w);
     for (uint64_t item = begin; item < end; item++)
-        attn_item(p, &sh, item, &w);
+        attn_item(p, &sh, item, &w, isa);
 }
 
 #if DCP_ARCH_X86_64
@@ -622,42 +687,54 @@ __attribute__((target("avx2,fma"))) static void attn_items_avx2(const struct dcp
                                                                 uint64_t begin, uint64_t end,
                                                                 void *scratch)
 {
-    attn_items(p, begin, end, scratch);
+    attn_items(p, begin, end, scratch, DCPK_CPU_ISA_AVX2);
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void attn_items_f16c(const struct dcpk_attn_params *p,
+                                                                     uint64_t begin, uint64_t end,
+                                                                     void *scratch)
+{
+    attn_items(p, begin, end, scratch, DCPK_CPU_ISA_F16C);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))) static void
+attn_items_avx512(const struct dcpk_attn_params *p, uint64_t begin, uint64_t end, void *scratch)
+{
+    attn_items(p, begin, end, scratch, DCPK_CPU_ISA_AVX512);
 }
 #endif
 
 static void attn_items_baseline(const struct dcpk_attn_params *p, uint64_t begin, uint64_t end,
                                 void *scratch)
 {
-    attn_items(p, begin, end, scratch);
-}
-
-int dcpk_cpu_has_isa(enum dcpk_cpu_isa isa)
-{
-#if DCP_ARCH_X86_64
-    if (isa == DCPK_CPU_ISA_AVX2) {
-        __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    }
-#endif
-    return isa == DCPK_CPU_ISA_BASELINE;
+    attn_items(p, begin, end, scratch, DCPK_CPU_ISA_BASELINE);
 }
 
 void dcpk_attn_cpu_isa(const void *params, uint64_t begin, uint64_t end, void *scratch,
                        enum dcpk_cpu_isa isa)
 {
+    /* The best variant at or below isa that this CPU runs. */
+    while (isa > DCPK_CPU_ISA_BASELINE && !dcpk_cpu_has_isa(isa))
+        isa--;
+    switch (isa) {
 #if DCP_ARCH_X86_64
-    if (isa == DCPK_CPU_ISA_AVX2 && dcpk_cpu_has_isa(DCPK_CPU_ISA_AVX2)) {
+    case DCPK_CPU_ISA_AVX512:
+        attn_items_avx512(params, begin, end, scratch);
+        return;
+    case DCPK_CPU_ISA_F16C:
+        attn_items_f16c(params, begin, end, scratch);
+        return;
+    case DCPK_CPU_ISA_AVX2:
         attn_items_avx2(params, begin, end, scratch);
         return;
-    }
 #endif
-    (void)isa;
-    attn_items_baseline(params, begin, end, scratch);
+    default:
+        attn_items_baseline(params, begin, end, scratch);
+        return;
+    }
 }
 
 void dcpk_attn_cpu(const void *params, uint64_t begin, uint64_t end, void *scratch)
 {
-    /* The best variant there is: dcpk_attn_cpu_isa falls back from there. */
-    dcpk_attn_cpu_isa(params, begin, end, scratch, DCPK_CPU_ISA_AVX2);
+    dcpk_attn_cpu_isa(params, begin, end, scratch, dcpk_cpu_isa_active());
 }

@@ -9,6 +9,7 @@
 
 #include "dcp/dcp.h"
 #include "json.h"
+#include "options.h"
 
 /** Exit codes of dcp-run. */
 enum cli_exit {
@@ -39,15 +40,5 @@ const char *cli_default_deployment(void);
  * failure (after printing).
  */
 dcp_deployment *cli_load_deployment(const char *path);
-
-/** true if the option at argv[*i] is name; consumes its value into *value when the
- *  option takes one ("--x v" or "--x=v"). Prints an error and sets *bad on a missing value. */
-bool cli_opt(int argc, char **argv, int *i, const char *name, const char **value, bool *bad);
-
-/** Parses a backend name ("auto", "host", "cuda"); false if it is none of them. */
-bool cli_parse_backend(const char *s, enum dcp_backend_kind *out);
-
-/** Parses an unsigned integer option value (accepts k/M/G binary suffixes). */
-bool cli_parse_u64(const char *s, unsigned long long *out);
 
 #endif /* DCP_CLI_H */

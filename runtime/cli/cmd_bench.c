@@ -13,6 +13,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -41,14 +42,19 @@ static const struct bench_case cases[] = {
     {"mla", DCP_ATTN_MLA, 128, 1, 0},   /* ... with DCP 8: 8 x 16 gathered heads */
 };
 
+/* Context lengths of --contexts. */
+#define BENCH_MAX_CONTEXTS 8
+struct bench_contexts {
+    uint64_t len[BENCH_MAX_CONTEXTS];
+    uint32_t count;
+};
+
 struct bench_opts {
     bool json, quiet;
-    unsigned long long repeat, threads;
-    bool has_backend;
-    enum dcp_backend_kind backend;
+    uint32_t repeat, threads;
+    struct cli_backend_opt backend;
     enum dcp_dtype dtype;
-    uint64_t contexts[8];
-    uint32_t num_contexts;
+    struct bench_contexts contexts;
 };
 
 struct bench_row {
@@ -63,6 +69,8 @@ struct bench_row {
     double gflops;           /* attention arithmetic rate */
     double fma_gflops;       /* median of the FMA loop, host only (0 otherwise) */
     char backend[160];
+    char libraries[512];     /* driver and NCCL files the CUDA backend loaded, or "" */
+    char error[400];         /* why the case failed, or "" */
 };
 
 /* ---- one case ------------------------------------------------------------- */
@@ -85,11 +93,11 @@ static int make_deployment(const struct bench_case *c, const struct bench_opts *
     cfg.parallel.tp = 1;
     cfg.parallel.dcp = 1;
     cfg.memory.reserve_bytes = 0;
-    cfg.workload.context_lengths[0] = o->contexts[0];
+    cfg.workload.context_lengths[0] = o->contexts.len[0];
     cfg.workload.num_context_lengths = 1;
-    cfg.runtime.host.threads = (uint32_t)o->threads;
-    if (o->has_backend)
-        cfg.runtime.backend = o->backend;
+    cfg.runtime.host.threads = o->threads;
+    if (o->backend.given)
+        cfg.runtime.backend = o->backend.kind;
     dcp_diag *diag = NULL;
     int err = dcp_diag_create(&diag);
     if (!err)
@@ -209,10 +217,15 @@ static int time_fma(struct bench_state *b, double *gflops)
 static int run_case(const struct bench_case *c, uint64_t context, const struct bench_opts *o,
                     struct progress *pg, struct bench_row *row)
 {
+    row->name = c->name;
+    row->heads = c->q_heads;
+    row->context = context;
     dcp_deployment *dep = NULL;
     int err = make_deployment(c, o, &dep);
-    if (err)
+    if (err) {
+        snprintf(row->error, sizeof(row->error), "%s: the case's deployment is invalid", dcp_strerror(err));
         return err;
+    }
     const uint64_t bytes_per_token = dcp_model_kv_bytes_per_token_layer(&dcp_deployment_config(dep)->model);
     const uint64_t per_seq = bytes_per_token * context;
     const uint32_t batch = (uint32_t)DCP_CLI_MAX(1ull, DCP_CLI_MIN((unsigned long long)BENCH_MAX_BATCH,
@@ -235,7 +248,7 @@ static int run_case(const struct bench_case *c, uint64_t context, const struct b
     dcp_engine_get_info(b.engine, &b.info);
     b.host = !strcmp(b.info.backend, "host");
     const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    b.threads = o->threads ? (uint32_t)o->threads : (uint32_t)(cpus > 0 ? cpus : 1);
+    b.threads = o->threads ? o->threads : (uint32_t)(cpus > 0 ? cpus : 1);
     b.rank = dcp_engine_rank(b.engine, 0);
     dcp_rank_kv_arena(b.rank, &b.arena, &b.arena_bytes);
     const size_t f = sizeof(float), Ts = p.max_step_tokens;
@@ -255,7 +268,7 @@ static int run_case(const struct bench_case *c, uint64_t context, const struct b
         err = dcp_rank_fill_synthetic(b.rank, b.q, &qd);
     const double kv_bytes = (double)bytes_per_token * (double)context * batch;
     const size_t ref_bytes = (size_t)DCP_CLI_MIN((double)b.arena_bytes, kv_bytes);
-    const uint32_t reps = (uint32_t)o->repeat;
+    const uint32_t reps = o->repeat;
     double *ta = calloc(reps, sizeof(double)), *tr = calloc(reps, sizeof(double)),
            *tf = calloc(reps, sizeof(double));
     if (!ta || !tr || !tf)
@@ -275,9 +288,6 @@ static int run_case(const struct bench_case *c, uint64_t context, const struct b
         progress_update(pg, i + 1, reps);
     }
     if (!err) {
-        row->name = c->name;
-        row->heads = c->q_heads;
-        row->context = context;
         row->batch = batch;
         row->kv_bytes = kv_bytes;
         row->attn_s = run_percentile(ta, reps, 0.5);
@@ -289,14 +299,17 @@ static int run_case(const struct bench_case *c, uint64_t context, const struct b
         row->gflops = flops_per_token_head * (double)context * batch * c->q_heads / row->attn_s / 1e9;
         row->fma_gflops = b.host ? run_percentile(tf, reps, 0.5) : 0;
         snprintf(row->backend, sizeof(row->backend), "%s (%s)", b.info.backend, b.info.backend_detail);
+        snprintf(row->libraries, sizeof(row->libraries), "%s", b.info.backend_libraries);
     }
     free(ta);
     free(tr);
     free(tf);
 out:
-    if (err)
-        fprintf(stderr, "dcp-run bench: %s h=%u L=%llu: %s: %s\n", c->name, c->q_heads,
-                (unsigned long long)context, dcp_strerror(err), dcp_last_error());
+    if (err) {
+        snprintf(row->error, sizeof(row->error), "%s: %s", dcp_strerror(err), dcp_last_error());
+        fprintf(stderr, "dcp-run bench: %s h=%u L=%llu: %s\n", c->name, c->q_heads, (unsigned long long)context,
+                row->error);
+    }
     if (b.rank) {
         dcp_rank_free(b.rank, b.q);
         dcp_rank_free(b.rank, b.k);
@@ -312,20 +325,40 @@ out:
 
 /* ---- output ------------------------------------------------------------------------ */
 
+/* The first case that ran (its backend heads the output), or NULL if every case failed. */
+static const struct bench_row *first_ok(const struct bench_row *rows, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!rows[i].error[0])
+            return &rows[i];
+    return NULL;
+}
+
+/* Prints the table; a failed case gets its row with the error. Prints nothing if no
+ * case ran (the errors are on stderr): never an empty table. */
 static void print_text(const struct bench_row *rows, int n, const struct bench_opts *o)
 {
-    const bool host = n > 0 && rows[0].read_ref;
+    const struct bench_row *ok = first_ok(rows, n);
+    if (!ok)
+        return;
+    const bool host = ok->read_ref;
     printf("dcp-run bench: decode attention vs %s, one rank, kv %s\n",
            host ? "a read-only pass over the same bytes and an FMA loop" : "a copy of the same bytes",
            dcp_dtype_name(o->dtype));
-    if (n > 0)
-        printf("backend: %s; medians of %llu alternating runs%s%s\n\n", rows[0].backend, o->repeat,
-               host ? "; FMA loop: " : "", host ? bench_ref_fma_isa() : "");
+    printf("backend: %s; medians of %u alternating runs%s%s\n", ok->backend, o->repeat,
+           host ? "; FMA loop: " : "", host ? bench_ref_fma_isa() : "");
+    if (ok->libraries[0])
+        printf("loaded: %s\n", ok->libraries);
+    printf("\n");
     printf("%-4s %5s %8s %6s %9s %9s %10s %10s %6s %9s %11s %6s\n", "kind", "heads", "context", "batch",
            "KV MB", "attn ms", "attn GB/s", host ? "read GB/s" : "copy GB/s", "ratio", "GFLOP/s",
            "FMA GFLOP/s", "ratio");
     for (int i = 0; i < n; i++) {
         const struct bench_row *r = &rows[i];
+        if (r->error[0]) {
+            printf("%-4s %5u %8llu FAILED: %s\n", r->name, r->heads, (unsigned long long)r->context, r->error);
+            continue;
+        }
         printf("%-4s %5u %8llu %6llu %9.1f %9.2f %10.2f %10.2f %6.2f %9.1f", r->name, r->heads,
                (unsigned long long)r->context, (unsigned long long)r->batch, r->kv_bytes / 1e6,
                r->attn_s * 1e3, r->attn_gbps, r->ref_gbps, r->ratio, r->gflops);
@@ -359,6 +392,12 @@ static void print_json(const struct bench_row *rows, int n, const struct bench_o
         json_kv_string(&w, "kind", r->name);
         json_kv_uint(&w, "heads", r->heads);
         json_kv_uint(&w, "context", r->context);
+        json_kv_bool(&w, "ok", !r->error[0]);
+        if (r->error[0]) {
+            json_kv_string(&w, "error", r->error);
+            json_end_object(&w);
+            continue;
+        }
         json_kv_uint(&w, "batch", r->batch);
         json_kv_number(&w, "kv_bytes", r->kv_bytes);
         json_kv_number(&w, "attention_seconds", r->attn_s);
@@ -374,6 +413,7 @@ static void print_json(const struct bench_row *rows, int n, const struct bench_o
             json_kv_number(&w, "flops_ratio", r->gflops / r->fma_gflops);
         }
         json_kv_string(&w, "backend", r->backend);
+        json_kv_string(&w, "backend_libraries", r->libraries);
         json_end_object(&w);
     }
     json_end_array(&w);
@@ -381,89 +421,89 @@ static void print_json(const struct bench_row *rows, int n, const struct bench_o
     json_finish(&w);
 }
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: dcp-run bench [options]\n"
-            "\n"
-            "Measures decode attention's KV streaming rate next to yardsticks run alternately with it\n"
-            "(host: a read-only pass over the same bytes and an fp32 FMA loop in the widest ISA of the\n"
-            "CPU; cuda: a device copy of the same bytes, counted as 2N bytes moved), for GQA (8 query\n"
-            "heads per KV head, head_dim 128) and MLA (576/512, 16 and 128 heads) at several context\n"
-            "lengths, on one rank of the selected backend.\n"
-            "\n"
-            "options:\n"
-            "  --contexts L,L,..  context lengths (default 4k,16k,64k; k/M suffixes)\n"
-            "  --dtype D          KV dtype: bf16 (default), fp16, fp32, fp8_e4m3\n"
-            "  --repeat N         timed runs per case (default 5; medians are reported)\n"
-            "  --threads N        host worker threads (default: all CPUs)\n"
-            "  --backend B        auto (default), host or cuda\n"
-            "  --json             machine-readable output\n"
-            "  --quiet            no progress line\n");
-}
-
-static bool parse_dtype(const char *s, enum dcp_dtype *d)
+static bool parse_dtype(const char *s, void *dest, char *why, size_t why_size)
 {
     static const enum dcp_dtype all[] = {DCP_DTYPE_FP32, DCP_DTYPE_BF16, DCP_DTYPE_FP16, DCP_DTYPE_FP8_E4M3};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         if (!strcmp(s, dcp_dtype_name(all[i]))) {
-            *d = all[i];
+            *(enum dcp_dtype *)dest = all[i];
             return true;
         }
+    snprintf(why, why_size, "one of bf16, fp16, fp32, fp8_e4m3");
     return false;
 }
 
-static bool parse_contexts(const char *s, struct bench_opts *o)
+/* Context lengths: 2 up to 2^40 tokens, at most BENCH_MAX_CONTEXTS of them. */
+#define BENCH_MAX_CONTEXT_LEN (1ull << 40)
+
+static bool parse_contexts(const char *s, void *dest, char *why, size_t why_size)
 {
-    char buf[256];
-    snprintf(buf, sizeof(buf), "%s", s);
-    o->num_contexts = 0;
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        unsigned long long v;
-        if (o->num_contexts == 8 || !cli_parse_u64(tok, &v) || v < 2)
+    struct bench_contexts c = {.count = 0};
+    const char *p = s;
+    for (;;) {
+        const size_t n = strcspn(p, ",");
+        char tok[32];
+        unsigned long long v = 0;
+        if (c.count == BENCH_MAX_CONTEXTS || n == 0 || n >= sizeof(tok)) {
+            snprintf(why, why_size, "1 to %d comma-separated lengths in 2..%llu (k, M suffixes allowed)",
+                     BENCH_MAX_CONTEXTS, BENCH_MAX_CONTEXT_LEN);
             return false;
-        o->contexts[o->num_contexts++] = v;
+        }
+        memcpy(tok, p, n);
+        tok[n] = '\0';
+        if (!cli_parse_u64(tok, &v) || v < 2 || v > BENCH_MAX_CONTEXT_LEN) {
+            snprintf(why, why_size, "comma-separated lengths in 2..%llu (k, M suffixes allowed); '%s' is not one",
+                     BENCH_MAX_CONTEXT_LEN, tok);
+            return false;
+        }
+        c.len[c.count++] = v;
+        if (p[n] == '\0')
+            break;
+        p += n + 1;
     }
-    return o->num_contexts > 0;
+    *(struct bench_contexts *)dest = c;
+    return true;
 }
+
+#define BENCH_OPT(field) offsetof(struct bench_opts, field)
+static const struct cli_option bench_options[] = {
+    {"--contexts", CLI_ARG_CUSTOM, "L,L,..", "context lengths (default 4k,16k,64k; k/M suffixes)",
+     .offset = BENCH_OPT(contexts), .parse = parse_contexts},
+    {"--dtype", CLI_ARG_CUSTOM, "D", "KV dtype: bf16 (default), fp16, fp32, fp8_e4m3", .offset = BENCH_OPT(dtype),
+     .parse = parse_dtype},
+    {"--repeat", CLI_ARG_U32, "N", "timed runs per case (default 5; medians are reported)", 1, 1000,
+     .offset = BENCH_OPT(repeat)},
+    {"--threads", CLI_ARG_U32, "N", "host worker threads (default 0: all CPUs)", 0, 1024,
+     .offset = BENCH_OPT(threads)},
+    {"--backend", CLI_ARG_CUSTOM, "B", "auto (default), host or cuda", .offset = BENCH_OPT(backend),
+     .parse = cli_parse_backend_opt},
+    {"--json", CLI_ARG_FLAG, NULL, "machine-readable output", .offset = BENCH_OPT(json)},
+    {"--quiet", CLI_ARG_FLAG, NULL, "no progress line", .offset = BENCH_OPT(quiet)},
+};
+
+static const struct cli_spec bench_spec = {
+    .command = "bench",
+    .usage = "[options]",
+    .description =
+        "Measures decode attention's KV streaming rate next to yardsticks run alternately with it\n"
+        "(host: a read-only pass over the same bytes and an fp32 FMA loop in the widest ISA of the\n"
+        "CPU; cuda: a device copy of the same bytes, counted as 2N bytes moved), for GQA (8 query\n"
+        "heads per KV head, head_dim 128) and MLA (576/512, 16 and 128 heads) at several context\n"
+        "lengths, on one rank of the selected backend. A case that fails is reported on stderr and\n"
+        "in its row; the others still run.\n",
+    .options = bench_options,
+    .num_options = sizeof(bench_options) / sizeof(bench_options[0]),
+    .epilogue = "exit status: 0 ok, 1 a case failed (the others are still reported), 2 bad usage\n",
+};
 
 static int parse(int argc, char **argv, struct bench_opts *o)
 {
     memset(o, 0, sizeof(*o));
     o->repeat = 5;
     o->dtype = DCP_DTYPE_BF16;
-    parse_contexts("4k,16k,64k", o);
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL, *a = argv[i];
-        bool bad = false;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return -1;
-        } else if (cli_opt(argc, argv, &i, "--json", NULL, &bad)) {
-            o->json = true;
-        } else if (cli_opt(argc, argv, &i, "--quiet", NULL, &bad)) {
-            o->quiet = true;
-        } else if (cli_opt(argc, argv, &i, "--contexts", &v, &bad)) {
-            bad = bad || !parse_contexts(v, o);
-        } else if (cli_opt(argc, argv, &i, "--dtype", &v, &bad)) {
-            bad = bad || !parse_dtype(v, &o->dtype);
-        } else if (cli_opt(argc, argv, &i, "--repeat", &v, &bad)) {
-            bad = bad || !cli_parse_u64(v, &o->repeat) || o->repeat == 0 || o->repeat > 1000;
-        } else if (cli_opt(argc, argv, &i, "--threads", &v, &bad)) {
-            bad = bad || !cli_parse_u64(v, &o->threads) || o->threads > 1024;
-        } else if (cli_opt(argc, argv, &i, "--backend", &v, &bad)) {
-            o->has_backend = true;
-            bad = bad || !cli_parse_backend(v, &o->backend);
-        } else {
-            fprintf(stderr, "dcp-run bench: unexpected argument '%s' (see dcp-run bench --help)\n", a);
-            return CLI_EXIT_USAGE;
-        }
-        if (bad) {
-            fprintf(stderr, "dcp-run bench: bad value for %s (see dcp-run bench --help)\n", a);
-            return CLI_EXIT_USAGE;
-        }
-    }
-    return 0;
+    char why[8];
+    parse_contexts("4k,16k,64k", &o->contexts, why, sizeof(why));
+    return cli_parse(&bench_spec, argc, argv, o);
 }
 
 int cmd_bench(int argc, char **argv)
@@ -474,23 +514,26 @@ int cmd_bench(int argc, char **argv)
         return rc < 0 ? CLI_EXIT_OK : rc;
     struct progress pg;
     progress_init(&pg, o.quiet);
-    struct bench_row rows[3 * 8];
-    int n = 0, err = DCP_OK;
-    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]) && !err; c++)
-        for (uint32_t i = 0; i < o.num_contexts && !err; i++) {
+    struct bench_row rows[3 * BENCH_MAX_CONTEXTS];
+    int n = 0, failed = 0;
+    /* A failing case is reported and the others still run. */
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
+        for (uint32_t i = 0; i < o.contexts.count; i++) {
             char label[64];
             snprintf(label, sizeof(label), "bench %s h=%u L=%llu", cases[c].name, cases[c].q_heads,
-                     (unsigned long long)o.contexts[i]);
+                     (unsigned long long)o.contexts.len[i]);
             progress_begin(&pg, label);
             memset(&rows[n], 0, sizeof(rows[n]));
-            err = run_case(&cases[c], o.contexts[i], &o, &pg, &rows[n]);
-            if (!err)
-                n++;
+            failed += run_case(&cases[c], o.contexts.len[i], &o, &pg, &rows[n]) != DCP_OK;
+            n++;
         }
     progress_end(&pg);
     if (o.json)
         print_json(rows, n, &o);
     else
         print_text(rows, n, &o);
-    return err ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+    if (failed)
+        fprintf(stderr, "dcp-run bench: %d of %d cases failed%s\n", failed, n,
+                failed == n && !o.json ? "; no table printed" : " (see their rows)");
+    return failed ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 }

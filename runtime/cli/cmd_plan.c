@@ -4,6 +4,7 @@
  * them, as aligned tables or as one JSON object (keys documented in docs/plan.md).
  */
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "cli.h"
@@ -18,23 +19,30 @@
     "datasheet bandwidths and a fixed latency per collective; real kernels reach about 50-90% " \
     "of peak HBM bandwidth, so treat crossovers as order-of-magnitude estimates"
 
-static void usage(FILE *out)
-{
-    fprintf(out, "usage: dcp-run plan [FILE] [--json] [--help]\n");
-}
+#define PLAN_OPT(field) offsetof(struct plan_args, field)
 
-static void help(void)
-{
-    usage(stdout);
-    printf(
-        "\n"
+struct plan_args {
+    const char *path;
+    bool json;
+};
+
+static const struct cli_option plan_options[] = {
+    {"--json", CLI_ARG_FLAG, NULL, "print one JSON object with the same figures (keys: docs/plan.md)",
+     .offset = PLAN_OPT(json)},
+};
+
+static const struct cli_spec plan_spec = {
+    .command = "plan",
+    .usage = "[FILE] [options]",
+    .description =
         "Shows what Decode Context Parallelism buys over plain tensor parallelism for one\n"
-        "deployment, with no GPU needed. FILE is a YAML deployment (default:\n"
-        "%s).\n"
-        "\n"
-        "  --json    print one JSON object with the same figures (keys: docs/plan.md)\n"
-        "  --help    this text\n"
-        "\n"
+        "deployment, with no GPU needed. FILE is a YAML deployment.\n",
+    .positional = "FILE",
+    .positional_offset = PLAN_OPT(path),
+    .default_deployment = true,
+    .options = plan_options,
+    .num_options = sizeof(plan_options) / sizeof(plan_options[0]),
+    .epilogue =
         "\"tp only\" is the deployment's TP layout with dcp 1: TP splits the KV heads until\n"
         "each GPU holds one, then every further rank holds a copy (MLA: every rank holds\n"
         "the whole latent cache). \"dcp N\" keeps the same heads but shards each sequence's\n"
@@ -56,10 +64,8 @@ static void help(void)
         "  crossover     an ESTIMATE: the context length above which the KV read DCP saves\n"
         "                outweighs its extra communication, for batches of 1, 8, 64, 256\n"
         "\n"
-        "Exit status: 0 success, 1 the deployment could not be loaded or planned,\n"
-        "2 bad command line.\n",
-        cli_default_deployment());
-}
+        "exit status: 0 success, 1 the deployment could not be loaded or planned, 2 bad usage\n",
+};
 
 /* ---- shared wording ---------------------------------------------------------- */
 
@@ -563,47 +569,12 @@ static void print_json(const dcp_deployment *dep, const struct dcp_plan *plan)
 
 /* ---- command --------------------------------------------------------------------- */
 
-struct plan_args {
-    const char *path;
-    bool json;
-    bool help;
-};
-
-/* Returns false (after printing why) on a bad command line. */
-static bool parse_args(int argc, char **argv, struct plan_args *args)
-{
-    bool bad = false;
-    *args = (struct plan_args){.path = NULL, .json = false, .help = false};
-    for (int i = 1; i < argc && !bad; i++) {
-        if (cli_opt(argc, argv, &i, "--json", NULL, &bad))
-            args->json = true;
-        else if (cli_opt(argc, argv, &i, "--help", NULL, &bad) || !strcmp(argv[i], "-h"))
-            args->help = true;
-        else if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            fprintf(stderr, "dcp-run plan: unknown option '%s'\n", argv[i]);
-            bad = true;
-        } else if (args->path) {
-            fprintf(stderr, "dcp-run plan: more than one deployment file ('%s', '%s')\n",
-                    args->path, argv[i]);
-            bad = true;
-        } else {
-            args->path = argv[i];
-        }
-    }
-    return !bad;
-}
-
 int cmd_plan(int argc, char **argv)
 {
-    struct plan_args args;
-    if (!parse_args(argc, argv, &args)) {
-        usage(stderr);
-        return CLI_EXIT_USAGE;
-    }
-    if (args.help) {
-        help();
-        return CLI_EXIT_OK;
-    }
+    struct plan_args args = {.path = NULL, .json = false};
+    const int rc = cli_parse(&plan_spec, argc, argv, &args);
+    if (rc)
+        return rc == CLI_PARSE_HELP ? CLI_EXIT_OK : rc;
     dcp_deployment *dep = cli_load_deployment(args.path ? args.path : cli_default_deployment());
     if (!dep)
         return CLI_EXIT_FAIL;

@@ -8,6 +8,7 @@
  * nothing to run the clock jumps to the next arrival.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,7 +45,8 @@ static int sim_pool(const dcp_deployment *dep, uint32_t dcp, const struct dcp_tr
         return err;
     const struct dcp_plan_layout *lay = dcp == 1 ? &plan.baseline : &plan.dcp;
     if (!lay->pages) {
-        fprintf(stderr, "dcp-run replay: dcp=%u: the KV budget holds no page\n", dcp);
+        char name[CLI_LAYOUT_NAME_LEN];
+        fprintf(stderr, "dcp-run replay: %s: the KV budget holds no page\n", cli_layout_name(name, dcp));
         return DCP_ENOSPC;
     }
     uint64_t longest = 0;
@@ -268,8 +270,11 @@ int replay_layout(const dcp_deployment *dep, const struct replay_opts *o, const 
     progress_end(&pg);
     if (!err)
         err = summarize(s, res, o->clients ? 0 : trace->requests[0].arrival);
-    if (err)
-        fprintf(stderr, "dcp-run replay: dcp=%u: %s: %s\n", dcp, dcp_strerror(err), dcp_last_error());
+    if (err) {
+        fprintf(stderr, "dcp-run replay: %s: %s: %s\n", cli_layout_name(label, dcp), dcp_strerror(err),
+                dcp_last_error());
+        cli_hint_kv_mb("replay", err, cfg, o->kv_mb);
+    }
     dcp_sched_destroy(&s);
     replay_exec_finish(&x, &res->check);
     res->wall_seconds = cli_now() - t0;
@@ -444,65 +449,71 @@ static void print_json(const struct dcp_config *cfg, const struct replay_opts *o
 
 /* ---- options ---------------------------------------------------------------------------- */
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: dcp-run replay [DEPLOYMENT] --trace FILE [options]\n"
-            "       dcp-run replay [DEPLOYMENT] --synthetic N [options]\n"
-            "\n"
-            "Replays a request trace through the serving scheduler (continuous batching, chunked\n"
-            "prefill, prefix caching, preemption, MTP) for the TP baseline (dcp=1) and for the\n"
-            "deployment's DCP in the same per-GPU memory, and prints side by side: requests completed,\n"
-            "output tok/s per GPU, TTFT and TPOT percentiles, concurrency, KV use, prefix-cache hit\n"
-            "rate, preemptions, rejections. Traces: Mooncake JSONL or one prompt length per line.\n"
-            "Without --simulate the engine executes every step (use small models: the host backend\n"
-            "runs on the CPU) and sampled outputs are checked against float64 attention.\n"
-            "DEPLOYMENT defaults to\n"
-            "  %s\n"
-            "\n"
-            "options:\n"
-            "  --trace FILE         request trace\n"
-            "  --synthetic N        generate an agentic trace of N requests instead (median input ~67k)\n"
-            "  --rate X             its arrivals per second (default 4)\n"
-            "  --write-trace FILE   also write the trace used as JSONL\n"
-            "  --simulate           step-time model instead of kernels (GPU-scale deployments)\n"
-            "  --length-scale X     multiply prompt lengths by X (default 1)\n"
-            "  --output-scale X     multiply output lengths by X (default 1)\n"
-            "  --time-scale X       multiply arrival times by X (< 1 compresses; default 1)\n"
-            "  --limit N            first N requests only\n"
-            "  --clients N          closed loop: N clients, each sends its next request when the last\n"
-            "                       finished (timestamps ignored), like a benchmark's max concurrency\n"
-            "  --max-running N      most requests running at once (default 256)\n"
-            "  --step-tokens N      token budget of a step (default 8192)\n"
-            "  --watermark X        fraction of blocks kept free at admission (default 0.01)\n"
-            "  --no-prefix-cache    no prefix caching\n"
-            "  --mtp N              MTP draft tokens per step (default 0)\n"
-            "  --mtp-acceptance X   probability each draft is accepted (default 0.7)\n"
-            "  --kv-efficiency X    simulate: fraction of HBM bandwidth reading KV (default 0.6)\n"
-            "  --gpu-tflops X       simulate: dense TFLOP/s per GPU (default 2250)\n"
-            "  --mfu X              simulate: fraction of it reached (default 0.5)\n"
-            "  --layers N           execute: only the first N layers\n"
-            "  --kv-mb N            execute: KV budget per rank in MB\n"
-            "  --backend B          execute: auto, host or cuda\n"
-            "  --no-check           execute: skip the correctness check\n"
-            "  --plot FILE.svg      write concurrency and KV use over time and the comparison\n"
-            "  --json               machine-readable output\n"
-            "  --quiet              no progress line\n"
-            "exit status: 0 ok, 1 failure (including a failed check or a request left unfinished), 2 bad usage\n",
-            cli_default_deployment());
-}
+#define REPLAY_OPT(field) offsetof(struct replay_opts, field)
+static const struct cli_option replay_options[] = {
+    {"--trace", CLI_ARG_STRING, "FILE", "request trace", .offset = REPLAY_OPT(trace)},
+    {"--synthetic", CLI_ARG_U32, "N", "generate an agentic trace of N requests instead (median input ~67k)", 1, 1e7,
+     .offset = REPLAY_OPT(synthetic)},
+    {"--rate", CLI_ARG_REAL, "X", "its arrivals per second (default 4)", 1e-6, 1e6, .offset = REPLAY_OPT(synthetic_rate)},
+    {"--write-trace", CLI_ARG_STRING, "FILE", "also write the trace used as JSONL", .offset = REPLAY_OPT(write_trace)},
+    {"--simulate", CLI_ARG_FLAG, NULL, "step-time model instead of kernels (GPU-scale deployments)",
+     .offset = REPLAY_OPT(simulate)},
+    {"--length-scale", CLI_ARG_REAL, "X", "multiply prompt lengths by X (default 1)", 1e-4, 1e4,
+     .offset = REPLAY_OPT(length_scale)},
+    {"--output-scale", CLI_ARG_REAL, "X", "multiply output lengths by X (default 1)", 1e-4, 1e4,
+     .offset = REPLAY_OPT(output_scale)},
+    {"--time-scale", CLI_ARG_REAL, "X", "multiply arrival times by X (< 1 compresses; default 1)", 1e-6, 1e6,
+     .offset = REPLAY_OPT(time_scale)},
+    {"--limit", CLI_ARG_U32, "N", "first N requests only", 1, UINT32_MAX, .offset = REPLAY_OPT(limit)},
+    {"--clients", CLI_ARG_U32, "N",
+     "closed loop: N clients, each sends its next request when the last\n"
+     "finished (timestamps ignored), like a benchmark's max concurrency", 1, 1e6, .offset = REPLAY_OPT(clients)},
+    {"--max-running", CLI_ARG_U32, "N", "most requests running at once (default 256)", 1, 65536,
+     .offset = REPLAY_OPT(sched.max_running)},
+    {"--step-tokens", CLI_ARG_U32, "N", "token budget of a step (default 8192)", 1, 1u << 24,
+     .offset = REPLAY_OPT(sched.step_tokens)},
+    {"--watermark", CLI_ARG_REAL, "X", "fraction of blocks kept free at admission (default 0.01)", 0, 0.5,
+     .offset = REPLAY_OPT(sched.watermark)},
+    {"--no-prefix-cache", CLI_ARG_FLAG_OFF, NULL, "no prefix caching", .offset = REPLAY_OPT(sched.prefix_caching)},
+    {"--mtp", CLI_ARG_U32, "N", "MTP draft tokens per step (default 0)", 0, 15, .offset = REPLAY_OPT(sched.mtp_drafts)},
+    {"--mtp-acceptance", CLI_ARG_REAL, "X", "probability each draft is accepted (default 0.7)", 0, 1,
+     .offset = REPLAY_OPT(sched.mtp_acceptance)},
+    {"--kv-efficiency", CLI_ARG_REAL, "X", "simulate: fraction of HBM bandwidth reading KV (default 0.6)", 1e-3, 1,
+     .offset = REPLAY_OPT(model.kv_efficiency)},
+    {"--gpu-tflops", CLI_ARG_REAL, "X", "simulate: dense TFLOP/s per GPU (default 2250)", 1e-3, 1e6, 1e12,
+     .offset = REPLAY_OPT(model.gpu_flops)},
+    {"--mfu", CLI_ARG_REAL, "X", "simulate: fraction of it reached (default 0.5)", 1e-3, 1,
+     .offset = REPLAY_OPT(model.flops_efficiency)},
+    {"--layers", CLI_ARG_U32, "N", "execute: only the first N layers (at most the model's)", 1, 65536,
+     .offset = REPLAY_OPT(layers)},
+    {"--kv-mb", CLI_ARG_U64, "N", "execute: KV budget per rank in MB", 1, 1e9, .offset = REPLAY_OPT(kv_mb)},
+    {"--backend", CLI_ARG_CUSTOM, "B", "execute: auto, host or cuda", .offset = REPLAY_OPT(backend),
+     .parse = cli_parse_backend_opt},
+    {"--no-check", CLI_ARG_FLAG_OFF, NULL, "execute: skip the correctness check", .offset = REPLAY_OPT(check)},
+    {"--plot", CLI_ARG_STRING, "FILE.svg", "write concurrency and KV use over time and the comparison",
+     .offset = REPLAY_OPT(plot)},
+    {"--json", CLI_ARG_FLAG, NULL, "machine-readable output", .offset = REPLAY_OPT(json)},
+    {"--quiet", CLI_ARG_FLAG, NULL, "no progress line", .offset = REPLAY_OPT(quiet)},
+};
 
-static bool parse_real(const char *s, double *out, double lo, double hi)
-{
-    if (!s || !*s)
-        return false;
-    char *end;
-    const double v = strtod(s, &end);
-    if (*end || !isfinite(v) || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
-}
+static const struct cli_spec replay_spec = {
+    .command = "replay",
+    .usage = "[DEPLOYMENT] --trace FILE [options]\n[DEPLOYMENT] --synthetic N [options]",
+    .description =
+        "Replays a request trace through the serving scheduler (continuous batching, chunked\n"
+        "prefill, prefix caching, preemption, MTP) for the TP baseline (dcp=1) and for the\n"
+        "deployment's DCP in the same per-GPU memory, and prints side by side: requests completed,\n"
+        "output tok/s per GPU, TTFT and TPOT percentiles, concurrency, KV use, prefix-cache hit\n"
+        "rate, preemptions, rejections. Traces: Mooncake JSONL or one prompt length per line.\n"
+        "Without --simulate the engine executes every step (use small models: the host backend\n"
+        "runs on the CPU) and sampled outputs are checked against float64 attention.\n",
+    .positional = "DEPLOYMENT",
+    .positional_offset = REPLAY_OPT(file),
+    .default_deployment = true,
+    .options = replay_options,
+    .num_options = sizeof(replay_options) / sizeof(replay_options[0]),
+    .epilogue = "exit status: 0 ok, 1 failure (including a failed check or a request left unfinished), 2 bad usage\n",
+};
 
 static int parse(int argc, char **argv, struct replay_opts *o)
 {
@@ -510,86 +521,9 @@ static int parse(int argc, char **argv, struct replay_opts *o)
     o->check = true;
     dcp_sched_default_params(&o->sched);
     dcp_step_model_default_params(&o->model);
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL, *a = argv[i];
-        bool bad = false;
-        unsigned long long u = 0;
-        double d = 0;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return -1;
-        } else if (cli_opt(argc, argv, &i, "--json", NULL, &bad)) {
-            o->json = true;
-        } else if (cli_opt(argc, argv, &i, "--quiet", NULL, &bad)) {
-            o->quiet = true;
-        } else if (cli_opt(argc, argv, &i, "--simulate", NULL, &bad)) {
-            o->simulate = true;
-        } else if (cli_opt(argc, argv, &i, "--no-check", NULL, &bad)) {
-            o->check = false;
-        } else if (cli_opt(argc, argv, &i, "--no-prefix-cache", NULL, &bad)) {
-            o->sched.prefix_caching = false;
-        } else if (cli_opt(argc, argv, &i, "--trace", &v, &bad)) {
-            o->trace = v;
-        } else if (cli_opt(argc, argv, &i, "--write-trace", &v, &bad)) {
-            o->write_trace = v;
-        } else if (cli_opt(argc, argv, &i, "--plot", &v, &bad)) {
-            o->plot = v;
-        } else if (cli_opt(argc, argv, &i, "--synthetic", &v, &bad)) {
-            bad = bad || !cli_parse_u64(v, &u) || u == 0 || u > 10000000;
-            o->synthetic = (uint32_t)u;
-        } else if (cli_opt(argc, argv, &i, "--rate", &v, &bad)) {
-            bad = bad || !parse_real(v, &o->synthetic_rate, 1e-6, 1e6);
-        } else if (cli_opt(argc, argv, &i, "--length-scale", &v, &bad)) {
-            bad = bad || !parse_real(v, &o->length_scale, 1e-4, 1e4);
-        } else if (cli_opt(argc, argv, &i, "--output-scale", &v, &bad)) {
-            bad = bad || !parse_real(v, &o->output_scale, 1e-4, 1e4);
-        } else if (cli_opt(argc, argv, &i, "--time-scale", &v, &bad)) {
-            bad = bad || !parse_real(v, &o->time_scale, 1e-6, 1e6);
-        } else if (cli_opt(argc, argv, &i, "--limit", &v, &bad)) {
-            bad = bad || !cli_parse_u64(v, &u) || u == 0 || u > UINT32_MAX;
-            o->limit = (uint32_t)u;
-        } else if (cli_opt(argc, argv, &i, "--clients", &v, &bad)) {
-            bad = bad || !cli_parse_u64(v, &u) || u == 0 || u > 1000000;
-            o->clients = (uint32_t)u;
-        } else if (cli_opt(argc, argv, &i, "--max-running", &v, &bad)) {
-            bad = bad || !cli_parse_u64(v, &u) || u == 0 || u > 65536;
-            o->sched.max_running = (uint32_t)u;
-        } else if (cli_opt(argc, argv, &i, "--step-tokens", &v, &bad)) {
-            bad = bad || !cli_parse_u64(v, &u) || u == 0 || u > (1u << 24);
-            o->sched.step_tokens = (uint32_t)u;
-        } else if (cli_opt(argc, argv, &i, "--watermark", &v, &bad)) {
-            bad = bad || !parse_real(v, &o->sched.watermark, 0, 0.5);
-        } else if (cli_opt(argc, argv, &i, "--mtp", &v, &bad)) {
-            bad = bad || !cli_parse_u64(v, &u) || u > 15;
-            o->sched.mtp_drafts = (uint32_t)u;
-        } else if (cli_opt(argc, argv, &i, "--mtp-acceptance", &v, &bad)) {
-            bad = bad || !parse_real(v, &o->sched.mtp_acceptance, 0, 1);
-        } else if (cli_opt(argc, argv, &i, "--kv-efficiency", &v, &bad)) {
-            bad = bad || !parse_real(v, &o->model.kv_efficiency, 1e-3, 1);
-        } else if (cli_opt(argc, argv, &i, "--gpu-tflops", &v, &bad)) {
-            bad = bad || !parse_real(v, &d, 1e-3, 1e6);
-            o->model.gpu_flops = d * 1e12;
-        } else if (cli_opt(argc, argv, &i, "--mfu", &v, &bad)) {
-            bad = bad || !parse_real(v, &o->model.flops_efficiency, 1e-3, 1);
-        } else if (cli_opt(argc, argv, &i, "--layers", &v, &bad)) {
-            bad = bad || !cli_parse_u64(v, &o->layers) || o->layers == 0;
-        } else if (cli_opt(argc, argv, &i, "--kv-mb", &v, &bad)) {
-            bad = bad || !cli_parse_u64(v, &o->kv_mb) || o->kv_mb == 0;
-        } else if (cli_opt(argc, argv, &i, "--backend", &v, &bad)) {
-            o->has_backend = true;
-            bad = bad || !cli_parse_backend(v, &o->backend);
-        } else if (a[0] == '-' || o->file) {
-            fprintf(stderr, "dcp-run replay: unexpected argument '%s' (see dcp-run replay --help)\n", a);
-            return CLI_EXIT_USAGE;
-        } else {
-            o->file = a;
-            continue;
-        }
-        if (bad) {
-            fprintf(stderr, "dcp-run replay: bad value for %s (see dcp-run replay --help)\n", a);
-            return CLI_EXIT_USAGE;
-        }
-    }
+    int rc = cli_parse(&replay_spec, argc, argv, o);
+    if (rc)
+        return rc;
     if (!o->trace == !o->synthetic) {
         fprintf(stderr, "dcp-run replay: give one of --trace FILE or --synthetic N (see dcp-run replay --help)\n");
         return CLI_EXIT_USAGE;
@@ -649,9 +583,13 @@ int cmd_replay(int argc, char **argv)
     dcp_deployment *dep = cli_load_deployment(o.file);
     if (!dep)
         return CLI_EXIT_FAIL;
-    if (o.has_backend && cli_override_backend(&dep, o.backend)) {
+    if (o.backend.given && cli_override_backend(&dep, o.backend.kind)) {
         dcp_deployment_destroy(&dep);
         return CLI_EXIT_FAIL;
+    }
+    if ((rc = cli_check_layers("replay", o.layers, o.file, dcp_deployment_config(dep)))) {
+        dcp_deployment_destroy(&dep);
+        return rc;
     }
     struct dcp_trace *trace = NULL;
     if (load_trace(&o, &trace)) {
@@ -673,13 +611,14 @@ int cmd_replay(int argc, char **argv)
         else
             print_text(cfg, &o, trace, res, n);
         for (int i = 0; i < n; i++) {
+            char name[CLI_LAYOUT_NAME_LEN];
             if (res[i].finished + res[i].rejected != res[i].requests) {
-                fprintf(stderr, "dcp-run replay: dcp=%u: %u requests unfinished\n", res[i].dcp,
+                fprintf(stderr, "dcp-run replay: %s: %u requests unfinished\n", cli_layout_name(name, res[i].dcp),
                         res[i].requests - res[i].finished - res[i].rejected);
                 ok = false;
             }
             if (res[i].executed && o.check && (!res[i].check.pass || !res[i].check.rows)) {
-                fprintf(stderr, "dcp-run replay: dcp=%u: correctness check FAILED\n", res[i].dcp);
+                fprintf(stderr, "dcp-run replay: %s: correctness check FAILED\n", cli_layout_name(name, res[i].dcp));
                 ok = false;
             }
         }

@@ -8,6 +8,7 @@
  * computed on the host in float64 from the same (cache-rounded) values.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,15 +25,16 @@
 struct run_opts {
     const char *file;
     bool json, quiet, check;
-    unsigned long long steps, requests, layers, kv_mb;
-    bool has_backend;
-    enum dcp_backend_kind backend;
+    uint32_t steps, requests, layers; /* 0: from the deployment */
+    uint64_t kv_mb;                   /* 0: from the deployment */
+    struct cli_backend_opt backend;
 };
 
 /* What one layout achieved. */
 struct layout_result {
     uint32_t dcp;
     char backend[640];
+    char libraries[512];          /* driver and NCCL files loaded (CUDA backend), or "" */
     char notice[640];
     uint32_t offered, admitted;
     uint64_t num_blocks, blocks_used;
@@ -175,17 +177,21 @@ static int run_layout(const dcp_deployment *dep, const struct run_opts *o, uint3
 {
     memset(res, 0, sizeof(*res));
     res->dcp = dcp;
+    char name[CLI_LAYOUT_NAME_LEN];
     struct run_setup s;
     const struct dcp_config *cfg = dcp_deployment_config(dep);
-    const uint32_t steps = o->steps ? (uint32_t)o->steps : cfg->workload.decode_steps;
-    int err = run_setup_create(&s, dep, dcp, (uint32_t)o->layers, (double)o->kv_mb * 1e6, reqs, steps,
+    const uint32_t steps = o->steps ? o->steps : cfg->workload.decode_steps;
+    int err = run_setup_create(&s, dep, dcp, o->layers, (double)o->kv_mb * 1e6, reqs, steps,
                                PREFILL_STEP_TOKENS, o->check);
     if (err) {
-        fprintf(stderr, "dcp-run run: dcp=%u: %s: %s\n", dcp, dcp_strerror(err), dcp_last_error());
+        fprintf(stderr, "dcp-run run: %s: %s: %s\n", cli_layout_name(name, dcp), dcp_strerror(err),
+                dcp_last_error());
+        cli_hint_kv_mb("run", err, cfg, o->kv_mb);
         return err;
     }
     snprintf(res->backend, sizeof(res->backend), "%s (%s)", s.info.backend, s.info.backend_detail);
     snprintf(res->notice, sizeof(res->notice), "%s", s.info.backend_notice);
+    snprintf(res->libraries, sizeof(res->libraries), "%s", s.info.backend_libraries);
     res->offered = reqs->count;
     res->admitted = s.admitted;
     res->num_blocks = s.info.num_blocks;
@@ -201,7 +207,8 @@ static int run_layout(const dcp_deployment *dep, const struct run_opts *o, uint3
     }
     progress_end(pg);
     if (err)
-        fprintf(stderr, "dcp-run run: dcp=%u: %s: %s\n", dcp, dcp_strerror(err), dcp_last_error());
+        fprintf(stderr, "dcp-run run: %s: %s: %s\n", cli_layout_name(name, dcp), dcp_strerror(err),
+                dcp_last_error());
     res->blocks_used = s.info.num_blocks - dcp_engine_free_blocks(s.engine);
     for (uint32_t i = 0; i < s.admitted; i++)
         res->context_tokens += dcp_seq_length(s.engine, s.seq[i]);
@@ -224,6 +231,12 @@ static void print_text(const struct dcp_config *cfg, const char *path, const str
             printf("backend%s: %s\n", n > 1 && strcmp(r[n - 1].backend, r[0].backend)
                                            ? (r[i].dcp == 1 ? " (TP baseline)" : " (DCP)") : "",
                    r[i].backend);
+    /* The driver and NCCL files the CUDA backend loaded (one line per layout if they differ). */
+    const bool libs_differ = n > 1 && strcmp(r[n - 1].libraries, r[0].libraries);
+    for (int i = 0; i < n; i++)
+        if (r[i].libraries[0] && (i == 0 || libs_differ))
+            printf("loaded%s: %s\n", libs_differ ? (r[i].dcp == 1 ? " (TP baseline)" : " (DCP)") : "",
+                   r[i].libraries);
     if (r[0].notice[0])
         printf("note: %s\n", r[0].notice);
     printf("requests offered: %u (%s), decode steps %u, q_len %u\n\n", reqs->count, reqs->describe,
@@ -295,6 +308,7 @@ static void print_json(const struct dcp_config *cfg, const char *path, const str
         json_kv_uint(&w, "dcp", r[i].dcp);
         json_kv_string(&w, "backend", r[i].backend);
         json_kv_string(&w, "backend_notice", r[i].notice);
+        json_kv_string(&w, "backend_libraries", r[i].libraries);
         json_kv_uint(&w, "concurrency", r[i].admitted);
         json_kv_uint(&w, "context_tokens", r[i].context_tokens);
         json_kv_uint(&w, "kv_blocks_used_per_rank", r[i].blocks_used);
@@ -323,75 +337,48 @@ static void print_json(const struct dcp_config *cfg, const char *path, const str
     json_finish(&w);
 }
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: dcp-run run [FILE] [options]\n"
-            "\n"
-            "Runs the deployment: the TP baseline (dcp=1, KV replicated) and the configured DCP in the\n"
-            "same per-rank KV budget. Requests (workload.context_lengths, cycled, or workload.trace)\n"
-            "are admitted while their blocks fit; their KV is filled through the append path with\n"
-            "seeded synthetic K/V; then decode steps run over all layers. Prints the concurrency each\n"
-            "layout reaches, KV memory used, decode tokens/s, step latency, and a correctness check of\n"
-            "sampled outputs against float64 dense attention. FILE defaults to\n"
-            "  %s\n"
-            "\n"
-            "options:\n"
-            "  --json             machine-readable output\n"
-            "  --steps N          decode steps (default workload.decode_steps)\n"
-            "  --requests N       requests offered (default workload.requests)\n"
-            "  --layers N         run only the first N layers (default all)\n"
-            "  --kv-mb N          KV budget per rank in MB (default: from the deployment)\n"
-            "  --backend B        auto, host or cuda (default runtime.backend)\n"
-            "  --no-check         skip the correctness check\n"
-            "  --quiet            no progress line\n"
-            "exit status: 0 ok, 1 failure (including a failed correctness check), 2 bad usage\n",
-            cli_default_deployment());
-}
+#define RUN_OPT(field) offsetof(struct run_opts, field)
+static const struct cli_option run_options[] = {
+    {"--json", CLI_ARG_FLAG, NULL, "machine-readable output", .offset = RUN_OPT(json)},
+    {"--steps", CLI_ARG_U32, "N", "decode steps (default workload.decode_steps)", 1, 1e6, .offset = RUN_OPT(steps)},
+    {"--requests", CLI_ARG_U32, "N", "requests offered (default workload.requests)", 1, 1e6,
+     .offset = RUN_OPT(requests)},
+    {"--layers", CLI_ARG_U32, "N", "run only the first N layers (default all; at most the model's)", 1, 65536,
+     .offset = RUN_OPT(layers)},
+    {"--kv-mb", CLI_ARG_U64, "N", "KV budget per rank in MB (default: from the deployment)", 1, 1e9,
+     .offset = RUN_OPT(kv_mb)},
+    {"--backend", CLI_ARG_CUSTOM, "B", "auto, host or cuda (default runtime.backend)", .offset = RUN_OPT(backend),
+     .parse = cli_parse_backend_opt},
+    {"--no-check", CLI_ARG_FLAG_OFF, NULL, "skip the correctness check", .offset = RUN_OPT(check)},
+    {"--quiet", CLI_ARG_FLAG, NULL, "no progress line", .offset = RUN_OPT(quiet)},
+};
+
+static const struct cli_spec run_spec = {
+    .command = "run",
+    .usage = "[FILE] [options]",
+    .description =
+        "Runs the deployment: the TP baseline (dcp=1, KV replicated) and the configured DCP in the\n"
+        "same per-rank KV budget. Requests (workload.context_lengths, cycled, or workload.trace)\n"
+        "are admitted while their blocks fit; their KV is filled through the append path with\n"
+        "seeded synthetic K/V; then decode steps run over all layers. Prints the concurrency each\n"
+        "layout reaches, KV memory used, decode tokens/s, step latency, and a correctness check of\n"
+        "sampled outputs against float64 dense attention.\n",
+    .positional = "FILE",
+    .positional_offset = RUN_OPT(file),
+    .default_deployment = true,
+    .options = run_options,
+    .num_options = sizeof(run_options) / sizeof(run_options[0]),
+    .epilogue = "exit status: 0 ok, 1 failure (including a failed correctness check), 2 bad usage\n",
+};
 
 static int parse(int argc, char **argv, struct run_opts *o)
 {
     memset(o, 0, sizeof(*o));
     o->check = true;
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
-        bool bad = false;
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return -1;
-        } else if (cli_opt(argc, argv, &i, "--json", NULL, &bad)) {
-            o->json = true;
-        } else if (cli_opt(argc, argv, &i, "--quiet", NULL, &bad)) {
-            o->quiet = true;
-        } else if (cli_opt(argc, argv, &i, "--no-check", NULL, &bad)) {
-            o->check = false;
-        } else if (cli_opt(argc, argv, &i, "--steps", &v, &bad)) {
-            bad = bad || !cli_parse_u64(v, &o->steps) || o->steps == 0;
-        } else if (cli_opt(argc, argv, &i, "--requests", &v, &bad)) {
-            bad = bad || !cli_parse_u64(v, &o->requests) || o->requests == 0;
-        } else if (cli_opt(argc, argv, &i, "--layers", &v, &bad)) {
-            bad = bad || !cli_parse_u64(v, &o->layers) || o->layers == 0;
-        } else if (cli_opt(argc, argv, &i, "--kv-mb", &v, &bad)) {
-            bad = bad || !cli_parse_u64(v, &o->kv_mb) || o->kv_mb == 0;
-        } else if (cli_opt(argc, argv, &i, "--backend", &v, &bad)) {
-            o->has_backend = true;
-            bad = bad || !cli_parse_backend(v, &o->backend);
-        } else if (a[0] == '-' || o->file) {
-            fprintf(stderr, "dcp-run run: unexpected argument '%s' (see dcp-run run --help)\n", a);
-            return CLI_EXIT_USAGE;
-        } else {
-            o->file = a;
-            continue;
-        }
-        if (bad) {
-            fprintf(stderr, "dcp-run run: bad value for %s (see dcp-run run --help)\n", a);
-            return CLI_EXIT_USAGE;
-        }
-    }
-    if (!o->file)
+    int rc = cli_parse(&run_spec, argc, argv, o);
+    if (!rc && !o->file)
         o->file = cli_default_deployment();
-    return 0;
+    return rc;
 }
 
 int cmd_run(int argc, char **argv)
@@ -403,19 +390,17 @@ int cmd_run(int argc, char **argv)
     dcp_deployment *dep = cli_load_deployment(o.file);
     if (!dep)
         return CLI_EXIT_FAIL;
-    if (o.has_backend && cli_override_backend(&dep, o.backend)) {
+    if (o.backend.given && cli_override_backend(&dep, o.backend.kind)) {
         dcp_deployment_destroy(&dep);
         return CLI_EXIT_FAIL;
     }
     const struct dcp_config *cfg = dcp_deployment_config(dep);
-    if (o.layers > cfg->model.num_layers) {
-        fprintf(stderr, "dcp-run run: --layers %llu: the model (%s) has %u layers; give 1..%u\n",
-                o.layers, o.file, cfg->model.num_layers, cfg->model.num_layers);
+    if ((rc = cli_check_layers("run", o.layers, o.file, cfg))) {
         dcp_deployment_destroy(&dep);
-        return CLI_EXIT_USAGE;
+        return rc;
     }
     struct run_requests reqs;
-    if (run_requests_load(&reqs, dep, (uint32_t)o.requests)) {
+    if (run_requests_load(&reqs, dep, o.requests)) {
         dcp_deployment_destroy(&dep);
         return CLI_EXIT_FAIL;
     }

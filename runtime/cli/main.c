@@ -67,64 +67,6 @@ dcp_deployment *cli_load_deployment(const char *path)
     return err ? NULL : dep;
 }
 
-bool cli_opt(int argc, char **argv, int *i, const char *name, const char **value, bool *bad)
-{
-    const char *arg = argv[*i];
-    size_t n = strlen(name);
-    if (strncmp(arg, name, n) != 0)
-        return false;
-    if (!value)
-        return arg[n] == '\0';
-    if (arg[n] == '=') {
-        *value = arg + n + 1;
-        return true;
-    }
-    if (arg[n] != '\0')
-        return false;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "dcp-run: option %s needs a value\n", name);
-        *bad = true;
-        return true;
-    }
-    *value = argv[++*i];
-    return true;
-}
-
-bool cli_parse_backend(const char *s, enum dcp_backend_kind *out)
-{
-    static const enum dcp_backend_kind kinds[] = {DCP_BACKEND_AUTO, DCP_BACKEND_HOST, DCP_BACKEND_CUDA};
-    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
-        if (s && !strcmp(s, dcp_backend_kind_name(kinds[i]))) {
-            *out = kinds[i];
-            return true;
-        }
-    return false;
-}
-
-bool cli_parse_u64(const char *s, unsigned long long *out)
-{
-    if (!s || !*s || *s == '-')
-        return false;
-    char *end = NULL;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s)
-        return false;
-    unsigned long long mul = 1;
-    if (*end == 'k' || *end == 'K')
-        mul = 1ull << 10;
-    else if (*end == 'M')
-        mul = 1ull << 20;
-    else if (*end == 'G')
-        mul = 1ull << 30;
-    if (mul != 1)
-        end++;
-    if (*end != '\0' || (v && mul > ~0ull / v))
-        return false;
-    *out = v * mul;
-    return true;
-}
-
 /*
  * Output that could not be written is a failure: `dcp-run plan > /dev/full` must
  * not exit 0. Flushes stdout and turns a write error into exit status 1 with a

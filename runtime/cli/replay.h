@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "dcp/dcp.h"
+#include "options.h"
 
 /** Sampled output rows must match float64 attention to this relative L2 error. */
 #define REPLAY_CHECK_TOLERANCE 1e-3
@@ -27,9 +28,9 @@ struct replay_opts {
     const char *plot;
     struct dcp_sched_params sched;
     struct dcp_step_model_params model;
-    unsigned long long layers, kv_mb;
-    bool has_backend;
-    enum dcp_backend_kind backend;
+    uint32_t layers;               ///< Execute: only the first layers (0: all).
+    uint64_t kv_mb;                ///< Execute: KV budget per rank in MB (0: from the deployment).
+    struct cli_backend_opt backend; ///< Execute: --backend.
 };
 
 /** A point of the timeline (after each step). */

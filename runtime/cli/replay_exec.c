@@ -114,7 +114,7 @@ int replay_exec_create(const dcp_deployment *dep, const struct replay_opts *o, c
     dcp_engine_default_params(&p);
     p.deployment = dep;
     p.dcp = dcp;
-    p.num_layers = (uint32_t)o->layers;
+    p.num_layers = o->layers;
     p.kv_budget_bytes = (double)o->kv_mb * 1e6;
     p.max_batch = o->sched.max_running;
     p.max_seqs = o->sched.max_running;

@@ -84,9 +84,9 @@ static uint64_t total_gpus(const struct rule_ctx *c)
 }
 
 /*
- * TP sizes that split the model's heads: divisors of query_heads that either
- * divide kv_heads (each rank holds whole KV heads) or are multiples of it (each KV
- * head replicated equally), and fit the GPUs. Needs attention, query_heads, kv_heads.
+ * TP sizes that split the model's heads (dcp_rank_geometry accepts them with
+ * dcp 1: they divide query_heads, and divide kv_heads or are multiples of it) and
+ * fit the GPUs. Needs attention, query_heads, kv_heads.
  */
 static size_t valid_tp_values(const struct rule_ctx *c, uint64_t *out, size_t cap)
 {
@@ -95,9 +95,9 @@ static size_t valid_tp_values(const struct rule_ctx *c, uint64_t *out, size_t ca
     const size_t n = divisors(m->num_q_heads, total_gpus(c), all, MAX_DIVISORS);
     size_t count = 0;
     for (size_t i = 0; i < n && count < cap; i++) {
-        const uint64_t t = all[i], kv = m->num_kv_heads;
-        if (m->attention == DCP_ATTN_MLA || kv % t == 0 || t % kv == 0)
-            out[count++] = t;
+        struct dcp_rank_geometry g;
+        if (all[i] <= UINT32_MAX && dcp_rank_geometry(m, (uint32_t)all[i], 1, &g) == DCP_OK)
+            out[count++] = all[i];
     }
     return count;
 }
@@ -137,20 +137,19 @@ static void rule_kv_heads(struct rule_ctx *c)
     *key_state(c->state, "model.kv_heads") = CONFIG_BAD;
 }
 
+/*
+ * The placement checks are dcp_rank_geometry's (include/dcp/geometry.h), the
+ * one place the formulas live; these rules add where to look and what is valid.
+ */
+
 /* TP splits the query heads evenly, and the KV heads either evenly or into equal replicas. */
 static void rule_tp_splits_heads(struct rule_ctx *c)
 {
-    const struct dcp_model_config *m = &c->cfg->model;
-    const uint32_t tp = c->cfg->parallel.tp, kv = m->num_kv_heads;
-    struct config_text t = {0};
-    if (m->num_q_heads % tp != 0)
-        config_text_add(&t, "query_heads=%u is not divisible by tp=%u", m->num_q_heads, tp);
-    else if (m->attention != DCP_ATTN_MLA && tp >= kv && tp % kv != 0)
-        config_text_add(&t, "tp=%u is not a multiple of kv_heads=%u (above kv_heads, tp must replicate every KV head equally)", tp, kv);
-    else if (m->attention != DCP_ATTN_MLA && tp < kv && kv % tp != 0)
-        config_text_add(&t, "tp=%u does not divide kv_heads=%u", tp, kv);
-    else
+    struct dcp_rank_geometry g;
+    if (dcp_rank_geometry(&c->cfg->model, c->cfg->parallel.tp, 1, &g) == DCP_OK)
         return;
+    struct config_text t = {0};
+    config_text_add(&t, "%s", dcp_last_error());
     add_valid_tp(c, &t);
     rule_report(c, DCP_DIAG_ERROR, "parallel.tp", "%s", t.buf);
 }
@@ -159,24 +158,16 @@ static void rule_tp_splits_heads(struct rule_ctx *c)
 static void rule_dcp_group(struct rule_ctx *c)
 {
     const struct dcp_model_config *m = &c->cfg->model;
-    const uint32_t tp = c->cfg->parallel.tp, dcp = c->cfg->parallel.dcp, kv = m->num_kv_heads;
+    const uint32_t tp = c->cfg->parallel.tp, dcp = c->cfg->parallel.dcp;
+    struct dcp_rank_geometry g, with_dcp;
+    if (dcp_rank_geometry(m, tp, 1, &g) != DCP_OK)
+        return; /* a bad tp is rule_tp_splits_heads' to report */
+    if (dcp_rank_geometry(m, tp, dcp, &with_dcp) == DCP_OK)
+        return;
     struct config_text t = {0};
-    if (m->attention == DCP_ATTN_MLA) {
-        if (tp % dcp == 0)
-            return;
-        add_valid_divisors(&t, "dcp", tp);
-        rule_report(c, DCP_DIAG_ERROR, "parallel.dcp", "dcp=%u does not divide tp=%u; %s", dcp, tp,
-                    t.buf);
-    } else if (tp >= kv) {
-        if (tp % kv != 0 || (tp / kv) % dcp == 0)
-            return; /* a bad tp is rule_tp_splits_heads' to report */
-        add_valid_divisors(&t, "dcp", tp / kv);
-        rule_report(c, DCP_DIAG_ERROR, "parallel.dcp",
-                    "dcp=%u does not divide tp/num_kv_heads=%u; %s", dcp, tp / kv, t.buf);
-    } else if (kv % tp == 0 && dcp != 1) {
-        rule_report(c, DCP_DIAG_ERROR, "parallel.dcp",
-                    "tp=%u splits %u KV heads without replication; dcp must be 1", tp, kv);
-    }
+    config_text_add(&t, "%s; ", dcp_last_error());
+    add_valid_divisors(&t, "dcp", g.kv_replicas);
+    rule_report(c, DCP_DIAG_ERROR, "parallel.dcp", "%s", t.buf);
 }
 
 /* Interleave runs must tile a block: I <= B and B % I == 0. */

@@ -15,19 +15,36 @@ DCP_API int dcp_rank_geometry(const struct dcp_model_config *m, uint32_t tp, uin
     memset(g, 0, sizeof(*g));
     const bool mla = m->attention == DCP_ATTN_MLA;
     const uint32_t kv = mla ? 1 : m->num_kv_heads;
-    if (tp == 0 || kv == 0 || m->num_q_heads % tp)
-        return dcp_error(DCP_EINVAL, "tp=%u does not split %u query heads", tp, m->num_q_heads);
-    if (dcp == 0 || tp % dcp)
-        return dcp_error(DCP_EINVAL, "dcp=%u does not divide tp=%u", dcp, tp);
+    /* The wording of these messages is also what the config rules report (rules.c). */
+    if (tp == 0 || m->num_q_heads % tp)
+        return dcp_error(DCP_EINVAL, "query_heads=%u is not divisible by tp=%u", m->num_q_heads, tp);
+    if (kv == 0)
+        return dcp_error(DCP_EINVAL, "kv_heads=0: a model needs at least one KV head");
+    if (!mla && tp >= kv && tp % kv)
+        return dcp_error(DCP_EINVAL,
+                         "tp=%u is not a multiple of kv_heads=%u (above kv_heads, tp must replicate "
+                         "every KV head equally)",
+                         tp, kv);
+    if (!mla && tp < kv && kv % tp)
+        return dcp_error(DCP_EINVAL, "tp=%u does not divide kv_heads=%u", tp, kv);
     g->tp = tp;
     g->dcp = dcp;
     g->q_heads_per_rank = m->num_q_heads / tp;
     /* TP first splits the KV heads; once each rank holds one, further ranks hold copies. */
     g->kv_heads_per_rank = mla || tp >= kv ? 1 : kv / tp;
     g->kv_replicas = mla ? tp : tp >= kv ? tp / kv : 1;
-    if (!mla && g->kv_replicas % dcp)
-        return dcp_error(DCP_EINVAL, "dcp=%u does not divide the %u KV replicas (tp=%u, kv_heads=%u)", dcp,
-                         g->kv_replicas, tp, kv);
+    /* A DCP group shards one replica set: dcp divides the replicas (and so tp). */
+    if (dcp == 0 || g->kv_replicas % dcp) {
+        const uint32_t replicas = g->kv_replicas;
+        memset(g, 0, sizeof(*g));
+        if (mla)
+            return dcp_error(DCP_EINVAL, "dcp=%u does not divide tp=%u", dcp, tp);
+        if (tp < kv)
+            return dcp_error(DCP_EINVAL,
+                             "dcp=%u needs KV replicas, but tp=%u splits %u KV heads without replication",
+                             dcp, tp, kv);
+        return dcp_error(DCP_EINVAL, "dcp=%u does not divide tp/num_kv_heads=%u", dcp, replicas);
+    }
     g->gathered_heads = dcp * g->q_heads_per_rank;
     g->q_per_kv_head = g->gathered_heads / g->kv_heads_per_rank;
     dcp_model_attention_dims(m, &g->qk_dim, &g->v_dim);

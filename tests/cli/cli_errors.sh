@@ -1,7 +1,7 @@
 #!/bin/sh
 # cli_errors.sh DCP_RUN DEFAULT_CONFIG: what dcp-run does with bad surroundings.
-#   output to a full device (plan, plan --json, --help): exit 1 and a message on stderr
-#   run --layers past the model's layers: exit 2 naming the layer count
+#   output to a full device (plan, plan --json, every --help): exit 1 and a message on stderr
+#   run/replay --layers past the model's layers: exit 2 naming the layer count
 #   a FIFO or /dev/zero as the deployment: exit 1 at once, "not a regular file"
 #   DCP_DEFAULT_DEPLOYMENT naming no file: the message names the variable
 #   over 100 errors: the summary gives the true total, not 101
@@ -11,7 +11,7 @@ config=$2
 . "$(dirname "$0")/common.sh"
 
 if [ -w /dev/full ]; then
-    for args in "plan $config" "plan --json $config" "plan --help" "--help"; do
+    for args in "plan $config" "plan --json $config" "plan --help" "run --help" "bench --help" "replay --help" "--help"; do
         # shellcheck disable=SC2086
         "$dcp_run" $args >/dev/full 2>"$tmp/err"
         status=$?
@@ -29,6 +29,10 @@ grep -q -- '--layers 99: the model .* has 2 layers; give 1..2' "$tmp/err" || fai
 [ -s "$tmp/out" ] && fail "run --layers 99 printed to stdout"
 "$dcp_run" run --quiet --layers 3 "$config" >"$tmp/out" 2>"$tmp/err"
 [ $? -eq 2 ] || fail "run --layers 3 on a 2-layer model did not exit 2"
+# replay executes the engine too: the same check (it ran 3 layers of a 2-layer model, exit 0).
+"$dcp_run" replay --quiet --synthetic 2 --layers 3 "$config" >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 2 ] || fail "replay --layers 3 on a 2-layer model did not exit 2: $(cat "$tmp/err")"
+grep -q -- '--layers 3: the model .* has 2 layers' "$tmp/err" || fail "replay --layers 3: $(cat "$tmp/err")"
 
 mkfifo "$tmp/fifo" || fail "mkfifo"
 for f in "$tmp/fifo" /dev/zero; do

@@ -49,7 +49,8 @@ static void test_gqa_dcp_divides_kv_replicas(void **state)
     c.parallel.dcp = 1;
     expect_config_accepted(&c);
     c.parallel.dcp = 2;
-    expect_config_error(&c, "parallel.dcp: tp=4 splits 8 KV heads without replication; dcp must be 1");
+    expect_config_error(&c, "parallel.dcp: dcp=2 needs KV replicas, but tp=4 splits 8 KV heads "
+                                "without replication; valid dcp: 1");
 }
 
 static void test_gqa_query_heads_group_kv_heads(void **state)

@@ -69,10 +69,11 @@ uint32_t problem_tokens(const struct attn_problem *pb)
 void problem_describe(const struct attn_problem *pb, const struct rank_run *run, char *buf, size_t len)
 {
     int n = snprintf(buf, len,
-                     "%s dtype %u heads %u/%u dims %u/%u block %u | rank %u/%u il %u splits %u tile %u chunks %u | seqs",
+                     "%s dtype %u heads %u/%u dims %u/%u block %u | rank %u/%u il %u splits %u tile %u chunks %u isa %s | seqs",
                      pb->mla ? "MLA" : "GQA", pb->dtype, pb->heads, pb->kv_heads, pb->qk_dim, pb->v_dim,
                      pb->block_size, run->rank, run->group_size, run->interleave, run->num_splits,
-                     run->head_tile, run->chunks);
+                     run->head_tile, run->chunks,
+                     run->variant > 0 ? dcpk_cpu_isa_name((enum dcpk_cpu_isa)(run->variant - 1)) : "default");
     for (uint32_t b = 0; b < pb->batch && n > 0 && (size_t)n < len; b++)
         n += snprintf(buf + n, len - (size_t)n, " %u(q%u)", pb->seq_len[b], pb->q_len[b]);
 }
@@ -170,10 +171,18 @@ static float *chunked_queries(const struct attn_problem *pb, const struct rank_r
     return q;
 }
 
-static void attn_baseline(const void *params, uint64_t begin, uint64_t end, void *scratch)
-{
-    dcpk_attn_cpu_isa(params, begin, end, scratch, DCPK_CPU_ISA_BASELINE);
-}
+/* dcpk_attn_cpu_isa of each variant, as the cpu function run_kernel_with takes. */
+#define HARNESS_ATTN_ISA(isa)                                                                   \
+    static void attn_##isa(const void *params, uint64_t begin, uint64_t end, void *scratch) \
+    {                                                                                           \
+        dcpk_attn_cpu_isa(params, begin, end, scratch, DCPK_CPU_ISA_##isa);                     \
+    }
+HARNESS_ATTN_ISA(BASELINE)
+HARNESS_ATTN_ISA(AVX2)
+HARNESS_ATTN_ISA(F16C)
+HARNESS_ATTN_ISA(AVX512)
+#undef HARNESS_ATTN_ISA
+static const dcpk_cpu_fn attn_variants[DCPK_CPU_ISA_COUNT] = {attn_BASELINE, attn_AVX2, attn_F16C, attn_AVX512};
 
 /** Combines the split partials in ws into dst with dcpk_merge. */
 static void merge_splits(const struct attn_problem *pb, const struct rank_run *run, struct test_rng *rng,
@@ -264,7 +273,9 @@ void rank_attention(const struct attn_problem *pb, const struct rank_run *run,
         .num_splits = run->num_splits, .dtype = pb->dtype, .scale = pb->scale,
         .kv_scale = pb->kv_scale,
     };
-    run_kernel_with(DCPK_KERNEL_attn, run->baseline ? attn_baseline : dcpk_attn_cpu, &ap, rng);
+    run_kernel_with(DCPK_KERNEL_attn,
+                    run->variant > 0 && run->variant <= DCPK_CPU_ISA_COUNT ? attn_variants[run->variant - 1] : dcpk_attn_cpu,
+                    &ap, rng);
     if (run->num_splits > 1)
         merge_splits(pb, run, rng, ws_o, ws_lse, ws_stride_o, ws_stride_lse, dst);
 

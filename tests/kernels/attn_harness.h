@@ -36,7 +36,7 @@ struct rank_run {
     uint32_t rank, group_size, interleave;
     uint32_t num_splits, head_tile;
     uint32_t chunks;  ///< Head chunks of the layout (heads_per_chunk = heads / chunks).
-    int baseline;     ///< Run attention's baseline variant, not the best the CPU has.
+    int variant;      ///< 0: dcpk_attn_cpu (the variant it picks); k > 0: variant k - 1 of enum dcpk_cpu_isa.
 };
 
 /** Where a rank's output goes: chunked layout with these strides (floats). */

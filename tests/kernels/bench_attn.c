@@ -3,10 +3,11 @@
  * on long contexts, next to memcpy of the same KV bytes. Not a test: it prints
  * what it measured, for tuning.
  *
- *   bench_attn [context_tokens [name_filter [baseline]]]
+ *   bench_attn [context_tokens [name_filter [variant|all]]]
  *
- * (default 32768 tokens, every case, the best variant this CPU runs; "baseline"
- * times the portable variant instead.)
+ * (default 32768 tokens, every case, the variant dcpk_attn_cpu runs; a variant
+ * name of isa.h, "baseline" to "avx512", times that one; "all" times every
+ * variant this CPU runs, one line each.)
  *
  * Cases: GQA D=128 with 8 query heads per KV head (bf16, fp16, fp8, fp32 caches),
  * and MLA 576/512 with 16 and 128 heads (bf16). One sequence, 64-token pages,
@@ -38,16 +39,15 @@ static void fill(void *dst, uint64_t rows, uint32_t dim, uint32_t dtype, uint64_
     dcpk_fill_cpu(&f, 0, dcpk_grid_items(dcpk_fill_grid(&f)), NULL);
 }
 
-static enum dcpk_cpu_isa bench_isa = DCPK_CPU_ISA_AVX2;
 
 /** Best of `reps` timings of one full launch (all work items, one thread). */
-static double time_attn(const struct dcpk_attn_params *p, void *scratch, int reps)
+static double time_attn(const struct dcpk_attn_params *p, void *scratch, int reps, enum dcpk_cpu_isa isa)
 {
     const uint64_t items = dcpk_grid_items(dcpk_attn_grid(p));
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         const double t0 = dcp_now_seconds();
-        dcpk_attn_cpu_isa(p, 0, items, scratch, bench_isa);
+        dcpk_attn_cpu_isa(p, 0, items, scratch, isa);
         const double t = dcp_now_seconds() - t0;
         best = t < best ? t : best;
     }
@@ -68,7 +68,7 @@ static double time_memcpy(void *dst, const void *src, size_t bytes, int reps)
     return best;
 }
 
-static int run_case(const struct bench_case *c, uint32_t len)
+static int run_case(const struct bench_case *c, uint32_t len, enum dcpk_cpu_isa isa)
 {
     const uint32_t block = 64, pages = (len + block - 1) / block;
     const size_t esz = dcpk_dtype_size(c->dtype);
@@ -107,12 +107,12 @@ static int run_case(const struct bench_case *c, uint32_t len)
         return 1;
     }
     memcpy(copy, kv, kv_bytes); /* fault the pages in */
-    const double t_attn = time_attn(&p, scratch, 5);
+    const double t_attn = time_attn(&p, scratch, 5, isa);
     const double t_copy = time_memcpy(copy, kv, kv_bytes, 5);
     const double flops = 2.0 * c->heads * (double)len * (c->qk_dim + c->v_dim);
     const double gbs = kv_bytes / t_attn / 1e9, copy_gbs = kv_bytes / t_copy / 1e9;
-    printf("%-26s %8.1f MB %9.3f ms %7.2f GB/s %7.2f GFLOP/s | memcpy %6.2f GB/s | ratio %.2f\n",
-           c->name, kv_bytes / 1e6, t_attn * 1e3, gbs, flops / t_attn / 1e9, copy_gbs, gbs / copy_gbs);
+    printf("%-26s %-8s %8.1f MB %9.3f ms %7.2f GB/s %7.2f GFLOP/s | memcpy %6.2f GB/s | ratio %.2f\n",
+           c->name, dcpk_cpu_isa_name(isa), kv_bytes / 1e6, t_attn * 1e3, gbs, flops / t_attn / 1e9, copy_gbs, gbs / copy_gbs);
     int bad = !(lse[0] > -INFINITY) || out[0] != out[0];
     free(scratch);
     free(kv);
@@ -128,8 +128,9 @@ int main(int argc, char **argv)
 {
     const uint32_t len = argc > 1 ? (uint32_t)strtoul(argv[1], NULL, 0) : 32768u;
     const char *filter = argc > 2 ? argv[2] : "";
-    if (argc > 3 && strcmp(argv[3], "baseline") == 0)
-        bench_isa = DCPK_CPU_ISA_BASELINE;
+    const char *variant = argc > 3 ? argv[3] : NULL;
+    const int all = variant && !strcmp(variant, "all");
+    const enum dcpk_cpu_isa isa = dcpk_cpu_isa_select(all ? NULL : variant);
     static const struct bench_case cases[] = {
         {"GQA bf16 8kv x8 D128", 8, 64, 128, 128, DCPK_BF16, 0},
         {"GQA fp16 8kv x8 D128", 8, 64, 128, 128, DCPK_FP16, 0},
@@ -138,11 +139,12 @@ int main(int argc, char **argv)
         {"MLA bf16 16 heads", 1, 16, 576, 512, DCPK_BF16, 1},
         {"MLA bf16 128 heads", 1, 128, 576, 512, DCPK_BF16, 1},
     };
-    printf("bench_attn: %u tokens, 1 sequence, 64-token pages, 1 thread, %s variant\n", len,
-           bench_isa == DCPK_CPU_ISA_AVX2 && dcpk_cpu_has_isa(DCPK_CPU_ISA_AVX2) ? "AVX2+FMA" : "baseline");
+    printf("bench_attn: %u tokens, 1 sequence, 64-token pages, 1 thread, %s\n", len,
+           all ? "every variant this CPU runs" : dcpk_cpu_isa_name(isa));
     int bad = 0;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-        if (strstr(cases[i].name, filter))
-            bad |= run_case(&cases[i], len);
+        for (int v = all ? 0 : (int)isa; v <= (int)isa; v++)
+            if (strstr(cases[i].name, filter) && dcpk_cpu_has_isa((enum dcpk_cpu_isa)v))
+                bad |= run_case(&cases[i], len, (enum dcpk_cpu_isa)v);
     return bad;
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "attn_harness.h"
+#include "ptx/cpu/isa.h"
 
 /** Every case must match the oracle this closely (relative L2 of the outputs). */
 #define ATTN_TOLERANCE 1e-5
@@ -89,7 +90,7 @@ static void random_run(const struct attn_problem *pb, struct rank_run *run, stru
     const uint32_t hpk = pb->heads / pb->kv_heads;
     run->head_tile = test_rng_range(rng, 0, 3) ? (uint32_t)test_rng_range(rng, 1, hpk) : 0; /* 0: all */
     run->chunks = random_divisor(rng, pb->heads);
-    run->baseline = test_rng_range(rng, 0, 3) == 0;
+    run->variant = (int)test_rng_range(rng, 0, DCPK_CPU_ISA_COUNT); /* 0: the default pick */
 }
 
 /*
@@ -179,11 +180,126 @@ static void test_many_rows(void **state)
         run_case(&rng, i, 1);
 }
 
+/** Relative L2 distance of two float vectors (0 when both are 0). */
+static double rel_l2_f(const float *a, const float *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        den += (double)b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/*
+ * Every instruction-set variant this CPU runs gives the baseline's result (to
+ * fp32 rounding: FMA contraction differs) and the oracle's, on the shapes whose
+ * code paths differ: GQA 8 rows and MLA 128 rows (the AVX-512 variant's 16-row
+ * products), MLA 24 rows (a 16-row vector then an 8-row one), fp16 rows with and
+ * without a tail after the last 16-element block (the F16C decoder), every dtype.
+ */
+static void test_variants_agree(void **state)
+{
+    (void)state;
+    struct test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0x15a);
+    static const struct {
+        int mla;
+        uint32_t heads, kv_heads, qk, v, q_len;
+    } shapes[] = {
+        {0, 8, 1, 128, 128, 1}, {0, 16, 2, 40, 40, 2}, {1, 128, 1, 576, 512, 1}, {1, 24, 1, 576, 512, 1},
+        {1, 6, 1, 576, 512, 4},
+    };
+    int ran[DCPK_CPU_ISA_COUNT] = {0};
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
+        for (uint32_t dtype = DCPK_FP32; dtype <= DCPK_FP8_E4M3; dtype++) {
+            struct attn_problem pb;
+            memset(&pb, 0, sizeof(pb));
+            pb.mla = shapes[si].mla;
+            pb.heads = shapes[si].heads;
+            pb.kv_heads = shapes[si].kv_heads;
+            pb.qk_dim = shapes[si].qk;
+            pb.v_dim = shapes[si].v;
+            pb.dtype = dtype;
+            pb.block_size = 16;
+            pb.kv_scale = dtype == DCPK_FP8_E4M3 ? 0.05f : 1.0f;
+            pb.scale = (float)(1.0 / sqrt((double)pb.qk_dim));
+            pb.batch = 2;
+            pb.seq_len[0] = 157;
+            pb.seq_len[1] = 61;
+            pb.q_len[0] = pb.q_len[1] = shapes[si].q_len;
+            problem_fill(&pb, &rng, 2.0f);
+            const uint32_t rows = problem_tokens(&pb) * pb.heads;
+            float *base_out = malloc((size_t)rows * pb.v_dim * sizeof(float)), *base_lse = malloc(rows * sizeof(float));
+            float *out = malloc((size_t)rows * pb.v_dim * sizeof(float)), *lse = malloc(rows * sizeof(float));
+            assert_non_null(base_out);
+            assert_non_null(base_lse);
+            assert_non_null(out);
+            assert_non_null(lse);
+            for (int isa = DCPK_CPU_ISA_BASELINE; isa < DCPK_CPU_ISA_COUNT; isa++) {
+                if (!dcpk_cpu_has_isa((enum dcpk_cpu_isa)isa))
+                    continue;
+                ran[isa]++;
+                struct rank_run run = {.group_size = 1, .interleave = 1, .num_splits = 2, .chunks = 1,
+                                       .variant = isa + 1};
+                const int first = isa == DCPK_CPU_ISA_BASELINE;
+                const struct attn_output res = {.out = first ? base_out : out, .lse = first ? base_lse : lse,
+                                                .out_chunk_stride = (uint64_t)rows * pb.v_dim,
+                                                .lse_chunk_stride = rows};
+                rank_attention(&pb, &run, &rng, &res);
+                char desc[512];
+                problem_describe(&pb, &run, desc, sizeof(desc));
+                check_against_oracle(&pb, 0, pb.heads, pb.heads, &res, ATTN_TOLERANCE, desc);
+                if (first)
+                    continue;
+                for (uint32_t r = 0; r < rows; r++) {
+                    const double e = rel_l2_f(out + (size_t)r * pb.v_dim, base_out + (size_t)r * pb.v_dim, pb.v_dim);
+                    if (!(e <= 1e-5) || !(fabsf(lse[r] - base_lse[r]) <= 1e-5f * (1.0f + fabsf(base_lse[r]))))
+                        fail_msg("%s: row %u differs from the baseline: rel L2 %.3g, lse %.9g vs %.9g", desc, r, e,
+                                 (double)lse[r], (double)base_lse[r]);
+                }
+            }
+            free(base_out);
+            free(base_lse);
+            free(out);
+            free(lse);
+            problem_free(&pb);
+        }
+    for (int isa = 0; isa < DCPK_CPU_ISA_COUNT; isa++)
+        print_message("variant %-8s %s\n", dcpk_cpu_isa_name((enum dcpk_cpu_isa)isa),
+                      ran[isa] ? "checked" : "not run by this CPU");
+}
+
+/* The DCP_CPU_ISA cap: a variant name caps the pick, anything else caps nothing,
+ * and a CPU that runs a variant runs every one below it. */
+static void test_isa_select(void **state)
+{
+    (void)state;
+    int best = DCPK_CPU_ISA_BASELINE;
+    for (int isa = 1; isa < DCPK_CPU_ISA_COUNT; isa++)
+        if (dcpk_cpu_has_isa((enum dcpk_cpu_isa)isa)) {
+            assert_true(dcpk_cpu_has_isa((enum dcpk_cpu_isa)(isa - 1)));
+            best = isa;
+        }
+    assert_true(dcpk_cpu_has_isa(DCPK_CPU_ISA_BASELINE));
+    assert_int_equal(dcpk_cpu_isa_select(NULL), best);
+    assert_int_equal(dcpk_cpu_isa_select(""), best);
+    assert_int_equal(dcpk_cpu_isa_select("no-such-isa"), best);
+    assert_int_equal(dcpk_cpu_isa_select("baseline"), DCPK_CPU_ISA_BASELINE);
+    for (int isa = 0; isa < DCPK_CPU_ISA_COUNT; isa++) {
+        const int want = isa < best ? isa : best;
+        assert_int_equal(dcpk_cpu_isa_select(dcpk_cpu_isa_name((enum dcpk_cpu_isa)isa)), want);
+    }
+    assert_null(dcpk_cpu_isa_name(DCPK_CPU_ISA_COUNT));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random_shapes),
         cmocka_unit_test(test_many_rows),
+        cmocka_unit_test(test_variants_agree),
+        cmocka_unit_test(test_isa_select),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

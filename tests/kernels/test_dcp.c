@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "attn_harness.h"
+#include "ptx/cpu/isa.h"
 
 #define DCP_TOLERANCE 1e-5
 
@@ -138,7 +139,7 @@ static void run_case(uint32_t n, uint32_t il, uint32_t block, struct test_rng *r
         run.rank = r;
         run.num_splits = (uint32_t)test_rng_range(rng, 1, 3);
         run.head_tile = (uint32_t)test_rng_range(rng, 0, pb.heads / pb.kv_heads);
-        run.baseline = test_rng_range(rng, 0, 3) == 0;
+        run.variant = (int)test_rng_range(rng, 0, DCPK_CPU_ISA_COUNT); /* 0: the default pick */
         const struct attn_output dst = rank_output(&pt, r, v);
         rank_attention(&pb, &run, rng, &dst);
     }

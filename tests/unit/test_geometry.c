@@ -58,6 +58,31 @@ static void test_validity(void **state)
     assert_int_equal(dcp_rank_geometry(NULL, 8, 1, &g), DCP_EINVAL);
 }
 
+/*
+ * tp must divide the KV heads or be a multiple of them (the config rules said so,
+ * the geometry did not): 24 query heads, 8 KV heads at tp 3 gave 2 KV heads per
+ * rank (6 of 8 stored) and at tp 12 gave "1 replica" per head, both DCP_OK.
+ */
+static void test_tp_must_split_kv_heads(void **state)
+{
+    (void)state;
+    struct dcp_rank_geometry g;
+    const struct dcp_model_config m = gqa(24, 8, 128);
+    assert_int_equal(dcp_rank_geometry(&m, 3, 1, &g), DCP_EINVAL);
+    assert_string_equal(dcp_last_error(), "tp=3 does not divide kv_heads=8");
+    assert_int_equal(g.kv_heads_per_rank, 0);
+    assert_int_equal(dcp_rank_geometry(&m, 12, 1, &g), DCP_EINVAL);
+    assert_string_equal(dcp_last_error(), "tp=12 is not a multiple of kv_heads=8 (above kv_heads, tp must "
+                                          "replicate every KV head equally)");
+    assert_int_equal(dcp_rank_geometry(&m, 4, 1, &g), DCP_OK);
+    assert_int_equal(g.kv_heads_per_rank, 2);
+    assert_int_equal(dcp_rank_geometry(&m, 4, 2, &g), DCP_EINVAL);
+    assert_string_equal(dcp_last_error(),
+                        "dcp=2 needs KV replicas, but tp=4 splits 8 KV heads without replication");
+    assert_int_equal(dcp_rank_geometry(&m, 8, 1, &g), DCP_OK);
+    assert_int_equal(g.kv_replicas, 1);
+}
+
 /* Every rank's first KV head, against dealing heads to ranks one by one. */
 static void test_kv_head0(void **state)
 {
@@ -97,6 +122,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_published_sizes),
         cmocka_unit_test(test_validity),
+        cmocka_unit_test(test_tp_must_split_kv_heads),
         cmocka_unit_test(test_kv_head0),
         cmocka_unit_test(test_token_key),
     };
