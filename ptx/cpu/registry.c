@@ -27,5 +27,8 @@ const struct dcpk_kernel_desc *dcpk_kernel_by_entry_name(const char *entry)
         if (family[n] == '\0' || (family[n] == '_' && family[n + 1] == '_' && family[n + 2] != '\0'))
             return &dcpk_kernels[i];
     }
+    for (size_t i = 0; i < DCPK_REF_KERNEL_COUNT; i++)
+        if (!strcmp(family, dcpk_ref_kernels[i].name))
+            return &dcpk_ref_kernels[i];
     return NULL;
 }

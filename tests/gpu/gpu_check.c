@@ -30,8 +30,13 @@
  * cuEventElapsedTime around each operation), after an L2 flush (a synthetic fill of
  * a buffer larger than any L2); 21 samples, median and minimum, plus the mean of 20
  * back-to-back launches without flushes. GB/s counts the KV bytes the launch must
- * read. The yardstick, measured in the same run, is a device-to-device copy, which
- * moves 2N bytes for N copied and is reported as bytes moved. Each case also shows
+ * read. The yardsticks, measured first in the same run (--ref FATBIN, the build's
+ * ptx/kernels/dcp_ref_kernels.fatbin; dcp_kernels/ref.h), are a read-only streaming
+ * kernel (GB/s of bytes read: a copy would move 2N bytes for N) and an mma.sync
+ * bf16 loop (TFLOP/s), each on a grid of SMs x the driver's occupancy, timed with
+ * CUDA events (median of several launches), their results checked (the sum of
+ * every word read; every accumulator exact); each case prints its GB/s and TFLOP/s
+ * over them, and the registers per thread of its attention entry. Each case also shows
  * the launch the engine chose for the step (dcp_engine_step_launch(): split-KV
  * factor, grid, the driver's occupancy in blocks per SM, slots). The outputs of the
  * last timed launch are checked against the float64 oracle (first and last sequence,
@@ -42,7 +47,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_api.h"
 #include "dcp/dcp.h"
+#include "dcp_kernels/ref.h"
+#include "modules.h"
 #include "oracle.h"
 
 #define MAX_RANKS 8
@@ -63,6 +71,7 @@ struct sweep_case {
 #define TOL_EXACT 1e-4
 
 struct opts {
+    const char *ref_path; /* --ref: the reference kernels' fatbin (dcp_ref_kernels.fatbin) */
     bool quick, breakdown, bench;
     enum dcp_backend_kind backend;
     uint64_t seed;
@@ -439,10 +448,9 @@ struct bench_case {
 
 struct bench_run {
     struct case_run c;
-    void *flush;        /* > L2: written between samples; the copy yardstick's source */
-    void *flush_dst;    /* the copy's destination */
+    void *flush;        /* > L2: written between samples */
     size_t flush_bytes;
-    double sample_s[BENCH_SAMPLES], back_to_back_s, copy_s;
+    double sample_s[BENCH_SAMPLES], back_to_back_s;
 };
 
 static double profile_attention(dcp_rank *r, int *err)
@@ -476,14 +484,6 @@ static int bench_rank(dcp_rank *r, void *arg)
     for (int s = 0; s < BENCH_BACK_TO_BACK && !err; s++)
         err = dcp_rank_attention(r, 0, b->c.q[0], b->c.o[0], b->c.l[0]);
     b->back_to_back_s = (profile_attention(r, &err) - before) / BENCH_BACK_TO_BACK;
-    struct dcp_profile p0 = {0}, p1 = {0};
-    if (!err)
-        err = dcp_rank_get_profile(r, &p0);
-    for (int s = 0; s < 3 && !err; s++)
-        err = dcp_rank_copy(r, b->flush_dst, b->flush, b->flush_bytes);
-    if (!err)
-        err = dcp_rank_get_profile(r, &p1);
-    b->copy_s = (p1.other_seconds - p0.other_seconds) / 3;
     /* The outputs of the last timed launch, for the oracle. */
     const size_t rows = (size_t)b->c.tokens * in->q_heads_per_rank;
     if (!err)
@@ -499,6 +499,247 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* ---- the reference kernels: read-only stream and mma peak --------------------- */
+
+/* What the yardsticks measured, and the attention entries' registers. */
+struct ref_result {
+    bool ran;            /* the kernels ran (false: no --ref, or the driver could not) */
+    bool ok;             /* and their results were right */
+    double read_gbs;     /* bytes read / median time */
+    double mma_tflops;   /* flops / median time */
+    int sms;
+    int attn_regs[2];    /* registers per thread: gqa_d128 bf16, mla bf16 entries (0: unknown) */
+};
+
+#define REF_SAMPLES 11
+#define REF_READ_WORD 0x01020304u /* every 32-bit word of the streamed buffer */
+
+static int ref_cu(CUresult r, const char *call)
+{
+    return dcp_cuda_check(r, call);
+}
+
+/* The whole file at path (free it), or NULL. */
+static void *read_file(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    void *buf = NULL;
+    long n = -1;
+    if (f && !fseek(f, 0, SEEK_END) && (n = ftell(f)) > 0 && !fseek(f, 0, SEEK_SET) && (buf = malloc((size_t)n)) &&
+        fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    if (f)
+        fclose(f);
+    *size = buf ? (size_t)n : 0;
+    return buf;
+}
+
+/* Median of n CUDA-event timings (seconds) of launches of fn over grid blocks x
+ * DCPK_REF_THREADS with params; `reset` (bytes at dst set to 0xff) before each. */
+static int ref_time(const struct dcp_cuda *cu, CUfunction fn, uint32_t blocks, void *params, CUdeviceptr reset,
+                    size_t reset_bytes, int n, double *median)
+{
+    const struct dcp_cuda_api *a = &cu->api;
+    CUevent e0 = NULL, e1 = NULL;
+    double t[REF_SAMPLES];
+    void *args[] = {params};
+    int err = ref_cu(a->cuEventCreate(&e0, CU_EVENT_DEFAULT), "cuEventCreate");
+    if (!err)
+        err = ref_cu(a->cuEventCreate(&e1, CU_EVENT_DEFAULT), "cuEventCreate");
+    for (int i = -1; i < n && !err; i++) { /* i = -1: warm-up */
+        err = ref_cu(a->cuMemsetD8Async(reset, 0xff, reset_bytes, NULL), "cuMemsetD8Async");
+        if (!err)
+            err = ref_cu(a->cuEventRecord(e0, NULL), "cuEventRecord");
+        if (!err)
+            err = ref_cu(a->cuLaunchKernel(fn, blocks, 1, 1, DCPK_REF_THREADS, 1, 1, 0, NULL, args, NULL),
+                         "cuLaunchKernel");
+        if (!err)
+            err = ref_cu(a->cuEventRecord(e1, NULL), "cuEventRecord");
+        if (!err)
+            err = ref_cu(a->cuEventSynchronize(e1), "cuEventSynchronize");
+        float ms = 0;
+        if (!err)
+            err = ref_cu(a->cuEventElapsedTime(&ms, e0, e1), "cuEventElapsedTime");
+        if (i >= 0)
+            t[i] = ms * 1e-3;
+    }
+    if (e0)
+        a->cuEventDestroy(e0);
+    if (e1)
+        a->cuEventDestroy(e1);
+    if (!err) {
+        qsort(t, (size_t)n, sizeof(double), cmp_double);
+        *median = t[n / 2];
+    }
+    return err;
+}
+
+/* Registers of the attention entries the reference cases use, from the embedded module. */
+static void attention_registers(const struct dcp_cuda *cu, int regs[2])
+{
+    static const char *const entries[2] = {"dcpk_attn__gqa_d128_bf16", "dcpk_attn__mla_bf16"};
+    const struct dcp_embedded_module *m = dcp_embedded_module_find("dcp_kernels");
+    struct dcp_module *mod = NULL;
+    regs[0] = regs[1] = 0;
+    if (!m || dcp_module_load(cu, m, &mod))
+        return;
+    for (int i = 0; i < 2; i++) {
+        CUfunction fn;
+        if (!dcp_module_get_function(mod, entries[i], &fn))
+            cu->api.cuFuncGetAttribute(&regs[i], CU_FUNC_ATTRIBUTE_NUM_REGS, fn);
+    }
+    dcp_module_unload(&mod);
+}
+
+/* DCP_GPU_CHECK_PERTURB also spoils the yardsticks' results (a forced failure). */
+static bool perturbing(void)
+{
+    const char *text = getenv("DCP_GPU_CHECK_PERTURB");
+    const double amount = text ? strtod(text, NULL) : 0;
+    return amount != 0 && isfinite(amount);
+}
+
+/* The read-only stream: grid of SMs x occupancy, the sum of every word checked. */
+static int ref_read(const struct dcp_cuda *cu, CUfunction fn, const struct opts *o, struct ref_result *rr)
+{
+    const struct dcp_cuda_api *a = &cu->api;
+    const size_t bytes = o->quick ? (8u << 20) : ((size_t)2 << 30);
+    int per_sm = 0, regs = 0;
+    CUdeviceptr src = 0, partial = 0;
+    int err = ref_cu(a->cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, DCPK_REF_THREADS, 0),
+                     "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+    if (!err)
+        err = ref_cu(a->cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn), "cuFuncGetAttribute");
+    const uint32_t blocks = (uint32_t)(rr->sms * (per_sm > 0 ? per_sm : 1));
+    if (!err)
+        err = ref_cu(a->cuMemAlloc(&src, bytes), "cuMemAlloc");
+    if (!err)
+        err = ref_cu(a->cuMemAlloc(&partial, blocks * sizeof(uint64_t)), "cuMemAlloc");
+    if (!err)
+        err = ref_cu(a->cuMemsetD32Async(src, REF_READ_WORD, bytes / 4, NULL), "cuMemsetD32Async");
+    struct dcpk_ref_read_params p = {.src = src, .n16 = bytes / 16, .partial = partial, .blocks = blocks};
+    double med = 0;
+    if (!err)
+        err = ref_time(cu, fn, blocks, &p, partial, blocks * sizeof(uint64_t), REF_SAMPLES, &med);
+    uint64_t *sums = err ? NULL : malloc(blocks * sizeof(uint64_t));
+    if (!err && !sums)
+        err = DCP_ENOMEM;
+    if (!err)
+        err = ref_cu(a->cuMemcpyDtoH(sums, partial, blocks * sizeof(uint64_t)), "cuMemcpyDtoH");
+    if (!err) {
+        uint64_t total = perturbing() ? 1 : 0;
+        for (uint32_t i = 0; i < blocks; i++)
+            total += sums[i];
+        const bool ok = total == (uint64_t)(bytes / 4) * REF_READ_WORD;
+        rr->read_gbs = (double)bytes / med / 1e9;
+        rr->ok = rr->ok && ok;
+        printf("read   %7.1f MB  grid %ux1x1 x %u thr  regs %3d  blk/SM %2d  median %9.1f us  %8.1f GB/s read"
+               "  sum %s\n", bytes / 1e6, blocks, DCPK_REF_THREADS, regs, per_sm, med * 1e6, rr->read_gbs,
+               ok ? "ok" : "FAIL");
+    }
+    free(sums);
+    if (src)
+        a->cuMemFree(src);
+    if (partial)
+        a->cuMemFree(partial);
+    return err;
+}
+
+/* The mma.sync loop: every accumulator must come out as iterations * 16 * a * b. */
+static int ref_mma(const struct dcp_cuda *cu, CUfunction fn, const struct opts *o, struct ref_result *rr)
+{
+    const struct dcp_cuda_api *a = &cu->api;
+    int per_sm = 0, regs = 0;
+    CUdeviceptr out = 0;
+    int err = ref_cu(a->cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, DCPK_REF_THREADS, 0),
+                     "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+    if (!err)
+        err = ref_cu(a->cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn), "cuFuncGetAttribute");
+    const uint32_t blocks = (uint32_t)(rr->sms * (per_sm > 0 ? per_sm : 1));
+    const size_t n = (size_t)blocks * DCPK_REF_THREADS * DCPK_REF_MMA_OUT_PER_THREAD;
+    if (!err)
+        err = ref_cu(a->cuMemAlloc(&out, n * sizeof(float)), "cuMemAlloc");
+    /* A = 1, B = 2^-6: each round adds 16 * 2^-6 = 0.25 to every accumulator, exactly. */
+    struct dcpk_ref_mma_params p = {.out = out, .iterations = o->quick ? 8 : 512, .blocks = blocks,
+                                    .a_bits = 0x3f80, .b_bits = 0x3c80};
+    double med = 0;
+    if (!err)
+        err = ref_time(cu, fn, blocks, &p, out, n * sizeof(float), 5, &med);
+    float *got = err ? NULL : malloc(n * sizeof(float));
+    if (!err && !got)
+        err = DCP_ENOMEM;
+    if (!err)
+        err = ref_cu(a->cuMemcpyDtoH(got, out, n * sizeof(float)), "cuMemcpyDtoH");
+    if (!err) {
+        const float want = (float)p.iterations * 0.25f;
+        size_t bad = perturbing() ? 1 : 0;
+        for (size_t i = 0; i < n; i++)
+            bad += got[i] != want;
+        const double flops = (double)blocks * (DCPK_REF_THREADS / 32) * (double)p.iterations *
+                             DCPK_REF_MMA_CHAINS * DCPK_REF_MMA_FLOPS;
+        rr->mma_tflops = flops / med / 1e12;
+        rr->ok = rr->ok && bad == 0;
+        printf("mma    %7.1f GF  grid %ux1x1 x %u thr  regs %3d  blk/SM %2d  median %9.1f us  %8.1f TFLOP/s"
+               " (bf16 mma.sync m16n8k16, fp32 acc)  result %s\n", flops / 1e9, blocks, DCPK_REF_THREADS, regs,
+               per_sm, med * 1e6, rr->mma_tflops, bad ? "FAIL" : "ok");
+    }
+    free(got);
+    if (out)
+        a->cuMemFree(out);
+    return err;
+}
+
+/* Runs both yardsticks from the fatbin at o->ref_path on device 0. */
+static int reference_kernels(const struct opts *o, struct ref_result *rr)
+{
+    memset(rr, 0, sizeof(*rr));
+    struct dcp_cuda *cu = NULL;
+    int err = dcp_cuda_open(NULL, &cu);
+    if (err)
+        return err;
+    const struct dcp_cuda_api *a = &cu->api;
+    CUcontext ctx = NULL;
+    CUmodule mod = NULL;
+    size_t size = 0;
+    void *image = read_file(o->ref_path, &size);
+    err = ref_cu(a->cuDevicePrimaryCtxRetain(&ctx, 0), "cuDevicePrimaryCtxRetain");
+    if (!err)
+        err = ref_cu(a->cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+    if (!err)
+        err = ref_cu(a->cuDeviceGetAttribute(&rr->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0),
+                     "cuDeviceGetAttribute");
+    if (!err)
+        attention_registers(cu, rr->attn_regs);
+    if (!err && !image) {
+        printf("reference kernels: cannot read %s\n", o->ref_path);
+        err = DCP_EIO;
+    }
+    if (!err)
+        err = ref_cu(a->cuModuleLoadDataEx(&mod, image, 0, NULL, NULL), "cuModuleLoadDataEx");
+    CUfunction read_fn = NULL, mma_fn = NULL;
+    if (!err)
+        err = ref_cu(a->cuModuleGetFunction(&read_fn, mod, "dcpk_ref_read"), "cuModuleGetFunction(dcpk_ref_read)");
+    if (!err)
+        err = ref_cu(a->cuModuleGetFunction(&mma_fn, mod, "dcpk_ref_mma"), "cuModuleGetFunction(dcpk_ref_mma)");
+    rr->ok = true;
+    if (!err)
+        err = ref_read(cu, read_fn, o, rr);
+    if (!err)
+        err = ref_mma(cu, mma_fn, o, rr);
+    rr->ran = !err;
+    if (err)
+        printf("reference kernels: %s: %s\n", dcp_strerror(err), dcp_last_error());
+    if (mod)
+        a->cuModuleUnload(mod);
+    if (ctx)
+        a->cuDevicePrimaryCtxRelease(0);
+    free(image);
+    dcp_cuda_close(&cu);
+    return err;
+}
+
 /* KV bytes one launch must read: every cached token of every sequence, K and V
  * (MLA: the 576-wide latent once). */
 static double kv_bytes(const struct bench_case *bc, const struct dcp_engine_info *in, uint32_t context)
@@ -508,7 +749,8 @@ static double kv_bytes(const struct bench_case *bc, const struct dcp_engine_info
 }
 
 /* Sets up one reference case (prefill through the append path), times it, checks it. */
-static int bench_one(const struct bench_case *bc, const struct opts *o, uint32_t context, bool *ok)
+static int bench_one(const struct bench_case *bc, const struct opts *o, const struct ref_result *rr,
+                     uint32_t context, bool *ok)
 {
     const struct sweep_case sc = {.kind = bc->kind, .head_dim = bc->head_dim, .dtype = DCP_DTYPE_BF16, .n = 1,
                                   .comm = DCP_COMM_A2A, .interleave = 1, .q_len = 1};
@@ -553,8 +795,6 @@ static int bench_one(const struct bench_case *bc, const struct opts *o, uint32_t
         err = dcp_rank_alloc(r, qrows * f, &b.c.l[0]);
     if (!err)
         err = dcp_rank_alloc(r, b.flush_bytes, &b.flush);
-    if (!err)
-        err = dcp_rank_alloc(r, b.flush_bytes, &b.flush_dst);
     uint32_t *ids = calloc(bc->batch, sizeof(*ids)), *ql = calloc(bc->batch, sizeof(*ql));
     if (!err && (!ids || !ql))
         err = DCP_ENOMEM;
@@ -594,13 +834,19 @@ static int bench_one(const struct bench_case *bc, const struct opts *o, uint32_t
         *ok = within_exact_tolerance(&cr);
         qsort(b.sample_s, BENCH_SAMPLES, sizeof(double), cmp_double);
         const double med = b.sample_s[BENCH_SAMPLES / 2], bytes = kv_bytes(bc, in, context);
-        const double copy_gbs = 2.0 * (double)b.flush_bytes / b.copy_s / 1e9;
-        char grid[40];
+        /* 2 (qk + v) flops per key per query head (score and P.V). */
+        const double tflops = 2.0 * (in->qk_dim + in->v_dim) * (double)context * bc->batch * bc->q_heads / med / 1e12;
+        char grid[40], bw[16] = "-", peak[16] = "-";
         snprintf(grid, sizeof(grid), "%ux%ux%u", launch.grid[0], launch.grid[1], launch.grid[2]);
-        printf("%-22s %3u x %-6u %8.1f %10.1f %9.1f %9.1f %8.1f %9.1f %6.2f %6u %-14s %6u %6u %9.2e  %s\n", bc->name,
-               bc->batch, context, bytes / 1e6, med * 1e6, b.sample_s[0] * 1e6, b.back_to_back_s * 1e6,
-               bytes / med / 1e9, copy_gbs, bytes / med / 1e9 / copy_gbs, launch.num_splits, grid,
-               launch.blocks_per_sm, launch.slots, worst > worst_lse ? worst : worst_lse, *ok ? "ok" : "FAIL");
+        if (rr->ran) {
+            snprintf(bw, sizeof(bw), "%.2f", bytes / med / 1e9 / rr->read_gbs);
+            snprintf(peak, sizeof(peak), "%.3f", tflops / rr->mma_tflops);
+        }
+        printf("%-22s %3u x %-6u %8.1f %10.1f %9.1f %9.1f %8.1f %6s %8.2f %6s %6u %-14s %4d %6u %6u %9.2e  %s\n",
+               bc->name, bc->batch, context, bytes / 1e6, med * 1e6, b.sample_s[0] * 1e6, b.back_to_back_s * 1e6,
+               bytes / med / 1e9, bw, tflops, peak, launch.num_splits, grid,
+               rr->attn_regs[bc->kind == DCP_ATTN_MLA], launch.blocks_per_sm, launch.slots,
+               worst > worst_lse ? worst : worst_lse, *ok ? "ok" : "FAIL");
     }
     fflush(stdout);
     free(ids);
@@ -612,7 +858,6 @@ static int bench_one(const struct bench_case *bc, const struct opts *o, uint32_t
         dcp_rank_free(r, b.c.o[0]);
         dcp_rank_free(r, b.c.l[0]);
         dcp_rank_free(r, b.flush);
-        dcp_rank_free(r, b.flush_dst);
     }
     free(b.c.out[0]);
     free(b.c.lse[0]);
@@ -629,33 +874,51 @@ static int bench(const struct opts *o)
         {"mla 128 heads bf16", DCP_ATTN_MLA, 0, 128, 1, 32, 8192},
         {"mla 128 heads b1 bf16", DCP_ATTN_MLA, 0, 128, 1, 1, 8192},
     };
+    /* The yardsticks first, so every case can be set against them. */
+    int failures = 0;
+    bool ref_failed = false;
+    struct ref_result rr = {0};
+    if (o->ref_path) {
+        printf("reference kernels (%s%s): CUDA-event median of %d launches, grid = SMs x occupancy\n", o->ref_path,
+               o->quick ? "; --quick: scaled down" : "", REF_SAMPLES);
+        const int err = reference_kernels(o, &rr);
+        if (err && unavailable(err)) {
+            printf("no usable CUDA device: %s (%s)\n", dcp_strerror(err), dcp_last_error());
+            return 77;
+        }
+        ref_failed = err || !rr.ok;
+    } else {
+        printf("reference kernels: not run (no --ref dcp_ref_kernels.fatbin): no ratios\n");
+    }
     /* --quick (the test doubles run kernels on the CPU): contexts / 512, batch <= 4. */
     printf("reference cases: one rank, CUDA-event time per launch after an L2 flush (%d samples), back-to-back"
            " mean of %d%s\n", BENCH_SAMPLES, BENCH_BACK_TO_BACK, o->quick ? "; --quick: scaled-down shapes" : "");
-    printf("%-22s %-12s %8s %10s %9s %9s %8s %9s %6s %6s %-14s %6s %6s %9s  %s\n", "case", "batch x ctx", "KV MB",
-           "median us", "min us", "b2b us", "GB/s", "copy GB/s", "ratio", "splits", "grid", "blk/SM", "slots",
-           "max err", "result");
-    int failures = 0;
+    printf("%-22s %-12s %8s %10s %9s %9s %8s %6s %8s %6s %6s %-14s %4s %6s %6s %9s  %s\n", "case", "batch x ctx",
+           "KV MB", "median us", "min us", "b2b us", "GB/s", "/read", "TFLOP/s", "/mma", "splits", "grid", "regs",
+           "blk/SM", "slots", "max err", "result");
     for (size_t i = 0; i < DCP_ARRAY_SIZE_(cases); i++) {
         struct bench_case bc = cases[i];
         const uint32_t context = o->quick ? bc.context / 512 : bc.context;
         if (o->quick && bc.batch > 4)
             bc.batch = 4;
         bool ok = false;
-        int err = bench_one(&bc, o, context, &ok);
+        int err = bench_one(&bc, o, &rr, context, &ok);
         if (err && unavailable(err) && i == 0) {
             printf("no usable CUDA device: %s (%s)\n", dcp_strerror(err), dcp_last_error());
             return 77;
         }
         failures += err || !ok;
     }
-    printf("(GB/s: KV bytes the launch reads / median; copy GB/s: bytes moved, 2N for N copied, same run;\n"
-           " ratio: attention GB/s / copy GB/s; splits, grid (splits x KV-head tiles x sequences), blk/SM (the\n"
-           " driver's occupancy for the attention kernel) and slots (SMs x blk/SM): the launch the engine chose;\n"
+    printf("(GB/s: KV bytes the launch reads / median; /read: that over the read-only stream's GB/s (bytes read),\n"
+           " same run; TFLOP/s: 2*(qk+v) flops per key per head / median; /mma: that over the mma.sync loop's\n"
+           " TFLOP/s; splits, grid (splits x KV-head tiles x sequences), regs (the attention entry's registers per\n"
+           " thread), blk/SM (the driver's occupancy for it) and slots (SMs x blk/SM): the launch the engine chose;\n"
            " max err: worst of rel L2 and |dLSE| of the last timed launch\n"
            " against the float64 oracle, first and last sequence, tolerance %.0e)\n", TOL_EXACT);
+    if (o->ref_path)
+        printf("reference kernels: %s\n", ref_failed ? "FAIL" : "ok");
     printf("bench: %zu of %zu cases passed\n", DCP_ARRAY_SIZE_(cases) - (size_t)failures, DCP_ARRAY_SIZE_(cases));
-    return failures ? 1 : 0;
+    return failures || ref_failed ? 1 : 0;
 }
 
 /* ---- the time split of one DCP decode step ------------------------------------- */
@@ -775,10 +1038,12 @@ int main(int argc, char **argv)
             o.bench = true;
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc)
             o.backend = !strcmp(argv[++i], "host") ? DCP_BACKEND_HOST : DCP_BACKEND_CUDA;
+        else if (!strcmp(argv[i], "--ref") && i + 1 < argc)
+            o.ref_path = argv[++i];
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
             o.seed = strtoull(argv[++i], NULL, 0);
         else {
-            fprintf(stderr, "usage: gpu_check [--quick] [--bench | --breakdown] [--backend cuda|host] [--seed N]\n");
+            fprintf(stderr, "usage: gpu_check [--quick] [--bench [--ref FATBIN] | --breakdown] [--backend cuda|host] [--seed N]\n");
             return 2;
         }
     }

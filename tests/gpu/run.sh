@@ -12,11 +12,14 @@
 # Steps, each with its own timeout, all inside one deadline:
 #   (1) every kernel against the float64 oracle over MLA/GQA shapes, all KV dtypes,
 #       1/2/4/8 virtual ranks, both merge schemes (gpu_check), tolerance 1e-4;
-#   (2) the reference cases (GQA d128 8 heads per KV head bf16 b32 x 64k; MLA 16 and
+#   (2) the yardsticks, from their own fatbin (ptx/kernels/dcp_ref_kernels.fatbin):
+#       a read-only streaming kernel (GB/s of bytes read; a copy would move 2N) and
+#       an mma.sync bf16 loop (tensor-core TFLOP/s), results checked; then the
+#       reference cases (GQA d128 8 heads per KV head bf16 b32 x 64k; MLA 16 and
 #       128 heads b32 x 8k; MLA 128 heads b1 x 8k), CUDA-event time per launch after
-#       an L2 flush, GB/s next to a device-to-device copy (bytes moved) of the same
-#       run, splits / grid / occupancy of each launch, outputs of the timed launches
-#       checked against the oracle (gpu_check --bench);
+#       an L2 flush, GB/s and TFLOP/s over the yardsticks of the same run,
+#       registers / occupancy / splits / grid of each launch, outputs of the timed
+#       launches checked against the oracle (gpu_check --bench --ref);
 #   (3) decode attention at 4k/32k/128k next to a copy (dcp-run bench);
 #   (4) the time split of a DCP step, merge and collectives included (gpu_check --breakdown);
 #   (5) dcp-run run on the default deployment, with its correctness check.
@@ -114,7 +117,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
 gpu_state
 # Per-step budgets add up to 400 s, under the 420 s deadline.
 step check 150 "$B/tests/gpu/gpu_check" $quick
-step reference 110 "$B/tests/gpu/gpu_check" --bench $quick
+step reference 110 "$B/tests/gpu/gpu_check" --bench --ref "$B/ptx/kernels/dcp_ref_kernels.fatbin" $quick
 step bench 60 "$B/runtime/cli/dcp-run" bench --backend cuda --quiet $bench_args
 step breakdown 45 "$B/tests/gpu/gpu_check" --breakdown $quick
 # shellcheck disable=SC2086
@@ -138,7 +141,7 @@ for name in check reference bench breakdown run; do
     printf '%-12s %s\n' "$name" "$verdict"
 done
 if wanted check; then grep -E '^correctness:' "$out/check.txt" | sed 's/^/check: /'; fi
-if wanted reference; then grep -E '^(case |gqa|mla)' "$out/reference.txt" | sed 's/^/reference: /'; fi
+if wanted reference; then grep -E '^(read |mma |case |gqa|mla)' "$out/reference.txt" | sed 's/^/reference: /'; fi
 if wanted bench; then grep -E '^(kind |gqa|mla) ' "$out/bench.txt" | sed 's/^/bench: /'; fi
 if wanted breakdown; then grep -E '^(comm |a2a|ag_rs) ' "$out/breakdown.txt" | sed 's/^/breakdown: /'; fi
 if wanted run; then grep -E '^correctness' "$out/run.txt" | tr -s ' ' | sed 's/^/run: /'; fi

@@ -64,9 +64,15 @@ enum dcpk_kernel_id {
 /** The table of families, indexed by enum dcpk_kernel_id. */
 extern const struct dcpk_kernel_desc dcpk_kernels[DCPK_KERNEL_COUNT];
 
+/** Reference kernels of the GPU check (dcp_kernels/ref.h): ref_read, ref_mma. */
+#define DCPK_REF_KERNEL_COUNT 2
+/** Their CPU implementations (ptx/cpu/ref.c), for the test doubles; the runtime never launches them. */
+extern const struct dcpk_kernel_desc dcpk_ref_kernels[DCPK_REF_KERNEL_COUNT];
+
 /**
- * Finds the family of a GPU entry point name ("dcpk_attn__mla_bf16" -> attn).
- * Returns NULL if the name is not a kernel of ours.
+ * Finds the family of a GPU entry point name ("dcpk_attn__mla_bf16" -> attn;
+ * "dcpk_ref_read" -> the reference kernel). Returns NULL if the name is not a
+ * kernel of ours.
  */
 const struct dcpk_kernel_desc *dcpk_kernel_by_entry_name(const char *entry);
 
