@@ -106,6 +106,10 @@ struct dcp_engine_info {
     const char *backend;          ///< "host" or "cuda".
     const char *backend_detail;   ///< Human-readable detail (device name, threads, comm).
     const char *backend_notice;   ///< Why backend auto fell back to host (one line), or "".
+    const char *backend_libraries; ///< The CUDA backend: the driver and NCCL files it loaded, as the
+                                   ///< dynamic linker resolved them, with their versions ("CUDA driver
+                                   ///< 12.4 (/usr/lib/x86_64-linux-gnu/libcuda.so.1); NCCL 2.21.5 (...)",
+                                   ///< or "NCCL not loaded (...)" when no collective needs it); "" for host.
     uint32_t tp;                  ///< TP size.
     uint32_t dcp;                 ///< DCP size in use.
     uint32_t num_local_ranks;     ///< Ranks driven by this process.

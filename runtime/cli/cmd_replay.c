@@ -45,7 +45,8 @@ static int sim_pool(const dcp_deployment *dep, uint32_t dcp, const struct dcp_tr
         return err;
     const struct dcp_plan_layout *lay = dcp == 1 ? &plan.baseline : &plan.dcp;
     if (!lay->pages) {
-        fprintf(stderr, "dcp-run replay: dcp=%u: the KV budget holds no page\n", dcp);
+        char name[CLI_LAYOUT_NAME_LEN];
+        fprintf(stderr, "dcp-run replay: %s: the KV budget holds no page\n", cli_layout_name(name, dcp));
         return DCP_ENOSPC;
     }
     uint64_t longest = 0;
@@ -269,8 +270,11 @@ int replay_layout(const dcp_deployment *dep, const struct replay_opts *o, const 
     progress_end(&pg);
     if (!err)
         err = summarize(s, res, o->clients ? 0 : trace->requests[0].arrival);
-    if (err)
-        fprintf(stderr, "dcp-run replay: dcp=%u: %s: %s\n", dcp, dcp_strerror(err), dcp_last_error());
+    if (err) {
+        fprintf(stderr, "dcp-run replay: %s: %s: %s\n", cli_layout_name(label, dcp), dcp_strerror(err),
+                dcp_last_error());
+        cli_hint_kv_mb("replay", err, cfg, o->kv_mb);
+    }
     dcp_sched_destroy(&s);
     replay_exec_finish(&x, &res->check);
     res->wall_seconds = cli_now() - t0;
@@ -607,13 +611,14 @@ int cmd_replay(int argc, char **argv)
         else
             print_text(cfg, &o, trace, res, n);
         for (int i = 0; i < n; i++) {
+            char name[CLI_LAYOUT_NAME_LEN];
             if (res[i].finished + res[i].rejected != res[i].requests) {
-                fprintf(stderr, "dcp-run replay: dcp=%u: %u requests unfinished\n", res[i].dcp,
+                fprintf(stderr, "dcp-run replay: %s: %u requests unfinished\n", cli_layout_name(name, res[i].dcp),
                         res[i].requests - res[i].finished - res[i].rejected);
                 ok = false;
             }
             if (res[i].executed && o.check && (!res[i].check.pass || !res[i].check.rows)) {
-                fprintf(stderr, "dcp-run replay: dcp=%u: correctness check FAILED\n", res[i].dcp);
+                fprintf(stderr, "dcp-run replay: %s: correctness check FAILED\n", cli_layout_name(name, res[i].dcp));
                 ok = false;
             }
         }

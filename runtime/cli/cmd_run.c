@@ -34,6 +34,7 @@ struct run_opts {
 struct layout_result {
     uint32_t dcp;
     char backend[640];
+    char libraries[512];          /* driver and NCCL files loaded (CUDA backend), or "" */
     char notice[640];
     uint32_t offered, admitted;
     uint64_t num_blocks, blocks_used;
@@ -176,17 +177,21 @@ static int run_layout(const dcp_deployment *dep, const struct run_opts *o, uint3
 {
     memset(res, 0, sizeof(*res));
     res->dcp = dcp;
+    char name[CLI_LAYOUT_NAME_LEN];
     struct run_setup s;
     const struct dcp_config *cfg = dcp_deployment_config(dep);
     const uint32_t steps = o->steps ? o->steps : cfg->workload.decode_steps;
     int err = run_setup_create(&s, dep, dcp, o->layers, (double)o->kv_mb * 1e6, reqs, steps,
                                PREFILL_STEP_TOKENS, o->check);
     if (err) {
-        fprintf(stderr, "dcp-run run: dcp=%u: %s: %s\n", dcp, dcp_strerror(err), dcp_last_error());
+        fprintf(stderr, "dcp-run run: %s: %s: %s\n", cli_layout_name(name, dcp), dcp_strerror(err),
+                dcp_last_error());
+        cli_hint_kv_mb("run", err, cfg, o->kv_mb);
         return err;
     }
     snprintf(res->backend, sizeof(res->backend), "%s (%s)", s.info.backend, s.info.backend_detail);
     snprintf(res->notice, sizeof(res->notice), "%s", s.info.backend_notice);
+    snprintf(res->libraries, sizeof(res->libraries), "%s", s.info.backend_libraries);
     res->offered = reqs->count;
     res->admitted = s.admitted;
     res->num_blocks = s.info.num_blocks;
@@ -202,7 +207,8 @@ static int run_layout(const dcp_deployment *dep, const struct run_opts *o, uint3
     }
     progress_end(pg);
     if (err)
-        fprintf(stderr, "dcp-run run: dcp=%u: %s: %s\n", dcp, dcp_strerror(err), dcp_last_error());
+        fprintf(stderr, "dcp-run run: %s: %s: %s\n", cli_layout_name(name, dcp), dcp_strerror(err),
+                dcp_last_error());
     res->blocks_used = s.info.num_blocks - dcp_engine_free_blocks(s.engine);
     for (uint32_t i = 0; i < s.admitted; i++)
         res->context_tokens += dcp_seq_length(s.engine, s.seq[i]);
@@ -225,6 +231,12 @@ static void print_text(const struct dcp_config *cfg, const char *path, const str
             printf("backend%s: %s\n", n > 1 && strcmp(r[n - 1].backend, r[0].backend)
                                            ? (r[i].dcp == 1 ? " (TP baseline)" : " (DCP)") : "",
                    r[i].backend);
+    /* The driver and NCCL files the CUDA backend loaded (one line per layout if they differ). */
+    const bool libs_differ = n > 1 && strcmp(r[n - 1].libraries, r[0].libraries);
+    for (int i = 0; i < n; i++)
+        if (r[i].libraries[0] && (i == 0 || libs_differ))
+            printf("loaded%s: %s\n", libs_differ ? (r[i].dcp == 1 ? " (TP baseline)" : " (DCP)") : "",
+                   r[i].libraries);
     if (r[0].notice[0])
         printf("note: %s\n", r[0].notice);
     printf("requests offered: %u (%s), decode steps %u, q_len %u\n\n", reqs->count, reqs->describe,
@@ -296,6 +308,7 @@ static void print_json(const struct dcp_config *cfg, const char *path, const str
         json_kv_uint(&w, "dcp", r[i].dcp);
         json_kv_string(&w, "backend", r[i].backend);
         json_kv_string(&w, "backend_notice", r[i].notice);
+        json_kv_string(&w, "backend_libraries", r[i].libraries);
         json_kv_uint(&w, "concurrency", r[i].admitted);
         json_kv_uint(&w, "context_tokens", r[i].context_tokens);
         json_kv_uint(&w, "kv_blocks_used_per_rank", r[i].blocks_used);

@@ -500,6 +500,7 @@ DCP_API void dcp_engine_get_info(const dcp_engine *e, struct dcp_engine_info *in
         .backend = e->ops->name,
         .backend_detail = e->caps.detail,
         .backend_notice = e->notice,
+        .backend_libraries = e->caps.libraries,
         .tp = e->tp,
         .dcp = e->dcp,
         .num_local_ranks = e->num_ranks,

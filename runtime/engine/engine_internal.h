@@ -94,6 +94,7 @@ struct dcp_backend_caps {
     bool host_memory;       ///< Backend memory is host memory: the KV budget may come from
                             ///< runtime.host.memory_bytes instead of the GPU's.
     char detail[512];       ///< What it runs on, for dcp_engine_info.backend_detail.
+    char libraries[512];    ///< Files it loaded and their versions, for dcp_engine_info.backend_libraries.
 };
 /** Per-rank backend buffers holding one step's metadata and the collective workspace. */
 struct dcp_rank_buffers {
