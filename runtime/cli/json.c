@@ -174,6 +174,17 @@ void json_null(struct json_writer *w)
     fputs("null", w->out);
 }
 
+void json_raw(struct json_writer *w, const char *text)
+{
+    before_item(w);
+    for (const char *p = text; *p; p++) {
+        fputc(*p, w->out);
+        if (*p == '\n')
+            for (int i = 0; i < w->depth; i++)
+                fputs("  ", w->out);
+    }
+}
+
 void json_finish(struct json_writer *w) { fputc('\n', w->out); }
 
 void json_kv_string(struct json_writer *w, const char *key, const char *s)
