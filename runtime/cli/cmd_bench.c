@@ -475,10 +475,9 @@ static const struct cli_option bench_options[] = {
      .offset = BENCH_OPT(repeat)},
     {"--threads", CLI_ARG_U32, "N", "host worker threads (default 0: all CPUs)", 0, 1024,
      .offset = BENCH_OPT(threads)},
-    {"--backend", CLI_ARG_CUSTOM, "B", "auto (default), host or cuda", .offset = BENCH_OPT(backend),
-     .parse = cli_parse_backend_opt},
-    {"--json", CLI_ARG_FLAG, NULL, "machine-readable output", .offset = BENCH_OPT(json)},
-    {"--quiet", CLI_ARG_FLAG, NULL, "no progress line", .offset = BENCH_OPT(quiet)},
+    CLI_OPTION_BACKEND(struct bench_opts, backend, "auto (default), host or cuda"),
+    CLI_OPTION_JSON(struct bench_opts, json),
+    CLI_OPTION_QUIET(struct bench_opts, quiet),
 };
 
 static const struct cli_spec bench_spec = {
@@ -491,8 +490,7 @@ static const struct cli_spec bench_spec = {
         "heads per KV head, head_dim 128) and MLA (576/512, 16 and 128 heads) at several context\n"
         "lengths, on one rank of the selected backend. A case that fails is reported on stderr and\n"
         "in its row; the others still run.\n",
-    .options = bench_options,
-    .num_options = sizeof(bench_options) / sizeof(bench_options[0]),
+    CLI_SPEC_OPTIONS(bench_options),
     .epilogue = "exit status: 0 ok, 1 a case failed (the others are still reported), 2 bad usage\n",
 };
 

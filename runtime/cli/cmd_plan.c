@@ -38,11 +38,8 @@ static const struct cli_spec plan_spec = {
     .description =
         "Shows what Decode Context Parallelism buys over plain tensor parallelism for one\n"
         "deployment, with no GPU needed. FILE is a YAML deployment.\n",
-    .positional = "FILE",
-    .positional_offset = PLAN_OPT(path),
-    .default_deployment = true,
-    .options = plan_options,
-    .num_options = sizeof(plan_options) / sizeof(plan_options[0]),
+    CLI_SPEC_DEPLOYMENT("FILE", struct plan_args, path),
+    CLI_SPEC_OPTIONS(plan_options),
     .epilogue =
         "\"tp only\" is the deployment's TP layout with dcp 1: TP splits the KV heads until\n"
         "each GPU holds one, then every further rank holds a copy (MLA: every rank holds\n"

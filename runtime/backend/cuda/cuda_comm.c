@@ -58,9 +58,12 @@ int cuda_comm_engine_init(const struct dcp_engine *e, struct cuda_engine *ce, bo
         ce->groups = calloc(ce->num_groups, sizeof(*ce->groups));
         if (!ce->groups)
             return dcp_error(DCP_ENOMEM, "cuda groups");
-        for (uint32_t g = 0; g < ce->num_groups; g++)
+        for (uint32_t g = 0; g < ce->num_groups; g++) {
             if ((err = rank_group_init(&ce->groups[g], e->dcp)))
                 return err;
+            /* A rank that failed without aborting costs its peers one comm timeout, as with NCCL. */
+            rank_group_set_timeout(&ce->groups[g], e->cfg->runtime.cuda.nccl_timeout_s);
+        }
     }
     return DCP_OK;
 }
