@@ -335,23 +335,21 @@ int dcp_cuda_open(const struct dcp_cuda_open_params *p, struct dcp_cuda **out)
     if (!out)
         return dcp_error(DCP_EINVAL, "dcp_cuda_open: out is NULL");
     *out = NULL;
-    const char *library = dcp_dl_choose(p ? p->library : NULL, DCP_CUDA_LIBRARY_ENV, "libcuda.so.1");
+    const struct dcp_dl_choice lib = dcp_dl_choose(p ? p->library : NULL, DCP_CUDA_LIBRARY_ENV, "libcuda.so.1");
     struct dcp_cuda *cu = calloc(1, sizeof(*cu));
     if (!cu)
         return dcp_error(DCP_ENOMEM, "dcp_cuda_open: out of memory");
-    cu->dl = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+    cu->dl = dlopen(lib.library, RTLD_NOW | RTLD_LOCAL);
     if (!cu->dl) {
         const char *why = dlerror();
         free(cu);
-        return dcp_error(DCP_ENODRIVER, "cannot load the CUDA driver %s: %s (is the NVIDIA "
-                         "driver installed? %s overrides the library)", library,
-                         why ? why : "unknown dlopen error", DCP_CUDA_LIBRARY_ENV);
+        return dcp_dl_open_error(DCP_ENODRIVER, "the CUDA driver", &lib, why);
     }
-    cu->path = dcp_dl_loaded_path(cu->dl, library);
+    cu->path = dcp_dl_loaded_path(cu->dl, lib.library);
     int status = cu->path ? start_driver(cu) : dcp_error(DCP_ENOMEM, "dcp_cuda_open: out of memory");
     if (status) {
         dcp_cuda_close(&cu);
-        return status;
+        return status == DCP_ENOMEM ? status : dcp_dl_blame_origin(status, &lib);
     }
     *out = cu;
     return DCP_OK;

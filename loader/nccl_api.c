@@ -113,25 +113,27 @@ int dcp_nccl_open(const struct dcp_nccl_open_params *p, struct dcp_nccl **out)
     if (!out)
         return dcp_error(DCP_EINVAL, "dcp_nccl_open: out is NULL");
     *out = NULL;
-    const char *library = dcp_dl_choose(p ? p->library : NULL, DCP_NCCL_LIBRARY_ENV, "libnccl.so.2");
+    const struct dcp_dl_choice lib = dcp_dl_choose(p ? p->library : NULL, DCP_NCCL_LIBRARY_ENV, "libnccl.so.2");
     struct dcp_nccl *nccl = calloc(1, sizeof(*nccl));
     if (!nccl)
         return dcp_error(DCP_ENOMEM, "dcp_nccl_open: out of memory");
-    nccl->dl = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+    nccl->dl = dlopen(lib.library, RTLD_NOW | RTLD_LOCAL);
     if (!nccl->dl) {
         const char *why = dlerror();
         free(nccl);
-        return dcp_error(DCP_ENCCL, "cannot load NCCL %s: %s (%s overrides the library)",
-                         library, why ? why : "unknown dlopen error", DCP_NCCL_LIBRARY_ENV);
+        return dcp_dl_open_error(DCP_ENCCL, "NCCL", &lib, why);
     }
-    nccl->path = dcp_dl_loaded_path(nccl->dl, library);
-    int status = !nccl->path ? dcp_error(DCP_ENOMEM, "dcp_nccl_open: out of memory")
-                             : resolve_nccl(nccl);
+    nccl->path = dcp_dl_loaded_path(nccl->dl, lib.library);
+    if (!nccl->path) {
+        dcp_nccl_close(&nccl);
+        return dcp_error(DCP_ENOMEM, "dcp_nccl_open: out of memory");
+    }
+    int status = resolve_nccl(nccl);
     if (!status)
         status = check_nccl_version(nccl);
     if (status) {
         dcp_nccl_close(&nccl);
-        return status;
+        return dcp_dl_blame_origin(status, &lib);
     }
     *out = nccl;
     return DCP_OK;
@@ -210,6 +212,12 @@ static int timeout_failure(const struct dcp_nccl *nccl, ncclComm_t *comm, double
 int dcp_nccl_wait(const struct dcp_nccl *nccl, ncclComm_t *comm, const struct dcp_cuda *cu,
                   CUevent done, double timeout_s, const char *what)
 {
+    return dcp_nccl_wait_cancellable(nccl, comm, cu, done, timeout_s, what, NULL);
+}
+
+int dcp_nccl_wait_cancellable(const struct dcp_nccl *nccl, ncclComm_t *comm, const struct dcp_cuda *cu,
+                              CUevent done, double timeout_s, const char *what, const atomic_int *cancel)
+{
     if (!nccl || !comm || !*comm || (done && !cu))
         return dcp_error(DCP_EINVAL, "dcp_nccl_wait: NULL argument");
     what = what ? what : "NCCL operation";
@@ -229,6 +237,11 @@ int dcp_nccl_wait(const struct dcp_nccl *nccl, ncclComm_t *comm, const struct dc
             return DCP_OK;
         if (event != CUDA_ERROR_NOT_READY)
             return event_failure(nccl, comm, event, what);
+        if (cancel && atomic_load(cancel)) {
+            char message[384];
+            snprintf(message, sizeof(message), "%s: the step was aborted (another rank failed)", what);
+            return abort_comm(nccl, comm, DCP_EABORTED, message);
+        }
         if (dcp_now_seconds() >= deadline)
             return timeout_failure(nccl, comm, timeout_s, async, what);
         poll_pause(&pause_ns);

@@ -8,6 +8,7 @@
 #ifndef DCP_LOADER_NCCL_API_H
 #define DCP_LOADER_NCCL_API_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 
 #include "cuda_api.h"
@@ -197,5 +198,13 @@ void dcp_nccl_config_nonblocking(ncclConfig_t *config);
  */
 int dcp_nccl_wait(const struct dcp_nccl *nccl, ncclComm_t *comm, const struct dcp_cuda *cu,
                   CUevent done, double timeout_s, const char *what);
+
+/**
+ * dcp_nccl_wait() that also gives up when *cancel becomes non-zero (another
+ * thread aborted the step): the communicator is aborted from this thread, the one
+ * using it, and the result is DCP_EABORTED. cancel may be NULL (dcp_nccl_wait()).
+ */
+int dcp_nccl_wait_cancellable(const struct dcp_nccl *nccl, ncclComm_t *comm, const struct dcp_cuda *cu,
+                              CUevent done, double timeout_s, const char *what, const atomic_int *cancel);
 
 #endif /* DCP_LOADER_NCCL_API_H */

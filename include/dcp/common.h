@@ -34,7 +34,7 @@ enum dcp_status {
     DCP_ECONFIG = -4,           ///< The deployment is invalid; the diagnostics say why and where.
     DCP_EIO = -5,               ///< A file could not be read or written.
     DCP_ENOTSUP = -6,           ///< The operation is not supported by this build or backend.
-    DCP_ENODRIVER = -7,         ///< libcuda.so.1 could not be loaded.
+    DCP_ENODRIVER = -7,         ///< The CUDA driver library (libcuda.so.1, or the file DCP_CUDA_LIBRARY names) could not be loaded.
     DCP_ESTUBDRIVER = -8,       ///< The loaded libcuda is the toolkit's stub, not a real driver.
     DCP_EDRIVERVERSION = -9,    ///< The CUDA driver is older than this library needs.
     DCP_ENODEVICE = -10,        ///< No usable CUDA device (or fewer than the deployment needs).

@@ -219,6 +219,19 @@ DCP_API const struct dcp_config *dcp_deployment_config(const dcp_deployment *dep
 /** The file name the deployment was loaded from ("<string>" or "<config>" otherwise). */
 DCP_API const char *dcp_deployment_source(const dcp_deployment *dep);
 
+/**
+ * The deployment's settings as one JSON object, nested by section, with the key
+ * names, units and choice names of a deployment file (docs/configuration.md):
+ * every key that applies to the model's attention kind, defaults and derived
+ * values (kv_heads, softmax_scale) included; workload.trace only when set, as
+ * the path the deployment resolved. JSON is YAML flow syntax, so the text loads
+ * back with dcp_deployment_load_string() to the same configuration. Strings are
+ * written byte for byte (a deployment loaded from YAML holds UTF-8 only).
+ * On success *out is a NUL-terminated string for the caller to free().
+ * Returns DCP_OK, DCP_EINVAL (NULL argument) or DCP_ENOMEM.
+ */
+DCP_API int dcp_deployment_to_json(const dcp_deployment *dep, char **out);
+
 /** Canonical lower-case names used in YAML and output ("mla", "bf16", "a2a", ...). */
 DCP_API const char *dcp_attention_kind_name(enum dcp_attention_kind kind);
 DCP_API const char *dcp_dtype_name(enum dcp_dtype dtype);               ///< "fp32", "bf16", "fp16", "fp8_e4m3".

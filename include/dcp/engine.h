@@ -33,19 +33,31 @@
  *    blocks or sequence slots), DCP_ENOTSUP and DCP_ENOMEM from dcp_engine_run() (a
  *    rank thread could not be started; then no rank function ran): that call failed
  *    and changed nothing; the engine is fine.
- *  - A step was aborted: a rank function failed inside dcp_engine_run(), a launch or
- *    collective of dcp_rank_attention() failed, a collective timed out (DCP_ETIMEOUT;
- *    see runtime.cuda.nccl_timeout_s), or dcp_engine_abort() was called. Ranks waiting in
- *    a collective return DCP_EABORTED, and the next dcp_engine_begin_step() or
- *    dcp_engine_run() restarts the collectives. The host backend always can. The CUDA
- *    backend cannot yet: after an aborted step its engine is failed (see below).
- *  - The engine is failed when that restart is impossible: every aborted step of the
- *    CUDA backend, and a CUDA error that poisons the context (e.g. an illegal address).
+ *  - A step was aborted: a rank function failed inside dcp_engine_run() (whatever the
+ *    error, an argument error included: its peers may already wait for it in a
+ *    collective), a launch or collective of dcp_rank_attention() failed, a collective
+ *    or a wait for the device timed out (DCP_ETIMEOUT), or dcp_engine_abort() was
+ *    called. Ranks waiting in a collective return DCP_EABORTED at once (with NCCL,
+ *    every local communicator is aborted; a peer may instead report DCP_ENCCL
+ *    "... communicator aborted"), and the next dcp_engine_begin_step() or
+ *    dcp_engine_run() restarts the collectives when it can:
+ *      - host backend: always;
+ *      - CUDA, virtual ranks on one GPU: once every rank's device work has finished
+ *        (waited for with the bound below), so the step after an argument error runs;
+ *      - CUDA with NCCL (a GPU per rank): never; the communicators were aborted.
+ *  - The engine is failed when that restart is impossible: an aborted step of a CUDA
+ *    engine with NCCL, device work still running after the bound (a hung kernel or
+ *    collective), or a CUDA error that poisons the context (e.g. an illegal address).
  *    Then every step and rank function returns DCP_EABORTED (its message says why):
  *    destroy the engine. Sequences (dcp_seq_*) keep working so state can be inspected.
- *    Known gap of the CUDA backend: after a collective hung (DCP_ETIMEOUT),
- *    dcp_engine_destroy() and dcp_rank_free() wait for the rank's stream without a bound,
- *    and only the failing rank's NCCL peers in virtual groups are woken.
+ *  - Bounded waits (CUDA): every wait for the device (synchronize, download,
+ *    rank_free, collectives, teardown) gives up after runtime.cuda.nccl_timeout_s with
+ *    DCP_ETIMEOUT instead of blocking. dcp_engine_destroy() aborts the communicators
+ *    first when a step failed, then waits for all ranks' devices with that one bound;
+ *    memory that work still running after it may use (device memory, pinned buffers,
+ *    the kernels' module and the context) is leaked rather than freed under it, and
+ *    dcp_last_error() says so (the context stays retained by the process).
+ *    dcp_rank_free() does the same for one buffer.
  */
 #ifndef DCP_ENGINE_H
 #define DCP_ENGINE_H
@@ -94,6 +106,10 @@ struct dcp_engine_info {
     const char *backend;          ///< "host" or "cuda".
     const char *backend_detail;   ///< Human-readable detail (device name, threads, comm).
     const char *backend_notice;   ///< Why backend auto fell back to host (one line), or "".
+    const char *backend_libraries; ///< The CUDA backend: the driver and NCCL files it loaded, as the
+                                   ///< dynamic linker resolved them, with their versions ("CUDA driver
+                                   ///< 12.4 (/usr/lib/x86_64-linux-gnu/libcuda.so.1); NCCL 2.21.5 (...)",
+                                   ///< or "NCCL not loaded (...)" when no collective needs it); "" for host.
     uint32_t tp;                  ///< TP size.
     uint32_t dcp;                 ///< DCP size in use.
     uint32_t num_local_ranks;     ///< Ranks driven by this process.
@@ -132,7 +148,11 @@ DCP_API void dcp_engine_default_params(struct dcp_engine_params *params);
  */
 DCP_API int dcp_engine_create(const struct dcp_engine_params *params, dcp_engine **out);
 
-/** Frees everything and sets *engine to NULL. Accepts NULL. */
+/**
+ * Frees everything and sets *engine to NULL. Accepts NULL. Never waits without a bound:
+ * after a failed step it aborts the communicators first, and what hung device work may
+ * still use is leaked, with the reason in dcp_last_error() (see Errors at the top).
+ */
 DCP_API void dcp_engine_destroy(dcp_engine **engine);
 
 /** Fills info (nothing when engine or info is NULL). */
@@ -230,11 +250,12 @@ typedef int (*dcp_rank_fn)(dcp_rank *rank, void *arg);
 /**
  * Runs fn on one thread per local rank and waits. Returns DCP_OK or the root
  * failure ("rank N: ..."). When a rank's fn fails, the step is aborted so that
- * ranks waiting for it in a collective return DCP_EABORTED; the engine restarts its
- * collectives at the next run or begin_step when it can (see Errors at the top: an
- * argument error leaves a host or virtual-rank engine usable, but aborts NCCL
- * communicators). When a rank thread cannot be started, no fn runs and the call
- * fails with DCP_ENOMEM, leaving the engine as it was.
+ * ranks waiting for it in a collective return DCP_EABORTED at once (NCCL: every
+ * local communicator is aborted); the engine restarts its collectives at the next
+ * run or begin_step when it can (see Errors at the top: after any failure of a rank,
+ * an argument error included, a host or virtual-rank engine stays usable and a CUDA
+ * engine with NCCL is failed). When a rank thread cannot be started, no fn runs and
+ * the call fails with DCP_ENOMEM, leaving the engine as it was.
  */
 DCP_API int dcp_engine_run(dcp_engine *engine, dcp_rank_fn fn, void *arg);
 
@@ -242,8 +263,9 @@ DCP_API int dcp_engine_run(dcp_engine *engine, dcp_rank_fn fn, void *arg);
  * Aborts the current step: every rank blocked in a collective (now or later in this
  * step) returns DCP_EABORTED. For callers that drive the rank threads themselves:
  * when one rank's function fails, call this so its peers stop waiting for it (else
- * they wait for runtime.cuda.nccl_timeout_s, then fail with DCP_ETIMEOUT). Any
- * thread, any time; NULL is ignored. The next dcp_engine_begin_step() or
+ * they wait for runtime.cuda.nccl_timeout_s, then fail with DCP_ETIMEOUT). CUDA with
+ * NCCL: every local communicator is aborted (one in use by a rank thread, by that
+ * thread as soon as it polls it). Any thread, any time; NULL is ignored. The next dcp_engine_begin_step() or
  * dcp_engine_run() restarts the collectives or reports that the engine failed.
  */
 DCP_API void dcp_engine_abort(dcp_engine *engine);
@@ -315,7 +337,8 @@ DCP_API void dcp_rank_reset_profile(dcp_rank *rank);
 /** Allocates bytes of backend memory for this rank's inputs/outputs. */
 DCP_API int dcp_rank_alloc(dcp_rank *rank, size_t bytes, void **ptr);
 
-/** Frees memory from dcp_rank_alloc(). Accepts NULL. */
+/** Frees memory from dcp_rank_alloc(). Accepts NULL. CUDA: waits (bounded) for the rank's
+ *  work first; if that work never finishes the buffer is leaked and dcp_last_error() says so. */
 DCP_API void dcp_rank_free(dcp_rank *rank, void *ptr);
 
 /**

@@ -4,4 +4,5 @@
  * argument and uses no CUDA runtime API. The list of entries is variants.h.
  */
 #include "attn.cuh"
+#include "mma.cuh"
 #include "rows.cuh"

@@ -96,7 +96,8 @@ __device__ __forceinline__ void store_as(uint64_t base, uint64_t idx, uint32_t d
 }
 
 /* ---- asynchronous copies (sm_80+) ---------------------------------------- */
-/* Compiled for the host (tests/kernels_build's emulation), they copy at once.  */
+/* Compiled for the host, they go to tests/kernels_build's emulator, which     */
+/* poisons the destination at issue and copies at the wait that retires it.   */
 
 /** 16-byte global -> shared copy that bypasses L1; zero-fills when !valid. */
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
@@ -106,8 +107,8 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool va
     const int src_bytes = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes)
                  : "memory");
-#else
-    *static_cast<uint4 *>(smem) = valid ? *static_cast<const uint4 *>(gmem) : make_uint4(0, 0, 0, 0);
+#elif defined(DCP_TEST_CUDA_EMU_H)
+    emu::cp_async16(smem, gmem, valid);
 #endif
 }
 
@@ -116,6 +117,8 @@ __device__ __forceinline__ void cp_async_commit()
 {
 #if defined(__CUDA_ARCH__)
     asm volatile("cp.async.commit_group;\n" ::: "memory");
+#elif defined(DCP_TEST_CUDA_EMU_H)
+    emu::cp_async_commit();
 #endif
 }
 
@@ -125,6 +128,8 @@ __device__ __forceinline__ void cp_async_wait()
 {
 #if defined(__CUDA_ARCH__)
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#elif defined(DCP_TEST_CUDA_EMU_H)
+    emu::cp_async_wait(N);
 #endif
 }
 

@@ -69,6 +69,8 @@ struct bench_row {
     double gflops;           /* attention arithmetic rate */
     double fma_gflops;       /* median of the FMA loop, host only (0 otherwise) */
     char backend[160];
+    char libraries[512];     /* driver and NCCL files the CUDA backend loaded, or "" */
+    char error[400];         /* why the case failed, or "" */
 };
 
 /* ---- one case ------------------------------------------------------------- */
@@ -215,10 +217,15 @@ static int time_fma(struct bench_state *b, double *gflops)
 static int run_case(const struct bench_case *c, uint64_t context, const struct bench_opts *o,
                     struct progress *pg, struct bench_row *row)
 {
+    row->name = c->name;
+    row->heads = c->q_heads;
+    row->context = context;
     dcp_deployment *dep = NULL;
     int err = make_deployment(c, o, &dep);
-    if (err)
+    if (err) {
+        snprintf(row->error, sizeof(row->error), "%s: the case's deployment is invalid", dcp_strerror(err));
         return err;
+    }
     const uint64_t bytes_per_token = dcp_model_kv_bytes_per_token_layer(&dcp_deployment_config(dep)->model);
     const uint64_t per_seq = bytes_per_token * context;
     const uint32_t batch = (uint32_t)DCP_CLI_MAX(1ull, DCP_CLI_MIN((unsigned long long)BENCH_MAX_BATCH,
@@ -281,9 +288,6 @@ static int run_case(const struct bench_case *c, uint64_t context, const struct b
         progress_update(pg, i + 1, reps);
     }
     if (!err) {
-        row->name = c->name;
-        row->heads = c->q_heads;
-        row->context = context;
         row->batch = batch;
         row->kv_bytes = kv_bytes;
         row->attn_s = run_percentile(ta, reps, 0.5);
@@ -295,14 +299,17 @@ static int run_case(const struct bench_case *c, uint64_t context, const struct b
         row->gflops = flops_per_token_head * (double)context * batch * c->q_heads / row->attn_s / 1e9;
         row->fma_gflops = b.host ? run_percentile(tf, reps, 0.5) : 0;
         snprintf(row->backend, sizeof(row->backend), "%s (%s)", b.info.backend, b.info.backend_detail);
+        snprintf(row->libraries, sizeof(row->libraries), "%s", b.info.backend_libraries);
     }
     free(ta);
     free(tr);
     free(tf);
 out:
-    if (err)
-        fprintf(stderr, "dcp-run bench: %s h=%u L=%llu: %s: %s\n", c->name, c->q_heads,
-                (unsigned long long)context, dcp_strerror(err), dcp_last_error());
+    if (err) {
+        snprintf(row->error, sizeof(row->error), "%s: %s", dcp_strerror(err), dcp_last_error());
+        fprintf(stderr, "dcp-run bench: %s h=%u L=%llu: %s\n", c->name, c->q_heads, (unsigned long long)context,
+                row->error);
+    }
     if (b.rank) {
         dcp_rank_free(b.rank, b.q);
         dcp_rank_free(b.rank, b.k);
@@ -318,20 +325,40 @@ out:
 
 /* ---- output ------------------------------------------------------------------------ */
 
+/* The first case that ran (its backend heads the output), or NULL if every case failed. */
+static const struct bench_row *first_ok(const struct bench_row *rows, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!rows[i].error[0])
+            return &rows[i];
+    return NULL;
+}
+
+/* Prints the table; a failed case gets its row with the error. Prints nothing if no
+ * case ran (the errors are on stderr): never an empty table. */
 static void print_text(const struct bench_row *rows, int n, const struct bench_opts *o)
 {
-    const bool host = n > 0 && rows[0].read_ref;
+    const struct bench_row *ok = first_ok(rows, n);
+    if (!ok)
+        return;
+    const bool host = ok->read_ref;
     printf("dcp-run bench: decode attention vs %s, one rank, kv %s\n",
            host ? "a read-only pass over the same bytes and an FMA loop" : "a copy of the same bytes",
            dcp_dtype_name(o->dtype));
-    if (n > 0)
-        printf("backend: %s; medians of %u alternating runs%s%s\n\n", rows[0].backend, o->repeat,
-               host ? "; FMA loop: " : "", host ? bench_ref_fma_isa() : "");
+    printf("backend: %s; medians of %u alternating runs%s%s\n", ok->backend, o->repeat,
+           host ? "; FMA loop: " : "", host ? bench_ref_fma_isa() : "");
+    if (ok->libraries[0])
+        printf("loaded: %s\n", ok->libraries);
+    printf("\n");
     printf("%-4s %5s %8s %6s %9s %9s %10s %10s %6s %9s %11s %6s\n", "kind", "heads", "context", "batch",
            "KV MB", "attn ms", "attn GB/s", host ? "read GB/s" : "copy GB/s", "ratio", "GFLOP/s",
            "FMA GFLOP/s", "ratio");
     for (int i = 0; i < n; i++) {
         const struct bench_row *r = &rows[i];
+        if (r->error[0]) {
+            printf("%-4s %5u %8llu FAILED: %s\n", r->name, r->heads, (unsigned long long)r->context, r->error);
+            continue;
+        }
         printf("%-4s %5u %8llu %6llu %9.1f %9.2f %10.2f %10.2f %6.2f %9.1f", r->name, r->heads,
                (unsigned long long)r->context, (unsigned long long)r->batch, r->kv_bytes / 1e6,
                r->attn_s * 1e3, r->attn_gbps, r->ref_gbps, r->ratio, r->gflops);
@@ -365,6 +392,12 @@ static void print_json(const struct bench_row *rows, int n, const struct bench_o
         json_kv_string(&w, "kind", r->name);
         json_kv_uint(&w, "heads", r->heads);
         json_kv_uint(&w, "context", r->context);
+        json_kv_bool(&w, "ok", !r->error[0]);
+        if (r->error[0]) {
+            json_kv_string(&w, "error", r->error);
+            json_end_object(&w);
+            continue;
+        }
         json_kv_uint(&w, "batch", r->batch);
         json_kv_number(&w, "kv_bytes", r->kv_bytes);
         json_kv_number(&w, "attention_seconds", r->attn_s);
@@ -380,6 +413,7 @@ static void print_json(const struct bench_row *rows, int n, const struct bench_o
             json_kv_number(&w, "flops_ratio", r->gflops / r->fma_gflops);
         }
         json_kv_string(&w, "backend", r->backend);
+        json_kv_string(&w, "backend_libraries", r->libraries);
         json_end_object(&w);
     }
     json_end_array(&w);
@@ -441,10 +475,9 @@ static const struct cli_option bench_options[] = {
      .offset = BENCH_OPT(repeat)},
     {"--threads", CLI_ARG_U32, "N", "host worker threads (default 0: all CPUs)", 0, 1024,
      .offset = BENCH_OPT(threads)},
-    {"--backend", CLI_ARG_CUSTOM, "B", "auto (default), host or cuda", .offset = BENCH_OPT(backend),
-     .parse = cli_parse_backend_opt},
-    {"--json", CLI_ARG_FLAG, NULL, "machine-readable output", .offset = BENCH_OPT(json)},
-    {"--quiet", CLI_ARG_FLAG, NULL, "no progress line", .offset = BENCH_OPT(quiet)},
+    CLI_OPTION_BACKEND(struct bench_opts, backend, "auto (default), host or cuda"),
+    CLI_OPTION_JSON(struct bench_opts, json),
+    CLI_OPTION_QUIET(struct bench_opts, quiet),
 };
 
 static const struct cli_spec bench_spec = {
@@ -457,8 +490,7 @@ static const struct cli_spec bench_spec = {
         "heads per KV head, head_dim 128) and MLA (576/512, 16 and 128 heads) at several context\n"
         "lengths, on one rank of the selected backend. A case that fails is reported on stderr and\n"
         "in its row; the others still run.\n",
-    .options = bench_options,
-    .num_options = sizeof(bench_options) / sizeof(bench_options[0]),
+    CLI_SPEC_OPTIONS(bench_options),
     .epilogue = "exit status: 0 ok, 1 a case failed (the others are still reported), 2 bad usage\n",
 };
 
@@ -481,22 +513,25 @@ int cmd_bench(int argc, char **argv)
     struct progress pg;
     progress_init(&pg, o.quiet);
     struct bench_row rows[3 * BENCH_MAX_CONTEXTS];
-    int n = 0, err = DCP_OK;
-    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]) && !err; c++)
-        for (uint32_t i = 0; i < o.contexts.count && !err; i++) {
+    int n = 0, failed = 0;
+    /* A failing case is reported and the others still run. */
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
+        for (uint32_t i = 0; i < o.contexts.count; i++) {
             char label[64];
             snprintf(label, sizeof(label), "bench %s h=%u L=%llu", cases[c].name, cases[c].q_heads,
                      (unsigned long long)o.contexts.len[i]);
             progress_begin(&pg, label);
             memset(&rows[n], 0, sizeof(rows[n]));
-            err = run_case(&cases[c], o.contexts.len[i], &o, &pg, &rows[n]);
-            if (!err)
-                n++;
+            failed += run_case(&cases[c], o.contexts.len[i], &o, &pg, &rows[n]) != DCP_OK;
+            n++;
         }
     progress_end(&pg);
     if (o.json)
         print_json(rows, n, &o);
     else
         print_text(rows, n, &o);
-    return err ? CLI_EXIT_FAIL : CLI_EXIT_OK;
+    if (failed)
+        fprintf(stderr, "dcp-run bench: %d of %d cases failed%s\n", failed, n,
+                failed == n && !o.json ? "; no table printed" : " (see their rows)");
+    return failed ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 }

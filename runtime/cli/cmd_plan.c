@@ -5,6 +5,7 @@
  */
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -12,7 +13,7 @@
 #include "table.h"
 
 /* Version of the JSON layout; bumped when a key changes meaning or goes away. */
-#define PLAN_JSON_SCHEMA "dcp-plan/1"
+#define PLAN_JSON_SCHEMA "dcp-plan/2"
 
 /* Caveat printed with every crossover figure. */
 #define ESTIMATE_NOTE                                                                           \
@@ -37,11 +38,8 @@ static const struct cli_spec plan_spec = {
     .description =
         "Shows what Decode Context Parallelism buys over plain tensor parallelism for one\n"
         "deployment, with no GPU needed. FILE is a YAML deployment.\n",
-    .positional = "FILE",
-    .positional_offset = PLAN_OPT(path),
-    .default_deployment = true,
-    .options = plan_options,
-    .num_options = sizeof(plan_options) / sizeof(plan_options[0]),
+    CLI_SPEC_DEPLOYMENT("FILE", struct plan_args, path),
+    CLI_SPEC_OPTIONS(plan_options),
     .epilogue =
         "\"tp only\" is the deployment's TP layout with dcp 1: TP splits the KV heads until\n"
         "each GPU holds one, then every further rank holds a copy (MLA: every rank holds\n"
@@ -389,66 +387,6 @@ static void print_text(const dcp_deployment *dep, const struct dcp_plan *plan)
 
 /* ---- JSON output ------------------------------------------------------------------ */
 
-/* "key": v, or "key": null when the figure does not apply. */
-static void json_kv_uint_if(struct json_writer *w, const char *key, bool applies, uint64_t v)
-{
-    json_key(w, key);
-    if (applies)
-        json_uint(w, v);
-    else
-        json_null(w);
-}
-
-static void json_model(struct json_writer *w, const struct dcp_model_config *m)
-{
-    json_key(w, "model");
-    json_begin_object(w);
-    json_kv_string(w, "name", m->name);
-    json_kv_string(w, "attention", dcp_attention_kind_name(m->attention));
-    json_kv_uint(w, "num_layers", m->num_layers);
-    json_kv_uint(w, "num_q_heads", m->num_q_heads);
-    json_kv_uint(w, "num_kv_heads", m->num_kv_heads);
-    /* Dimensions of the other attention kind are null, not their unused defaults. */
-    const bool mla = m->attention == DCP_ATTN_MLA;
-    json_kv_uint_if(w, "head_dim", !mla, m->head_dim);
-    json_kv_uint_if(w, "kv_lora_rank", mla, m->kv_lora_rank);
-    json_kv_uint_if(w, "rope_dim", mla, m->rope_dim);
-    json_kv_string(w, "kv_dtype", dcp_dtype_name(m->kv_dtype));
-    json_kv_number(w, "num_params", m->num_params);
-    json_kv_string(w, "weight_dtype", dcp_weight_dtype_name(m->weight_dtype));
-    json_end_object(w);
-}
-
-static void json_hardware(struct json_writer *w, const struct dcp_hardware_config *hw)
-{
-    json_key(w, "hardware");
-    json_begin_object(w);
-    json_kv_string(w, "gpu", hw->gpu);
-    json_kv_number(w, "memory_bytes", hw->memory_bytes);
-    json_kv_number(w, "hbm_bandwidth", hw->hbm_bandwidth);
-    json_kv_number(w, "link_bandwidth", hw->link_bandwidth);
-    json_kv_number(w, "collective_latency_s", hw->collective_latency);
-    json_kv_uint(w, "gpus_per_node", hw->gpus_per_node);
-    json_kv_uint(w, "nodes", hw->nodes);
-    json_end_object(w);
-}
-
-static void json_parallel(struct json_writer *w, const struct dcp_config *cfg)
-{
-    const struct dcp_parallel_config *p = &cfg->parallel;
-    json_key(w, "parallel");
-    json_begin_object(w);
-    json_kv_uint(w, "tp", p->tp);
-    json_kv_uint(w, "dcp", p->dcp);
-    json_kv_uint(w, "interleave", p->interleave);
-    json_kv_string(w, "comm", dcp_comm_scheme_name(p->comm));
-    json_kv_bool(w, "replicate_q", p->replicate_q);
-    json_kv_string(w, "comm_dtype", dcp_dtype_name(p->comm_dtype));
-    json_kv_uint(w, "block_size", cfg->memory.block_size);
-    json_kv_uint(w, "q_len", cfg->workload.q_len);
-    json_end_object(w);
-}
-
 static void json_memory(struct json_writer *w, const struct dcp_plan *plan)
 {
     const struct dcp_plan_memory *mem = &plan->memory;
@@ -533,18 +471,25 @@ static void json_crossover(struct json_writer *w, const struct dcp_plan *plan)
     json_end_array(w);
 }
 
-static void print_json(const dcp_deployment *dep, const struct dcp_plan *plan)
+/* Returns DCP_OK or DCP_ENOMEM (the settings could not be formatted; nothing printed). */
+static int print_json(const dcp_deployment *dep, const struct dcp_plan *plan)
 {
     const struct dcp_config *cfg = dcp_deployment_config(dep);
+    /* The settings in the deployment file's own names and units (the schema's), so
+     * the "config" object can be pasted back as a deployment file. */
+    char *settings = NULL;
+    const int err = dcp_deployment_to_json(dep, &settings);
+    if (err)
+        return err;
     char line[1024];
     struct json_writer w;
     json_init(&w, stdout);
     json_begin_object(&w);
     json_kv_string(&w, "schema", PLAN_JSON_SCHEMA);
     json_kv_string(&w, "source", dcp_deployment_source(dep));
-    json_model(&w, &cfg->model);
-    json_hardware(&w, &cfg->hardware);
-    json_parallel(&w, cfg);
+    json_key(&w, "config");
+    json_raw(&w, settings);
+    free(settings);
     json_kv_uint(&w, "instances", plan->instances);
     json_memory(&w, plan);
     json_key(&w, "layouts");
@@ -565,6 +510,7 @@ static void print_json(const dcp_deployment *dep, const struct dcp_plan *plan)
     json_kv_string(&w, "verdict", line);
     json_end_object(&w);
     json_finish(&w);
+    return DCP_OK;
 }
 
 /* ---- command --------------------------------------------------------------------- */
@@ -585,9 +531,12 @@ int cmd_plan(int argc, char **argv)
         dcp_deployment_destroy(&dep);
         return CLI_EXIT_FAIL;
     }
-    if (args.json)
-        print_json(dep, &plan);
-    else
+    if (args.json && (err = print_json(dep, &plan)) != DCP_OK) {
+        fprintf(stderr, "dcp-run plan: %s: %s\n", dcp_strerror(err), dcp_last_error());
+        dcp_deployment_destroy(&dep);
+        return CLI_EXIT_FAIL;
+    }
+    if (!args.json)
         print_text(dep, &plan);
     dcp_deployment_destroy(&dep);
     return CLI_EXIT_OK;

@@ -45,7 +45,8 @@ static int sim_pool(const dcp_deployment *dep, uint32_t dcp, const struct dcp_tr
         return err;
     const struct dcp_plan_layout *lay = dcp == 1 ? &plan.baseline : &plan.dcp;
     if (!lay->pages) {
-        fprintf(stderr, "dcp-run replay: dcp=%u: the KV budget holds no page\n", dcp);
+        char name[CLI_LAYOUT_NAME_LEN];
+        fprintf(stderr, "dcp-run replay: %s: the KV budget holds no page\n", cli_layout_name(name, dcp));
         return DCP_ENOSPC;
     }
     uint64_t longest = 0;
@@ -269,8 +270,11 @@ int replay_layout(const dcp_deployment *dep, const struct replay_opts *o, const 
     progress_end(&pg);
     if (!err)
         err = summarize(s, res, o->clients ? 0 : trace->requests[0].arrival);
-    if (err)
-        fprintf(stderr, "dcp-run replay: dcp=%u: %s: %s\n", dcp, dcp_strerror(err), dcp_last_error());
+    if (err) {
+        fprintf(stderr, "dcp-run replay: %s: %s: %s\n", cli_layout_name(label, dcp), dcp_strerror(err),
+                dcp_last_error());
+        cli_hint_kv_mb("replay", err, cfg, o->exec.kv_mb);
+    }
     dcp_sched_destroy(&s);
     replay_exec_finish(&x, &res->check);
     res->wall_seconds = cli_now() - t0;
@@ -480,16 +484,11 @@ static const struct cli_option replay_options[] = {
      .offset = REPLAY_OPT(model.gpu_flops)},
     {"--mfu", CLI_ARG_REAL, "X", "simulate: fraction of it reached (default 0.5)", 1e-3, 1,
      .offset = REPLAY_OPT(model.flops_efficiency)},
-    {"--layers", CLI_ARG_U32, "N", "execute: only the first N layers (at most the model's)", 1, 65536,
-     .offset = REPLAY_OPT(layers)},
-    {"--kv-mb", CLI_ARG_U64, "N", "execute: KV budget per rank in MB", 1, 1e9, .offset = REPLAY_OPT(kv_mb)},
-    {"--backend", CLI_ARG_CUSTOM, "B", "execute: auto, host or cuda", .offset = REPLAY_OPT(backend),
-     .parse = cli_parse_backend_opt},
-    {"--no-check", CLI_ARG_FLAG_OFF, NULL, "execute: skip the correctness check", .offset = REPLAY_OPT(check)},
+    CLI_EXEC_OPTIONS(struct replay_opts, exec, "execute: "),
     {"--plot", CLI_ARG_STRING, "FILE.svg", "write concurrency and KV use over time and the comparison",
      .offset = REPLAY_OPT(plot)},
-    {"--json", CLI_ARG_FLAG, NULL, "machine-readable output", .offset = REPLAY_OPT(json)},
-    {"--quiet", CLI_ARG_FLAG, NULL, "no progress line", .offset = REPLAY_OPT(quiet)},
+    CLI_OPTION_JSON(struct replay_opts, json),
+    CLI_OPTION_QUIET(struct replay_opts, quiet),
 };
 
 static const struct cli_spec replay_spec = {
@@ -503,18 +502,15 @@ static const struct cli_spec replay_spec = {
         "rate, preemptions, rejections. Traces: Mooncake JSONL or one prompt length per line.\n"
         "Without --simulate the engine executes every step (use small models: the host backend\n"
         "runs on the CPU) and sampled outputs are checked against float64 attention.\n",
-    .positional = "DEPLOYMENT",
-    .positional_offset = REPLAY_OPT(file),
-    .default_deployment = true,
-    .options = replay_options,
-    .num_options = sizeof(replay_options) / sizeof(replay_options[0]),
+    CLI_SPEC_DEPLOYMENT("DEPLOYMENT", struct replay_opts, file),
+    CLI_SPEC_OPTIONS(replay_options),
     .epilogue = "exit status: 0 ok, 1 failure (including a failed check or a request left unfinished), 2 bad usage\n",
 };
 
 static int parse(int argc, char **argv, struct replay_opts *o)
 {
     memset(o, 0, sizeof(*o));
-    o->check = true;
+    o->exec.check = true;
     dcp_sched_default_params(&o->sched);
     dcp_step_model_default_params(&o->model);
     int rc = cli_parse(&replay_spec, argc, argv, o);
@@ -579,11 +575,11 @@ int cmd_replay(int argc, char **argv)
     dcp_deployment *dep = cli_load_deployment(o.file);
     if (!dep)
         return CLI_EXIT_FAIL;
-    if (o.backend.given && cli_override_backend(&dep, o.backend.kind)) {
+    if (o.exec.backend.given && cli_override_backend(&dep, o.exec.backend.kind)) {
         dcp_deployment_destroy(&dep);
         return CLI_EXIT_FAIL;
     }
-    if ((rc = cli_check_layers("replay", o.layers, o.file, dcp_deployment_config(dep)))) {
+    if ((rc = cli_check_layers("replay", o.exec.layers, o.file, dcp_deployment_config(dep)))) {
         dcp_deployment_destroy(&dep);
         return rc;
     }
@@ -607,13 +603,14 @@ int cmd_replay(int argc, char **argv)
         else
             print_text(cfg, &o, trace, res, n);
         for (int i = 0; i < n; i++) {
+            char name[CLI_LAYOUT_NAME_LEN];
             if (res[i].finished + res[i].rejected != res[i].requests) {
-                fprintf(stderr, "dcp-run replay: dcp=%u: %u requests unfinished\n", res[i].dcp,
+                fprintf(stderr, "dcp-run replay: %s: %u requests unfinished\n", cli_layout_name(name, res[i].dcp),
                         res[i].requests - res[i].finished - res[i].rejected);
                 ok = false;
             }
-            if (res[i].executed && o.check && (!res[i].check.pass || !res[i].check.rows)) {
-                fprintf(stderr, "dcp-run replay: dcp=%u: correctness check FAILED\n", res[i].dcp);
+            if (res[i].executed && o.exec.check && (!res[i].check.pass || !res[i].check.rows)) {
+                fprintf(stderr, "dcp-run replay: %s: correctness check FAILED\n", cli_layout_name(name, res[i].dcp));
                 ok = false;
             }
         }

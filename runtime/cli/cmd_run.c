@@ -24,16 +24,16 @@
 
 struct run_opts {
     const char *file;
-    bool json, quiet, check;
-    uint32_t steps, requests, layers; /* 0: from the deployment */
-    uint64_t kv_mb;                   /* 0: from the deployment */
-    struct cli_backend_opt backend;
+    bool json, quiet;
+    uint32_t steps, requests;  /* 0: from the deployment */
+    struct cli_exec_opts exec;
 };
 
 /* What one layout achieved. */
 struct layout_result {
     uint32_t dcp;
     char backend[640];
+    char libraries[512];          /* driver and NCCL files loaded (CUDA backend), or "" */
     char notice[640];
     uint32_t offered, admitted;
     uint64_t num_blocks, blocks_used;
@@ -176,17 +176,21 @@ static int run_layout(const dcp_deployment *dep, const struct run_opts *o, uint3
 {
     memset(res, 0, sizeof(*res));
     res->dcp = dcp;
+    char name[CLI_LAYOUT_NAME_LEN];
     struct run_setup s;
     const struct dcp_config *cfg = dcp_deployment_config(dep);
     const uint32_t steps = o->steps ? o->steps : cfg->workload.decode_steps;
-    int err = run_setup_create(&s, dep, dcp, o->layers, (double)o->kv_mb * 1e6, reqs, steps,
-                               PREFILL_STEP_TOKENS, o->check);
+    int err = run_setup_create(&s, dep, dcp, o->exec.layers, (double)o->exec.kv_mb * 1e6, reqs, steps,
+                               PREFILL_STEP_TOKENS, o->exec.check);
     if (err) {
-        fprintf(stderr, "dcp-run run: dcp=%u: %s: %s\n", dcp, dcp_strerror(err), dcp_last_error());
+        fprintf(stderr, "dcp-run run: %s: %s: %s\n", cli_layout_name(name, dcp), dcp_strerror(err),
+                dcp_last_error());
+        cli_hint_kv_mb("run", err, cfg, o->exec.kv_mb);
         return err;
     }
     snprintf(res->backend, sizeof(res->backend), "%s (%s)", s.info.backend, s.info.backend_detail);
     snprintf(res->notice, sizeof(res->notice), "%s", s.info.backend_notice);
+    snprintf(res->libraries, sizeof(res->libraries), "%s", s.info.backend_libraries);
     res->offered = reqs->count;
     res->admitted = s.admitted;
     res->num_blocks = s.info.num_blocks;
@@ -202,11 +206,12 @@ static int run_layout(const dcp_deployment *dep, const struct run_opts *o, uint3
     }
     progress_end(pg);
     if (err)
-        fprintf(stderr, "dcp-run run: dcp=%u: %s: %s\n", dcp, dcp_strerror(err), dcp_last_error());
+        fprintf(stderr, "dcp-run run: %s: %s: %s\n", cli_layout_name(name, dcp), dcp_strerror(err),
+                dcp_last_error());
     res->blocks_used = s.info.num_blocks - dcp_engine_free_blocks(s.engine);
     for (uint32_t i = 0; i < s.admitted; i++)
         res->context_tokens += dcp_seq_length(s.engine, s.seq[i]);
-    res->ok = !err && (!o->check || res->check.pass);
+    res->ok = !err && (!o->exec.check || res->check.pass);
     run_setup_destroy(&s);
     return err;
 }
@@ -225,6 +230,12 @@ static void print_text(const struct dcp_config *cfg, const char *path, const str
             printf("backend%s: %s\n", n > 1 && strcmp(r[n - 1].backend, r[0].backend)
                                            ? (r[i].dcp == 1 ? " (TP baseline)" : " (DCP)") : "",
                    r[i].backend);
+    /* The driver and NCCL files the CUDA backend loaded (one line per layout if they differ). */
+    const bool libs_differ = n > 1 && strcmp(r[n - 1].libraries, r[0].libraries);
+    for (int i = 0; i < n; i++)
+        if (r[i].libraries[0] && (i == 0 || libs_differ))
+            printf("loaded%s: %s\n", libs_differ ? (r[i].dcp == 1 ? " (TP baseline)" : " (DCP)") : "",
+                   r[i].libraries);
     if (r[0].notice[0])
         printf("note: %s\n", r[0].notice);
     printf("requests offered: %u (%s), decode steps %u, q_len %u\n\n", reqs->count, reqs->describe,
@@ -296,6 +307,7 @@ static void print_json(const struct dcp_config *cfg, const char *path, const str
         json_kv_uint(&w, "dcp", r[i].dcp);
         json_kv_string(&w, "backend", r[i].backend);
         json_kv_string(&w, "backend_notice", r[i].notice);
+        json_kv_string(&w, "backend_libraries", r[i].libraries);
         json_kv_uint(&w, "concurrency", r[i].admitted);
         json_kv_uint(&w, "context_tokens", r[i].context_tokens);
         json_kv_uint(&w, "kv_blocks_used_per_rank", r[i].blocks_used);
@@ -326,18 +338,12 @@ static void print_json(const struct dcp_config *cfg, const char *path, const str
 
 #define RUN_OPT(field) offsetof(struct run_opts, field)
 static const struct cli_option run_options[] = {
-    {"--json", CLI_ARG_FLAG, NULL, "machine-readable output", .offset = RUN_OPT(json)},
+    CLI_OPTION_JSON(struct run_opts, json),
     {"--steps", CLI_ARG_U32, "N", "decode steps (default workload.decode_steps)", 1, 1e6, .offset = RUN_OPT(steps)},
     {"--requests", CLI_ARG_U32, "N", "requests offered (default workload.requests)", 1, 1e6,
      .offset = RUN_OPT(requests)},
-    {"--layers", CLI_ARG_U32, "N", "run only the first N layers (default all; at most the model's)", 1, 65536,
-     .offset = RUN_OPT(layers)},
-    {"--kv-mb", CLI_ARG_U64, "N", "KV budget per rank in MB (default: from the deployment)", 1, 1e9,
-     .offset = RUN_OPT(kv_mb)},
-    {"--backend", CLI_ARG_CUSTOM, "B", "auto, host or cuda (default runtime.backend)", .offset = RUN_OPT(backend),
-     .parse = cli_parse_backend_opt},
-    {"--no-check", CLI_ARG_FLAG_OFF, NULL, "skip the correctness check", .offset = RUN_OPT(check)},
-    {"--quiet", CLI_ARG_FLAG, NULL, "no progress line", .offset = RUN_OPT(quiet)},
+    CLI_EXEC_OPTIONS(struct run_opts, exec, ""),
+    CLI_OPTION_QUIET(struct run_opts, quiet),
 };
 
 static const struct cli_spec run_spec = {
@@ -350,18 +356,15 @@ static const struct cli_spec run_spec = {
         "seeded synthetic K/V; then decode steps run over all layers. Prints the concurrency each\n"
         "layout reaches, KV memory used, decode tokens/s, step latency, and a correctness check of\n"
         "sampled outputs against float64 dense attention.\n",
-    .positional = "FILE",
-    .positional_offset = RUN_OPT(file),
-    .default_deployment = true,
-    .options = run_options,
-    .num_options = sizeof(run_options) / sizeof(run_options[0]),
+    CLI_SPEC_DEPLOYMENT("FILE", struct run_opts, file),
+    CLI_SPEC_OPTIONS(run_options),
     .epilogue = "exit status: 0 ok, 1 failure (including a failed correctness check), 2 bad usage\n",
 };
 
 static int parse(int argc, char **argv, struct run_opts *o)
 {
     memset(o, 0, sizeof(*o));
-    o->check = true;
+    o->exec.check = true;
     int rc = cli_parse(&run_spec, argc, argv, o);
     if (!rc && !o->file)
         o->file = cli_default_deployment();
@@ -377,12 +380,12 @@ int cmd_run(int argc, char **argv)
     dcp_deployment *dep = cli_load_deployment(o.file);
     if (!dep)
         return CLI_EXIT_FAIL;
-    if (o.backend.given && cli_override_backend(&dep, o.backend.kind)) {
+    if (o.exec.backend.given && cli_override_backend(&dep, o.exec.backend.kind)) {
         dcp_deployment_destroy(&dep);
         return CLI_EXIT_FAIL;
     }
     const struct dcp_config *cfg = dcp_deployment_config(dep);
-    if ((rc = cli_check_layers("run", o.layers, o.file, cfg))) {
+    if ((rc = cli_check_layers("run", o.exec.layers, o.file, cfg))) {
         dcp_deployment_destroy(&dep);
         return rc;
     }

@@ -58,10 +58,45 @@ void json_end_object(struct json_writer *w) { close_container(w, '}'); }
 void json_begin_array(struct json_writer *w) { open_container(w, '['); }
 void json_end_array(struct json_writer *w) { close_container(w, ']'); }
 
+/* Length of the well-formed UTF-8 sequence at p (RFC 3629: no overlong forms, no
+ * surrogates, nothing past U+10FFFF), or 0 if the bytes there are not one. */
+static size_t utf8_sequence(const unsigned char *p)
+{
+    unsigned n;
+    unsigned char lo = 0x80, hi = 0xbf; /* allowed range of the second byte */
+    if (p[0] < 0x80)
+        return 1;
+    if (p[0] >= 0xc2 && p[0] <= 0xdf)
+        n = 2;
+    else if (p[0] >= 0xe0 && p[0] <= 0xef) {
+        n = 3;
+        if (p[0] == 0xe0)
+            lo = 0xa0; /* overlong */
+        else if (p[0] == 0xed)
+            hi = 0x9f; /* UTF-16 surrogates */
+    } else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+        n = 4;
+        if (p[0] == 0xf0)
+            lo = 0x90; /* overlong */
+        else if (p[0] == 0xf4)
+            hi = 0x8f; /* past U+10FFFF */
+    } else
+        return 0;
+    if (p[1] < lo || p[1] > hi)
+        return 0;
+    for (unsigned i = 2; i < n; i++)
+        if (p[i] < 0x80 || p[i] > 0xbf)
+            return 0;
+    return n;
+}
+
+/* A JSON string: escapes what JSON requires, and replaces each byte that is not part
+ * of well-formed UTF-8 (a file name in another encoding) by U+FFFD, so the output is
+ * always valid JSON. */
 static void write_string(FILE *out, const char *s)
 {
     fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
         switch (*p) {
         case '"': fputs("\\\"", out); break;
         case '\\': fputs("\\\\", out); break;
@@ -69,11 +104,20 @@ static void write_string(FILE *out, const char *s)
         case '\r': fputs("\\r", out); break;
         case '\t': fputs("\\t", out); break;
         default:
-            if (*p < 0x20)
+            if (*p < 0x20) {
                 fprintf(out, "\\u%04x", *p);
-            else
-                fputc(*p, out);
+            } else {
+                const size_t n = utf8_sequence(p);
+                if (n == 0) {
+                    fputs("\\ufffd", out);
+                } else {
+                    fwrite(p, 1, n, out);
+                    p += n;
+                    continue;
+                }
+            }
         }
+        p++;
     }
     fputc('"', out);
 }
@@ -128,6 +172,17 @@ void json_null(struct json_writer *w)
 {
     before_item(w);
     fputs("null", w->out);
+}
+
+void json_raw(struct json_writer *w, const char *text)
+{
+    before_item(w);
+    for (const char *p = text; *p; p++) {
+        fputc(*p, w->out);
+        if (*p == '\n')
+            for (int i = 0; i < w->depth; i++)
+                fputs("  ", w->out);
+    }
 }
 
 void json_finish(struct json_writer *w) { fputc('\n', w->out); }

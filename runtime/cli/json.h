@@ -31,6 +31,12 @@ void json_uint(struct json_writer *w, uint64_t v);
 void json_int(struct json_writer *w, int64_t v);
 void json_bool(struct json_writer *w, bool v);
 void json_null(struct json_writer *w);
+/**
+ * Writes text, a complete JSON value formatted with two-space indentation from
+ * depth 0 (dcp_deployment_to_json), as the next value, its lines indented to
+ * the current depth.
+ */
+void json_raw(struct json_writer *w, const char *text);
 /** Ends the document with a newline. */
 void json_finish(struct json_writer *w);
 

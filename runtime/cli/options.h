@@ -70,6 +70,23 @@ struct cli_spec {
     const char *epilogue;      ///< Printed after the options (exit status etc.), or NULL.
 };
 
+/** Options several subcommands share, each defined once: --json, --quiet and --backend
+ *  (help is the backend option's help, which says its default). */
+#define CLI_OPTION_JSON(type, field) \
+    {"--json", CLI_ARG_FLAG, NULL, "machine-readable output", .offset = offsetof(type, field)}
+#define CLI_OPTION_QUIET(type, field) \
+    {"--quiet", CLI_ARG_FLAG, NULL, "no progress line", .offset = offsetof(type, field)}
+#define CLI_OPTION_BACKEND(type, field, help) \
+    {"--backend", CLI_ARG_CUSTOM, "B", help, .offset = offsetof(type, field), .parse = cli_parse_backend_opt}
+
+/** The positional argument of a struct cli_spec: a deployment file that defaults to
+ *  the default deployment, named name in the help, stored at field of type. */
+#define CLI_SPEC_DEPLOYMENT(name, type, field) \
+    .positional = (name), .positional_offset = offsetof(type, field), .default_deployment = true
+
+/** The .options and .num_options of a struct cli_spec, from a table. */
+#define CLI_SPEC_OPTIONS(table) .options = (table), .num_options = sizeof(table) / sizeof((table)[0])
+
 /** cli_parse() returned after printing the help: the command exits 0. */
 #define CLI_PARSE_HELP (-1)
 
@@ -91,6 +108,25 @@ struct cli_backend_opt {
     bool given;
     enum dcp_backend_kind kind;
 };
+
+/** Options of the subcommands that execute the engine (run, replay). */
+struct cli_exec_opts {
+    uint32_t layers;                ///< --layers: only the first layers (0: all).
+    uint64_t kv_mb;                 ///< --kv-mb: KV budget per rank in MB (0: from the deployment).
+    struct cli_backend_opt backend; ///< --backend.
+    bool check;                     ///< Not --no-check: compare outputs with float64 attention.
+};
+
+/** The table entries of struct cli_exec_opts at field of type; help_prefix starts each
+ *  help line ("execute: " where other options do not execute). */
+#define CLI_EXEC_OPTIONS(type, field, help_prefix)                                                           \
+    {"--layers", CLI_ARG_U32, "N", help_prefix "run only the first N layers (default all; at most the model's)", \
+     1, 65536, .offset = offsetof(type, field.layers)},                                                     \
+    {"--kv-mb", CLI_ARG_U64, "N", help_prefix "KV budget per rank in MB (default: from the deployment)", 1, 1e9, \
+     .offset = offsetof(type, field.kv_mb)},                                                                \
+    CLI_OPTION_BACKEND(type, field.backend, help_prefix "auto, host or cuda (default runtime.backend)"),     \
+    {"--no-check", CLI_ARG_FLAG_OFF, NULL, help_prefix "skip the correctness check",                       \
+     .offset = offsetof(type, field.check)}
 
 /** CLI_ARG_CUSTOM parser of a backend name into a struct cli_backend_opt. */
 bool cli_parse_backend_opt(const char *value, void *dest, char *why, size_t why_size);

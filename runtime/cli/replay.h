@@ -21,16 +21,14 @@ struct replay_opts {
     uint32_t synthetic;            ///< Requests of a synthetic agentic trace (0: read trace).
     double synthetic_rate;         ///< Its arrivals per second (0: the generator's default).
     const char *write_trace;       ///< Write the (synthetic) trace here as JSONL.
-    bool simulate, json, quiet, check;
+    bool simulate, json, quiet;
     double length_scale, time_scale, output_scale;
     uint32_t limit;
     uint32_t clients;              ///< Closed loop of this many clients (0: the trace's timestamps).
     const char *plot;
     struct dcp_sched_params sched;
     struct dcp_step_model_params model;
-    uint32_t layers;               ///< Execute: only the first layers (0: all).
-    uint64_t kv_mb;                ///< Execute: KV budget per rank in MB (0: from the deployment).
-    struct cli_backend_opt backend; ///< Execute: --backend.
+    struct cli_exec_opts exec;     ///< Execute: --layers, --kv-mb, --backend, --no-check.
 };
 
 /** A point of the timeline (after each step). */

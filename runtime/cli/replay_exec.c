@@ -103,7 +103,7 @@ int replay_exec_create(const dcp_deployment *dep, const struct replay_opts *o, c
     x->cfg = dcp_deployment_config(dep);
     x->trace = trace;
     x->mla = x->cfg->model.attention == DCP_ATTN_MLA;
-    x->check = o->check;
+    x->check = o->exec.check;
     x->seed = x->cfg->workload.seed;
     x->res.pass = true;
     uint64_t longest = 0;
@@ -114,8 +114,8 @@ int replay_exec_create(const dcp_deployment *dep, const struct replay_opts *o, c
     dcp_engine_default_params(&p);
     p.deployment = dep;
     p.dcp = dcp;
-    p.num_layers = o->layers;
-    p.kv_budget_bytes = (double)o->kv_mb * 1e6;
+    p.num_layers = o->exec.layers;
+    p.kv_budget_bytes = (double)o->exec.kv_mb * 1e6;
     p.max_batch = o->sched.max_running;
     p.max_seqs = o->sched.max_running;
     p.max_query_tokens = o->sched.max_running * q_len;

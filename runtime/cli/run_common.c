@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "format.h"
@@ -444,4 +446,42 @@ int cli_check_layers(const char *command, uint32_t layers, const char *file, con
     fprintf(stderr, "dcp-run %s: --layers %u: the model (%s) has %u layers; give 1..%u\n", command, layers, file,
             cfg->model.num_layers, cfg->model.num_layers);
     return CLI_EXIT_USAGE;
+}
+
+const char *cli_layout_name(char buf[CLI_LAYOUT_NAME_LEN], uint32_t dcp)
+{
+    if (dcp == 1)
+        snprintf(buf, CLI_LAYOUT_NAME_LEN, "TP baseline (dcp=1)");
+    else
+        snprintf(buf, CLI_LAYOUT_NAME_LEN, "DCP layout (dcp=%u)", dcp);
+    return buf;
+}
+
+void cli_hint_kv_mb(const char *command, int err, const struct dcp_config *cfg, uint64_t kv_mb)
+{
+    if (err != DCP_EDEVMEM)
+        return;
+    const char *given = kv_mb ? "a smaller " : "";
+    /* The host backend's "device" memory is this machine's: suggest a budget that fits
+     * in a quarter of what is free (and of an address-space limit), over the ranks. */
+    if (!strstr(dcp_last_error(), "host backend")) {
+        fprintf(stderr, "dcp-run %s: the KV budget per rank does not fit in device memory; give %s--kv-mb N "
+                "(MB per rank) to run with a smaller one\n", command, given);
+        return;
+    }
+    double avail = (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (double)rl.rlim_cur < avail)
+        avail = (double)rl.rlim_cur;
+    const uint32_t ranks = cfg->parallel.tp ? cfg->parallel.tp : 1;
+    double mb = avail / 4 / ranks / 1e6;
+    /* Two significant digits. */
+    double unit = 1;
+    while (mb >= 100 * unit)
+        unit *= 10;
+    mb = floor(mb / unit) * unit;
+    fprintf(stderr, "dcp-run %s: the CPU backend holds each of the %u ranks' KV in this machine's memory, and a "
+            "budget sized for the deployment's GPUs (hardware.memory_gb) does not fit; give %s--kv-mb N (MB per "
+            "rank), e.g. --kv-mb %.0f (a quarter of the %.1f GB free, over %u ranks)\n", command, ranks, given,
+            mb < 1 ? 1 : mb, avail / 1e9, ranks);
 }

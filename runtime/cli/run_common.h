@@ -86,6 +86,17 @@ double run_percentile(const double *v, uint32_t n, double p);
 /** Replaces *dep by a copy whose runtime.backend is backend. */
 int cli_override_backend(dcp_deployment **dep, enum dcp_backend_kind backend);
 
+/** Buffer size for cli_layout_name(). */
+#define CLI_LAYOUT_NAME_LEN 48
+/** What a layout is, in words, for messages and column heads: "TP baseline (dcp=1)" or
+ *  "DCP layout (dcp=4)". Returns buf. */
+const char *cli_layout_name(char buf[CLI_LAYOUT_NAME_LEN], uint32_t dcp);
+
+/** After err from creating or filling an engine: if it is DCP_EDEVMEM, says on stderr
+ *  that --kv-mb sets a smaller KV budget, with a value that fits this machine's free
+ *  memory when the backend is the CPU one. kv_mb: the --kv-mb given (0: none). */
+void cli_hint_kv_mb(const char *command, int err, const struct dcp_config *cfg, uint64_t kv_mb);
+
 /** CLI_EXIT_OK if --layers (0: all) is within the model's layers, else CLI_EXIT_USAGE after
  *  saying so on stderr ("dcp-run COMMAND: --layers N: the model (FILE) has M layers"). */
 int cli_check_layers(const char *command, uint32_t layers, const char *file, const struct dcp_config *cfg);

@@ -160,6 +160,12 @@ bool config_key_required_for(const struct config_key *k, enum dcp_attention_kind
 /** Whether attention kind attn is one of the three kinds. */
 bool config_attention_valid(enum dcp_attention_kind attn);
 
+/** An integer field (CONFIG_INT; a signed one comes back as its 32-bit pattern). */
+uint64_t config_load_uint(const struct dcp_config *cfg, const struct config_key *k);
+/** An enum (CONFIG_ENUM) or bool's field as an int (CONFIG_ENUM only). */
+int config_load_enum(const struct dcp_config *cfg, const struct config_key *k);
+/** A number field in YAML units (stored value / scale). */
+double config_load_number(const struct dcp_config *cfg, const struct config_key *k);
 /** A string field's value (CONFIG_STRING / CONFIG_PATH). */
 const char *config_load_string(const struct dcp_config *cfg, const struct config_key *k);
 /** Writes a key's value into cfg (integers, enums, bools: u; numbers: f in YAML units). */

@@ -274,7 +274,7 @@ void config_store_string(struct dcp_config *cfg, const struct config_key *k, con
 }
 
 /* An unsigned integer field of 4 or 8 bytes (a signed one comes back as its bit pattern). */
-static uint64_t load_uint(const struct dcp_config *cfg, const struct config_key *k)
+uint64_t config_load_uint(const struct dcp_config *cfg, const struct config_key *k)
 {
     const void *f = cfield_of(cfg, k);
     if (k->size == sizeof(uint64_t)) {
@@ -287,14 +287,14 @@ static uint64_t load_uint(const struct dcp_config *cfg, const struct config_key 
     return v;
 }
 
-static int load_enum(const struct dcp_config *cfg, const struct config_key *k)
+int config_load_enum(const struct dcp_config *cfg, const struct config_key *k)
 {
     int e;
     memcpy(&e, cfield_of(cfg, k), sizeof(e));
     return e;
 }
 
-static double load_number(const struct dcp_config *cfg, const struct config_key *k)
+double config_load_number(const struct dcp_config *cfg, const struct config_key *k)
 {
     double v;
     memcpy(&v, cfield_of(cfg, k), sizeof(v));
@@ -458,9 +458,9 @@ static bool field_unset(const struct dcp_config *cfg, const struct config_key *k
     switch (k->kind) {
     case CONFIG_STRING:
     case CONFIG_PATH: return config_load_string(cfg, k) == NULL;
-    case CONFIG_INT: return load_uint(cfg, k) == 0;
+    case CONFIG_INT: return config_load_uint(cfg, k) == 0;
     case CONFIG_NUMBER:
-    case CONFIG_PARAM_COUNT: return load_number(cfg, k) == 0.0;
+    case CONFIG_PARAM_COUNT: return config_load_number(cfg, k) == 0.0;
     case CONFIG_TOKEN_LIST: {
         uint32_t n;
         memcpy(&n, (const char *)cfg + k->count_offset, sizeof(n));
@@ -507,7 +507,7 @@ static bool check_field_value(struct config_report *r, const struct dcp_config *
         config_report_add(r, DCP_DIAG_ERROR, no_pos, k->path, "must not be empty");
         return false;
     case CONFIG_INT: {
-        const uint64_t u = load_uint(cfg, k);
+        const uint64_t u = config_load_uint(cfg, k);
         if ((k->flags & CONFIG_SIGNED) && (int32_t)u < 0) {
             snprintf(shown, sizeof(shown), "%d", (int)(int32_t)u);
             config_report_range(r, k, config_key_name(k), k->path, no_pos, shown);
@@ -518,12 +518,12 @@ static bool check_field_value(struct config_report *r, const struct dcp_config *
     }
     case CONFIG_NUMBER:
     case CONFIG_PARAM_COUNT: {
-        const double v = load_number(cfg, k);
+        const double v = config_load_number(cfg, k);
         snprintf(shown, sizeof(shown), "%g", v);
         return config_check_number(r, k, k->path, no_pos, v, shown);
     }
     case CONFIG_ENUM: {
-        const int e = load_enum(cfg, k);
+        const int e = config_load_enum(cfg, k);
         if (e >= 0 && (unsigned)e < k->num_choices)
             return true;
         snprintf(shown, sizeof(shown), "%d", e);

@@ -475,6 +475,8 @@ DCP_API void dcp_engine_destroy(dcp_engine **engine)
     if (!engine || !*engine)
         return;
     struct dcp_engine *e = *engine;
+    if (e->ranks && e->ops && e->ops->engine_stop)
+        e->ops->engine_stop(e);
     if (e->ranks) {
         for (uint32_t i = 0; i < e->ranks_initialised; i++) {
             free_rank_buffers(&e->ranks[i]);
@@ -498,6 +500,7 @@ DCP_API void dcp_engine_get_info(const dcp_engine *e, struct dcp_engine_info *in
         .backend = e->ops->name,
         .backend_detail = e->caps.detail,
         .backend_notice = e->notice,
+        .backend_libraries = e->caps.libraries,
         .tp = e->tp,
         .dcp = e->dcp,
         .num_local_ranks = e->num_ranks,

@@ -37,6 +37,10 @@ struct dcp_backend_ops {
     int (*rank_init)(struct dcp_rank *r);
     /** Optional: after every rank_init, e.g. to wait for communicators to connect. */
     int (*engine_start)(struct dcp_engine *e);
+    /** Optional: first step of dcp_engine_destroy, before any buffer is freed, while no
+     *  rank function runs: ends what still runs on the devices, with a bound (after a
+     *  failure: aborts communicators first). Must accept a partial setup. */
+    void (*engine_stop)(struct dcp_engine *e);
     /** Per-rank teardown. Must accept a partial rank_init. */
     void (*rank_fini)(struct dcp_rank *r);
 
@@ -90,6 +94,7 @@ struct dcp_backend_caps {
     bool host_memory;       ///< Backend memory is host memory: the KV budget may come from
                             ///< runtime.host.memory_bytes instead of the GPU's.
     char detail[512];       ///< What it runs on, for dcp_engine_info.backend_detail.
+    char libraries[512];    ///< Files it loaded and their versions, for dcp_engine_info.backend_libraries.
 };
 /** Per-rank backend buffers holding one step's metadata and the collective workspace. */
 struct dcp_rank_buffers {

@@ -20,7 +20,7 @@ DCP_API const char *dcp_strerror(int status)
     case DCP_ECONFIG: return "invalid deployment";
     case DCP_EIO: return "input/output error";
     case DCP_ENOTSUP: return "not supported";
-    case DCP_ENODRIVER: return "CUDA driver library (libcuda.so.1) not found";
+    case DCP_ENODRIVER: return "CUDA driver library not loadable";
     case DCP_ESTUBDRIVER: return "CUDA driver is the toolkit stub, not a real driver";
     case DCP_EDRIVERVERSION: return "CUDA driver too old";
     case DCP_ENODEVICE: return "no usable CUDA device";

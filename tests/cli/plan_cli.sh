@@ -2,6 +2,8 @@
 # plan_cli.sh DCP_RUN CONFIG: `dcp-run plan CONFIG` as text and as --json.
 # Text: exit 0, nothing on stderr, every section and the verdict present.
 # JSON: one object that parses, with the documented keys and consistent figures.
+# Paste-back: the JSON's "config" object, saved as a deployment file (JSON is YAML
+# flow syntax) and planned again, gives the same plan (only "source" differs).
 set -u
 dcp_run=$1
 config=$2
@@ -22,12 +24,20 @@ import json, math, sys
 
 with open(sys.argv[1]) as f:
     d = json.load(f)
-assert d["schema"] == "dcp-plan/1", d["schema"]
-for key in ("source", "model", "hardware", "parallel", "instances", "memory", "layouts",
+assert d["schema"] == "dcp-plan/2", d["schema"]
+for key in ("source", "config", "instances", "memory", "layouts",
             "contexts", "kv_read_per_token", "comm", "crossover", "estimate_note", "verdict"):
     assert key in d, "missing key " + key
+# The deployment file's vocabulary: sections and key names as in YAML.
+cfg = d["config"]
+for section in ("model", "hardware", "parallel", "memory", "workload", "runtime"):
+    assert section in cfg, "config lacks section " + section
+for key in ("layers", "query_heads", "kv_heads", "parameters"):
+    assert key in cfg["model"], "config.model lacks " + key
+for key in ("memory_gb", "hbm_gbps", "link_gbps", "collective_latency_us"):
+    assert key in cfg["hardware"], "config.hardware lacks " + key
 base, dcp = d["layouts"]["baseline"], d["layouts"]["dcp"]
-n = d["parallel"]["dcp"]
+n = cfg["parallel"]["dcp"]
 assert base["dcp"] == 1 and dcp["dcp"] == n
 assert base["pages"] == dcp["pages"] and base["page_bytes"] == dcp["page_bytes"]
 assert dcp["context_tokens"] == base["context_tokens"] * n
@@ -48,5 +58,18 @@ else:
     assert d["comm"]["collectives"] >= 1
     assert all(x["context_len"] > 0 for x in d["crossover"])
 assert d["verdict"]
+with open(sys.argv[1] + ".config.yaml", "w") as f:
+    json.dump(cfg, f)
+PY
+"$dcp_run" plan --json "$tmp/json.config.yaml" >"$tmp/json2" 2>"$tmp/err" ||
+    fail "the pasted-back config did not plan: $(cat "$tmp/err")"
+python3 - "$tmp/json" "$tmp/json2" <<'PY' || fail "the pasted-back config gives another plan"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert b["source"].endswith("json.config.yaml"), b["source"]
+del a["source"], b["source"]
+for key in a:
+    assert a[key] == b[key], "%s differs:\n%s\n%s" % (key, a[key], b[key])
+assert a == b
 PY
 echo "JSON ok"

@@ -1,10 +1,11 @@
-/* dcp-run's number formatting and text tables (runtime/cli/format.c, table.c). */
+/* dcp-run's number formatting, text tables and JSON strings (runtime/cli/format.c, table.c, json.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/format.h"
+#include "cli/json.h"
 #include "cli/table.h"
 #include "test_util.h"
 
@@ -139,12 +140,53 @@ static void test_table_drops_rows_past_capacity(void **state)
     assert_string_equal(t.cell[CLI_TABLE_MAX_ROWS - 1][0], "39");
 }
 
+/* The JSON text json_string() writes for s (malloc'd). */
+static char *json_of(const char *s)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    assert_non_null(f);
+    struct json_writer w;
+    json_init(&w, f);
+    json_string(&w, s);
+    fclose(f);
+    return buf;
+}
+
+static void expect_json(const char *in, const char *want)
+{
+    char *got = json_of(in);
+    assert_string_equal(got, want);
+    free(got);
+}
+
+/* Bytes that are not well-formed UTF-8 (a Latin-1 file name, a truncated or overlong
+ * sequence, a surrogate) become U+FFFD: the output stays valid JSON. Valid UTF-8 and
+ * escapes are kept. */
+static void test_json_strings(void **state)
+{
+    (void)state;
+    expect_json("plain", "\"plain\"");
+    expect_json("a\"b\\c\n\t\x01", "\"a\\\"b\\\\c\\n\\t\\u0001\"");
+    expect_json("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"");
+    expect_json("x\xffy.yaml", "\"x\\ufffdy.yaml\"");            /* the byte 0xff */
+    expect_json("caf\xe9", "\"caf\\ufffd\"");                    /* Latin-1 e-acute */
+    expect_json("\xc3", "\"\\ufffd\"");                          /* truncated at the end */
+    expect_json("\xe2\x82", "\"\\ufffd\\ufffd\"");               /* truncated 3-byte */
+    expect_json("\xc0\xaf", "\"\\ufffd\\ufffd\"");               /* overlong '/' */
+    expect_json("\xe0\x80\xaf", "\"\\ufffd\\ufffd\\ufffd\"");    /* overlong, 3 bytes */
+    expect_json("\xed\xa0\x80", "\"\\ufffd\\ufffd\\ufffd\"");    /* a UTF-16 surrogate */
+    expect_json("\xf4\x90\x80\x80", "\"\\ufffd\\ufffd\\ufffd\\ufffd\""); /* past U+10FFFF */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_count),
         cmocka_unit_test(test_approx),
         cmocka_unit_test(test_bytes),
+        cmocka_unit_test(test_json_strings),
         cmocka_unit_test(test_params_seconds_ratio),
         cmocka_unit_test(test_table_alignment),
         cmocka_unit_test(test_table_spans_and_left_columns),

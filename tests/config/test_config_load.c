@@ -736,6 +736,22 @@ static void test_error_cap(void **state)
                         "t.yaml: note: too many errors: 150 in all, only the first 100 are listed");
     assert_string_equal(dcp_last_error(), "t.yaml: invalid deployment (150 errors)");
     load_result_free(&r);
+    /* At the boundary: 100 errors are all listed with no note; the 101st is only counted. */
+    for (int total = 100; total <= 101; total++) {
+        strcpy(text, MLA_MODEL H200 TP8_DCP8 WORKLOAD "runtime:\n");
+        for (int i = 0; i < total; i++)
+            snprintf(text + strlen(text), 8192 - strlen(text), "  x%d: 1\n", i);
+        r = load_yaml(text);
+        assert_int_equal(dcp_diag_error_count(r.diag), 100);
+        assert_int_equal(dcp_diag_count(r.diag), total == 100 ? 100 : 101);
+        if (total == 101)
+            assert_string_equal(diag_text(r.diag, 100),
+                                "t.yaml: note: too many errors: 101 in all, only the first 100 are listed");
+        char summary[64];
+        snprintf(summary, sizeof(summary), "t.yaml: invalid deployment (%d errors)", total);
+        assert_string_equal(dcp_last_error(), summary);
+        load_result_free(&r);
+    }
     free(text);
 }
 

@@ -318,6 +318,50 @@ static void test_kv_geometry(void **state)
     dcp_model_attention_dims(&ds.model, NULL, NULL); /* outputs optional */
 }
 
+/*
+ * docs/configuration.md documents every key of the schema, and no other: one table
+ * row "| `key` |" per key under its section's "## section" heading (keys of
+ * runtime.host as `host.threads` under "## runtime").
+ */
+static void test_every_key_documented(void **state)
+{
+    (void)state;
+    const char *root = getenv("DCP_SOURCE_ROOT");
+    if (!root)
+        skip();
+    char path[512];
+    snprintf(path, sizeof(path), "%s/docs/configuration.md", root);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    bool documented[CONFIG_KEY_MAX] = {false};
+    char section[64] = "", line[2048];
+    int rows = 0;
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "## ", 3) == 0) {
+            snprintf(section, sizeof(section), "%.*s", (int)strcspn(line + 3, " \n"), line + 3);
+            continue;
+        }
+        const struct config_key *sec = config_key_find(section);
+        if (!sec || sec->kind != CONFIG_SECTION || strncmp(line, "| `", 3) != 0)
+            continue;
+        char key[160];
+        snprintf(key, sizeof(key), "%s.%.*s", section, (int)strcspn(line + 3, "`"), line + 3);
+        const struct config_key *k = config_key_find(key);
+        if (!k)
+            print_message("docs/configuration.md documents '%s', which the schema does not have\n", key);
+        assert_non_null(k);
+        documented[config_key_index(k)] = true;
+        rows++;
+    }
+    fclose(f);
+    for (size_t i = 0; i < config_key_count; i++) {
+        if (config_keys[i].kind != CONFIG_SECTION && !documented[i])
+            print_message("docs/configuration.md lacks a row for '%s'\n", config_keys[i].path);
+        assert_true(config_keys[i].kind == CONFIG_SECTION || documented[i]);
+    }
+    assert_true(rows > 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -329,6 +373,7 @@ int main(void)
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_kv_geometry),
+        cmocka_unit_test(test_every_key_documented),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/cuda/cuda_internal.h"
 #include "cuda_test_util.h"
@@ -663,6 +664,204 @@ static void test_nccl_faults(void **state)
     dcp_deployment_destroy(&dep);
 }
 
+/* ---- failures: hung device work, a failed rank, recovery --------------------------------- */
+
+/* A test that would hang without the fix fails instead: SIGALRM ends the process. */
+#define HANG_GUARD_S 60
+
+/* A kernel that never finishes (FAKE_CUDA_HANG_LAUNCH: the first launch of the run,
+ * on whichever rank comes first): the step fails within the bound
+ * (runtime.cuda.nccl_timeout_s = 1 s), and dcp_rank_free and dcp_engine_destroy
+ * return within a bound too, leaking what the hung work may still use and saying
+ * so, instead of waiting for the stream for ever. NCCL (2 GPUs) and virtual ranks. */
+static void test_hung_kernel_teardown_bounded(void **state)
+{
+    (void)state;
+    if (dcp_embedded_module_count == 0)
+        skip();
+    const struct shape s = {DCP_ATTN_MLA, 2, 2, 4, 1, 0, DCP_COMM_A2A, DCP_DTYPE_BF16};
+    dcp_deployment *dep = deployment(&s, DCP_BACKEND_CUDA, 1.0);
+    for (int devices = 1; devices <= 2; devices++) {
+        fake_env_reset();
+        fake_env_set("FAKE_CUDA_DEVICES", devices == 2 ? "2" : "1");
+        fake_env_set("FAKE_CUDA_HANG_LAUNCH", "1");
+        alarm(HANG_GUARD_S);
+        dcp_engine *e = NULL;
+        assert_int_equal(create(dep, &e), DCP_OK);
+        struct dcp_engine_info in;
+        dcp_engine_get_info(e, &in);
+        assert_contains(in.backend_detail, devices == 2 ? "NCCL" : "virtual ranks");
+        struct run_io io = {0};
+        assert_int_equal(run_engine(e, &io), DCP_ETIMEOUT);
+        assert_contains(dcp_last_error(), devices == 2 ? "did not complete within" : "did not finish within");
+        /* The next step is refused: the device still runs the hung work. */
+        uint32_t id = 0, one = 1;
+        assert_int_equal(dcp_seq_create(e, &id), DCP_OK);
+        assert_int_equal(dcp_seq_extend(e, id, 1), DCP_OK);
+        const struct dcp_batch b = {.num_seqs = 1, .seq_ids = &id, .q_lens = &one};
+        assert_int_equal(dcp_engine_begin_step(e, &b), DCP_EABORTED);
+        /* dcp_rank_free of the hung rank's buffer returns, and says it leaked it. */
+        const double t0 = dcp_now_seconds();
+        bool leaked = false;
+        for (uint32_t i = 0; i < 2; i++) {
+            dcp_rank_free(dcp_engine_rank(e, i), io.k[i]);
+            leaked |= strstr(dcp_last_error(), "leaked") != NULL;
+            io.k[i] = NULL;
+        }
+        assert_true(leaked);
+        free_io(&io, 2);
+        dcp_engine_destroy(&e);
+        const double took = dcp_now_seconds() - t0;
+        assert_null(e);
+        assert_contains(dcp_last_error(), "leaked");
+        /* One bound (1 s) for the whole teardown, not one per rank or buffer. */
+        assert_true(took < 4.0);
+        alarm(0);
+    }
+    dcp_deployment_destroy(&dep);
+}
+
+/* Rank 0 fails with an argument error inside dcp_engine_run while rank 1 waits for
+ * it in the attention's first collective. */
+struct fail_io {
+    void *q[2], *o[2], *l[2];
+    int result[2];
+    char message[2][256];
+};
+
+static int fail_rank0_fn(dcp_rank *r, void *arg)
+{
+    struct fail_io *io = arg;
+    const uint32_t i = dcp_rank_tp_rank(r);
+    int err = i == 0 ? dcp_rank_attention(r, 99, io->q[i], io->o[i], io->l[i]) /* no layer 99 */
+                     : dcp_rank_attention(r, 0, io->q[i], io->o[i], io->l[i]);
+    if (!err)
+        err = dcp_rank_synchronize(r);
+    io->result[i] = err;
+    snprintf(io->message[i], sizeof(io->message[i]), "%s", dcp_last_error());
+    return err;
+}
+
+/* One sequence of 8 tokens (KV appended), a step querying its last token, and a
+ * run of fail_rank0_fn: returns the run's status and how long it took. */
+static int run_failing_step(dcp_engine *e, struct fail_io *io, uint32_t *seq, double *took)
+{
+    struct dcp_engine_info in;
+    dcp_engine_get_info(e, &in);
+    const size_t f = sizeof(float);
+    for (uint32_t i = 0; i < 2; i++) {
+        dcp_rank *r = dcp_engine_rank(e, i);
+        assert_int_equal(dcp_rank_alloc(r, in.q_heads_per_rank * in.qk_dim * f, &io->q[i]), DCP_OK);
+        assert_int_equal(dcp_rank_alloc(r, in.q_heads_per_rank * in.v_dim * f, &io->o[i]), DCP_OK);
+        assert_int_equal(dcp_rank_alloc(r, in.q_heads_per_rank * f, &io->l[i]), DCP_OK);
+    }
+    uint32_t one = 1;
+    assert_int_equal(dcp_seq_create(e, seq), DCP_OK);
+    assert_int_equal(dcp_seq_extend(e, *seq, 8), DCP_OK);
+    const struct dcp_batch b = {.num_seqs = 1, .seq_ids = seq, .q_lens = &one};
+    assert_int_equal(dcp_engine_begin_step(e, &b), DCP_OK);
+    const double t0 = dcp_now_seconds();
+    const int err = dcp_engine_run(e, fail_rank0_fn, io);
+    *took = dcp_now_seconds() - t0;
+    return err;
+}
+
+static void free_fail_io(dcp_engine *e, struct fail_io *io)
+{
+    for (uint32_t i = 0; i < 2; i++) {
+        dcp_rank *r = dcp_engine_rank(e, i);
+        dcp_rank_free(r, io->q[i]);
+        dcp_rank_free(r, io->o[i]);
+        dcp_rank_free(r, io->l[i]);
+    }
+}
+
+/* NCCL, one process, two GPUs, timeouts of 20 s (the library's and the fake's
+ * rendezvous): when rank 0 fails, rank 1's communicator is aborted at once, so the
+ * run returns rank 0's error in far less than the timeout, rank 1 says it was
+ * aborted, and the engine is failed (NCCL communicators are not rebuilt). */
+static void test_failed_rank_aborts_nccl_peers(void **state)
+{
+    (void)state;
+    if (dcp_embedded_module_count == 0)
+        skip();
+    const struct shape s = {DCP_ATTN_MLA, 2, 2, 4, 1, 0, DCP_COMM_A2A, DCP_DTYPE_BF16};
+    dcp_deployment *dep = deployment(&s, DCP_BACKEND_CUDA, 20.0);
+    fake_env_reset();
+    fake_env_set("FAKE_CUDA_DEVICES", "2");
+    fake_env_set("FAKE_NCCL_TIMEOUT", "20");
+    alarm(HANG_GUARD_S);
+    dcp_engine *e = NULL;
+    assert_int_equal(create(dep, &e), DCP_OK);
+    struct fail_io io = {0};
+    uint32_t seq = 0;
+    double took = 0;
+    assert_int_equal(run_failing_step(e, &io, &seq, &took), DCP_EINVAL);
+    assert_contains(dcp_last_error(), "rank 0");
+    assert_contains(dcp_last_error(), "layer 99");
+    assert_true(io.result[1] == DCP_EABORTED || io.result[1] == DCP_ENCCL);
+    assert_contains(io.message[1], "ommunicator aborted");
+    assert_true(took < 5.0); /* the timeouts are 20 s */
+    uint32_t one = 1;
+    const struct dcp_batch b = {.num_seqs = 1, .seq_ids = &seq, .q_lens = &one};
+    assert_int_equal(dcp_engine_begin_step(e, &b), DCP_EABORTED);
+    assert_contains(dcp_last_error(), "cannot be restarted");
+    free_fail_io(e, &io);
+    const double t0 = dcp_now_seconds();
+    dcp_engine_destroy(&e);
+    assert_true(dcp_now_seconds() - t0 < 5.0);
+    alarm(0);
+    dcp_deployment_destroy(&dep);
+}
+
+/* Virtual ranks (two on one GPU): an argument error on rank 0 inside dcp_engine_run
+ * aborts the step (rank 1 leaves its collective with DCP_EABORTED), and the engine
+ * recovers: the next steps run, and give what the host backend gives. */
+static void test_virtual_argument_error_recovers(void **state)
+{
+    (void)state;
+    if (dcp_embedded_module_count == 0)
+        skip();
+    const struct shape s = {DCP_ATTN_MLA, 2, 2, 4, 1, 0, DCP_COMM_A2A, DCP_DTYPE_BF16};
+    dcp_deployment *dep = deployment(&s, DCP_BACKEND_CUDA, 5.0);
+    dcp_deployment *hdep = deployment(&s, DCP_BACKEND_HOST, 0);
+    fake_env_reset();
+    alarm(HANG_GUARD_S);
+    dcp_engine *e = NULL, *h = NULL;
+    assert_int_equal(create(dep, &e), DCP_OK);
+    struct dcp_engine_info in;
+    dcp_engine_get_info(e, &in);
+    assert_contains(in.backend_detail, "virtual ranks");
+    assert_int_equal(create(hdep, &h), DCP_OK);
+    /* The same history on both engines (sequence ids key the synthetic data). */
+    dcp_engine *both[2] = {e, h};
+    for (int k = 0; k < 2; k++) {
+        struct fail_io io = {0};
+        uint32_t seq = 0;
+        double took = 0;
+        assert_int_equal(run_failing_step(both[k], &io, &seq, &took), DCP_EINVAL);
+        assert_contains(dcp_last_error(), "rank 0");
+        assert_int_equal(io.result[1], DCP_EABORTED);
+        assert_true(took < 10.0); /* the barrier's wait was cut short, not timed out */
+        free_fail_io(both[k], &io);
+        assert_int_equal(dcp_seq_release(both[k], seq), DCP_OK);
+    }
+    struct run_io a = {0}, ref = {0};
+    assert_int_equal(run_engine(e, &a), DCP_OK);
+    assert_int_equal(run_engine(h, &ref), DCP_OK);
+    const double worst = worst_difference(&a, &ref, &in);
+    if (!(worst <= 1e-5))
+        fprintf(stderr, "after recovery |cuda - host| = %g\n", worst);
+    assert_true(worst <= 1e-5);
+    free_io(&a, 2);
+    free_io(&ref, 2);
+    dcp_engine_destroy(&e);
+    dcp_engine_destroy(&h);
+    alarm(0);
+    dcp_deployment_destroy(&dep);
+    dcp_deployment_destroy(&hdep);
+}
+
 /* backend cuda without a usable driver is an error; auto falls back to the host
  * with a one-line notice; a shape no GPU kernel covers is reported as such. */
 static void test_unavailable(void **state)
@@ -709,7 +908,13 @@ int main(void)
         cmocka_unit_test(test_vmm_and_plain_arena),
         cmocka_unit_test(test_module_api_fallback),
         cmocka_unit_test(test_nccl_faults),
+        cmocka_unit_test(test_hung_kernel_teardown_bounded),
+        cmocka_unit_test(test_failed_rank_aborts_nccl_peers),
+        cmocka_unit_test(test_virtual_argument_error_recovers),
         cmocka_unit_test(test_unavailable),
     };
+    const char *only = getenv("DCP_TEST_FILTER"); /* e.g. test_hung_* while debugging */
+    if (only && *only)
+        cmocka_set_test_filter(only);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

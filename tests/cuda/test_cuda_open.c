@@ -37,6 +37,28 @@ static void test_missing_library(void **state)
     assert_contains(dcp_last_error(), "DCP_CUDA_LIBRARY");
 }
 
+/* DCP_CUDA_LIBRARY naming a bad file: the message names the file once, the variable it
+ * came from and the dynamic linker's reason, and says how to get the default back. */
+static void test_environment_names_the_variable(void **state)
+{
+    (void)state;
+    char keep[4096];
+    snprintf(keep, sizeof(keep), "%s", getenv(DCP_CUDA_LIBRARY_ENV));
+    fake_env_set(DCP_CUDA_LIBRARY_ENV, "/nonexistent/dir/libcuda-test.so");
+    struct dcp_cuda *cu = NULL;
+    assert_int_equal(dcp_cuda_open(NULL, &cu), DCP_ENODRIVER);
+    const char *msg = dcp_last_error();
+    assert_contains(msg, "cannot load the CUDA driver /nonexistent/dir/libcuda-test.so (named by DCP_CUDA_LIBRARY)");
+    assert_contains(msg, "No such file");
+    assert_contains(msg, "unset it to load libcuda.so.1");
+    assert_null(strstr(strstr(msg, "libcuda-test.so") + 1, "libcuda-test.so")); /* named once */
+    /* A file that loads but is no CUDA driver: the variable is blamed too. */
+    fake_env_set(DCP_CUDA_LIBRARY_ENV, getenv("DCP_NCCL_LIBRARY"));
+    assert_int_not_equal(dcp_cuda_open(NULL, &cu), DCP_OK);
+    assert_contains(dcp_last_error(), "named by DCP_CUDA_LIBRARY");
+    fake_env_set(DCP_CUDA_LIBRARY_ENV, keep);
+}
+
 static void test_param_overrides_environment(void **state)
 {
     (void)state;
@@ -274,6 +296,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_missing_library, setup),
         cmocka_unit_test_setup(test_param_overrides_environment, setup),
+        cmocka_unit_test_setup(test_environment_names_the_variable, setup),
         cmocka_unit_test_setup(test_fake_stub, setup),
         cmocka_unit_test_setup(test_toolkit_stub, setup),
         cmocka_unit_test_setup(test_driver_too_old, setup),

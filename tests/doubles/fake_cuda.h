@@ -126,6 +126,7 @@ struct fake_config {
     int no_vmm;             /* FAKE_CUDA_NO_VMM */
     int no_library_api;     /* FAKE_CUDA_NO_LIBRARY_API */
     int eager;              /* FAKE_CUDA_EAGER: run work when enqueued (call order) */
+    unsigned long hang_launch; /* FAKE_CUDA_HANG_LAUNCH: the k-th kernel launch never finishes (0: none) */
 };
 
 /** A primary context. */
@@ -145,6 +146,7 @@ struct fake_driver {
     struct CUctx_st contexts[FAKE_MAX_DEVICES];
     size_t used_bytes[FAKE_MAX_DEVICES];
     unsigned long alloc_attempts;      /* device allocations tried, for FAKE_CUDA_FAIL_ALLOC */
+    unsigned long launch_attempts;     /* kernel launches accepted, for FAKE_CUDA_HANG_LAUNCH */
     struct fake_cuda_stats stats;
     unsigned long calls[FAKE_ENTRY_COUNT];
     int requested_version[FAKE_ENTRY_COUNT];

@@ -47,6 +47,7 @@ static void configure(void)
     c->no_vmm = (int)env_long("FAKE_CUDA_NO_VMM", 0, 0, 1);
     c->no_library_api = (int)env_long("FAKE_CUDA_NO_LIBRARY_API", 0, 0, 1);
     c->eager = (int)env_long("FAKE_CUDA_EAGER", 0, 0, 1);
+    c->hang_launch = (unsigned long)env_long("FAKE_CUDA_HANG_LAUNCH", 0, 0, 1L << 40);
     for (int i = 0; i < FAKE_ENTRY_COUNT; i++)
         fake.requested_version[i] = -1;
     for (int d = 0; d < FAKE_MAX_DEVICES; d++)

@@ -17,6 +17,7 @@
 #include "dcp_kernels/cpu.h"
 #include "dcp_kernels/variants.h"
 #include "fake_cuda.h"
+#include "fake_hooks.h"
 #include "fatbin.h"
 
 /* Until ptx/cpu provides the kernel table, kernel lookups fail (NOT_FOUND). */
@@ -600,6 +601,10 @@ CUresult fake_cuLaunchKernel(CUfunction fn, unsigned int grid_x, unsigned int gr
         free(w);
         return r;
     }
+    /* FAKE_CUDA_HANG_LAUNCH: a kernel that never returns (a deadlock, a peer that
+     * never writes): its stream stalls for good, with the kernel behind the stall. */
+    if (fake.cfg.hang_launch && __atomic_add_fetch(&fake.launch_attempts, 1, __ATOMIC_RELAXED) == fake.cfg.hang_launch)
+        fake_cuda_stream_stall(stream);
     return fake_enqueue(stream, run_on_cpu, w, 0);
 }
 

@@ -36,6 +36,14 @@ int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*fn)(vo
 
 /* ---- a small engine and one step's rank buffers ------------------------------------- */
 
+/* The default fixture shape, with dims the selected backend's kernels have. */
+static struct fixture_shape default_shape(void)
+{
+    struct fixture_shape s = fixture_default_shape();
+    fixture_adapt_to_backend(&s);
+    return s;
+}
+
 #define MAX_T 4
 
 struct rig {
@@ -173,7 +181,7 @@ static void expect_refused(const dcp_deployment *dep, void (*edit)(struct dcp_en
 static void test_absurd_sizes(void **state)
 {
     (void)state;
-    struct fixture_shape s = fixture_default_shape();
+    struct fixture_shape s = default_shape();
     dcp_deployment *dep = fixture_deployment(&s);
     expect_refused(dep, set_max_context, UINT64_MAX, "max_context");
     expect_refused(dep, set_max_context, UINT64_MAX - 5, "max_context");
@@ -238,7 +246,7 @@ static void test_page_overflow(void **state)
 static void test_kv_budget_validated(void **state)
 {
     (void)state;
-    struct fixture_shape s = fixture_default_shape();
+    struct fixture_shape s = default_shape();
     dcp_deployment *dep = fixture_deployment(&s);
     const double bad[] = {NAN, -1.0, -INFINITY, INFINITY, 1e30};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -261,7 +269,7 @@ static void test_kv_budget_validated(void **state)
 static void test_fork_prefix_read_only(void **state)
 {
     (void)state;
-    struct fixture_shape s = fixture_default_shape();
+    struct fixture_shape s = default_shape();
     struct rig g;
     rig_create(&g, &s);
     const uint64_t per_block = g.info.tokens_per_block;
@@ -316,7 +324,7 @@ static void test_fork_prefix_read_only(void **state)
 static void test_stale_ids(void **state)
 {
     (void)state;
-    struct fixture_shape s = fixture_default_shape();
+    struct fixture_shape s = default_shape();
     dcp_deployment *dep = fixture_deployment(&s);
     dcp_engine *e = fixture_engine(dep, 0, 8, 2, 4, 64);
     uint32_t a, b;
@@ -356,7 +364,7 @@ static void test_stale_ids(void **state)
 static void test_argument_errors_keep_engine(void **state)
 {
     (void)state;
-    struct fixture_shape s = fixture_default_shape();
+    struct fixture_shape s = default_shape();
     struct rig g;
     rig_create(&g, &s);
     const uint32_t a = three_tokens(&g, 1);
@@ -388,7 +396,7 @@ static void test_argument_errors_keep_engine(void **state)
 static void test_append_only_step(void **state)
 {
     (void)state;
-    struct fixture_shape s = fixture_default_shape();
+    struct fixture_shape s = default_shape();
     dcp_deployment *dep = fixture_deployment(&s);
     const struct fixture_limits lim = {
         .num_blocks = 8, .max_batch = 2, .max_query_tokens = 1, .max_step_tokens = MAX_T, .max_context = 64,
@@ -470,7 +478,7 @@ static void join_within(struct own_thread *o, double limit)
 
 static void rig_with_timeout(struct rig *g, double timeout_s)
 {
-    struct fixture_shape s = fixture_default_shape();
+    struct fixture_shape s = default_shape();
     struct dcp_config cfg;
     fixture_config(&s, &cfg);
     cfg.runtime.cuda.nccl_timeout_s = timeout_s;
@@ -547,7 +555,7 @@ static void leave_stale_message(void)
 static void test_last_error(void **state)
 {
     (void)state;
-    struct fixture_shape s = fixture_default_shape();
+    struct fixture_shape s = default_shape();
     dcp_deployment *dep = fixture_deployment(&s);
     dcp_engine *e = fixture_engine(dep, 0, 8, 2, 4, 64);
     dcp_rank *r = dcp_engine_rank(e, 0);

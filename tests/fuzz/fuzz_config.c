@@ -4,7 +4,8 @@
  * Loads the input as deployment text with a diagnostics list, formats every
  * entry, and checks what must hold for any input: a status agrees with the
  * errors reported, and a deployment the YAML path accepts is accepted again by
- * the struct path (dcp_deployment_from_config) with the same config. Built with
+ * the struct path (dcp_deployment_from_config) with the same config, and its
+ * export (dcp_deployment_to_json) loads back to the same config. Built with
  * -fsanitize=fuzzer, or with driver.c to replay a corpus as a test.
  */
 #include <stdint.h>
@@ -51,6 +52,28 @@ static void check_struct_round_trip(const dcp_deployment *dep)
     dcp_deployment_destroy(&again);
 }
 
+/* The exported settings are a deployment file that loads back to the same config. */
+static void check_export_round_trip(const dcp_deployment *dep)
+{
+    char *text = NULL;
+    check(dcp_deployment_to_json(dep, &text) == DCP_OK, "dcp_deployment_to_json succeeds");
+    dcp_deployment *again = NULL;
+    check(dcp_deployment_load_string("export.json", text, strlen(text), NULL, &again) == DCP_OK,
+          "the exported settings load");
+    char *text2 = NULL;
+    check(dcp_deployment_to_json(again, &text2) == DCP_OK && strcmp(text, text2) == 0,
+          "the reloaded settings export to the same text");
+    const struct dcp_config *a = dcp_deployment_config(dep), *b = dcp_deployment_config(again);
+    check(a->hardware.memory_bytes == b->hardware.memory_bytes &&
+              a->hardware.collective_latency == b->hardware.collective_latency &&
+              a->model.num_params == b->model.num_params && a->workload.seed == b->workload.seed &&
+              a->workload.num_context_lengths == b->workload.num_context_lengths,
+          "the exported settings load to the same config");
+    free(text2);
+    free(text);
+    dcp_deployment_destroy(&again);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     dcp_diag *d = NULL;
@@ -62,6 +85,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (status == DCP_OK) {
         check(dep != NULL && dcp_diag_error_count(d) == 0, "success means a deployment and no errors");
         check_struct_round_trip(dep);
+        check_export_round_trip(dep);
     } else {
         check(dep == NULL, "failure leaves no deployment");
         check(status != DCP_ECONFIG || dcp_diag_error_count(d) > 0, "DCP_ECONFIG comes with errors");

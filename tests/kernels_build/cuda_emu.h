@@ -1,14 +1,39 @@
 /*
- * cuda_emu.h: just enough of the CUDA execution model to run the kernel sources
- * of ptx/kernels/ on the host, for testing them without a GPU.
+ * cuda_emu.h: enough of the CUDA execution model to run the kernel sources of
+ * ptx/kernels/ on the host, and to make them fail there when they would fail on
+ * a GPU.
  *
  * The blocks of a launch run one after another. The threads of a block are
- * fibers (ucontext) on the calling thread, switched only at __syncthreads() and
- * warp shuffles, so barriers are exact and a run is deterministic. A thread that
+ * fibers (ucontext) on the calling thread, switched only at barriers and warp
+ * collectives, in an order reshuffled by a seeded generator at every round (so a
+ * kernel cannot lean on one thread running before another). A thread that
  * returns leaves its block's and its warp's barriers, as exited threads do on the
- * GPU. "Device" pointers are host pointers; dynamic shared memory is one static
- * buffer. Include this before the kernel sources (with the CUDA headers on the
- * include path: cuda_fp16.h and friends work in host code).
+ * GPU; a block whose live threads all wait on barriers that cannot open is a
+ * deadlock and an error. "Device" pointers are host pointers; dynamic shared
+ * memory is the buffer registered with emu::set_shared(), filled with 0xff bytes
+ * (NaN in every float format) at every block start.
+ *
+ * What the emulation checks (each failure is an error of the launch, see
+ * emu::errors() and emu::first_error()):
+ *   - warp collectives (__shfl_*_sync, ldmatrix, mma.sync): every live lane of
+ *     the warp takes part in the same operation, the member mask names exactly
+ *     those lanes and every lane a value is read from;
+ *   - mma.sync.aligned.m16n8k16 (bf16 or fp16 inputs, fp32 accumulators) and
+ *     ldmatrix .m8n8 .x1/.x2/.x4 [.trans] with the fragment layouts of the PTX
+ *     ISA: the lanes post their registers, the warp's matrices are assembled,
+ *     multiplied in double, rounded to fp32 once and handed back by layout;
+ *   - cp.async: the destination is poisoned (0xff bytes) at issue and gets the
+ *     data at the cp.async.wait_group that retires its group, so a missing wait
+ *     reads NaN;
+ *   - shared-memory races, for the accesses made through the checked paths
+ *     (smem_load / smem_store of mma.cuh, ldmatrix, cp.async): per 2-byte unit the
+ *     last writer and reader with their barrier epoch; a read of a unit another
+ *     thread wrote in the same epoch (no __syncthreads between, or __syncwarp for
+ *     lanes of one warp), a write of a unit another thread read or wrote in the
+ *     same epoch, a read of a unit not written since the block started, and a
+ *     read of a cp.async destination before its wait are errors.
+ * Include this before the kernel sources (with the CUDA headers on the include
+ * path: cuda_fp16.h and friends work in host code).
  */
 #ifndef DCP_TEST_CUDA_EMU_H
 #define DCP_TEST_CUDA_EMU_H
@@ -19,9 +44,12 @@
 #include <ucontext.h>
 
 #include <cmath>
+#include <cstdarg>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #ifndef __launch_bounds__
@@ -55,10 +83,49 @@ dim3 blockDim, gridDim;
 
 namespace emu {
 
+/* ---- errors ----------------------------------------------------------------- */
+
+inline unsigned error_count;
+inline std::string first_message;
+inline bool quiet; // no printing (a test that expects errors)
+
+/** Records an error of the running launch (the first few are printed). */
+inline void report(const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (error_count == 0)
+        first_message = buf;
+    if (error_count < 5 && !quiet)
+        std::fprintf(stderr, "emu: block (%u,%u,%u): %s\n", blockIdx.x, blockIdx.y, blockIdx.z, buf);
+    error_count++;
+}
+
+/** Errors since the last reset_errors(). */
+inline unsigned errors() { return error_count; }
+inline const char *first_error() { return first_message.c_str(); }
+inline void reset_errors()
+{
+    error_count = 0;
+    first_message.clear();
+}
+
+/* ---- blocks of fibers ------------------------------------------------------- */
+
 /** A barrier of `expected` fibers; the last arrival opens it (generation + 1). */
 struct Barrier {
     int expected = 0, arrived = 0;
     uint64_t generation = 0;
+};
+
+/** One 16-byte cp.async in flight. */
+struct AsyncCopy {
+    void *dst;
+    const void *src;
+    bool valid;
 };
 
 struct Fiber {
@@ -66,6 +133,17 @@ struct Fiber {
     std::vector<char> stack;
     unsigned tid = 0;
     bool done = false;
+    std::vector<AsyncCopy> open;                // issued since the last commit
+    std::vector<std::vector<AsyncCopy>> groups; // committed, oldest first
+};
+
+/** What a lane posts to a warp collective, and what it gets back. */
+struct Post {
+    int op;
+    uint32_t mask;
+    uint32_t in[10];
+    const void *addr;
+    uint32_t out[4];
 };
 
 struct Block {
@@ -74,23 +152,133 @@ struct Block {
     Fiber *current = nullptr;
     Barrier block;
     std::vector<Barrier> warps;
-    std::vector<float> lanes; // shuffle exchange, one slot per thread
+    std::vector<Post> posts;         // one per thread
+    std::vector<uint32_t> posted;    // per warp: lanes that posted to the open collective
+    std::vector<uint64_t> computed;  // per warp: barrier generation whose collective was computed
+    std::vector<uint32_t> warp_sync; // per warp: __syncwarp count (race detector)
     void (*body)(const void *) = nullptr;
     const void *params = nullptr;
+    uint64_t progress = 0; // arrivals and exits, for deadlock detection
 };
 
 inline Block *running;
+inline uint64_t order_seed = 0x9e3779b97f4a7c15ull;
+
+/** Seeds the thread order of the following launches. */
+inline void set_seed(uint64_t seed) { order_seed = seed * 0x9e3779b97f4a7c15ull + 1; }
+
+/* ---- shared memory and its race detector ------------------------------------ */
+
+/** Per 2-byte unit of shared memory (the smallest element the kernels store): its last writer and reader. */
+struct Shadow {
+    uint32_t w_epoch, r_epoch;
+    uint16_t writer, reader; // thread ids; reader kManyReaders when several
+    uint32_t w_sync;         // writer's warp __syncwarp count at the write
+    bool pending;            // a cp.async destination not yet retired by a wait
+};
+constexpr uint16_t kManyReaders = 0xffff;
+constexpr size_t kUnit = 2;
+
+inline unsigned char *smem_base;
+inline size_t smem_size;
+inline std::vector<Shadow> shadow;
+inline uint32_t epoch = 1, block_epoch = 1; // epoch: one per barrier phase, never reused
+
+/** The dynamic shared memory of every block (poisoned at each block start). */
+inline void set_shared(void *base, size_t bytes)
+{
+    smem_base = static_cast<unsigned char *>(base);
+    smem_size = bytes;
+    shadow.assign(bytes / kUnit, Shadow{0, 0, 0, 0, 0, false});
+}
+
+inline unsigned tid() { return running->current->tid; }
+
+/** The shadow words of [p, p + bytes), or null (after reporting) when outside shared memory. */
+inline Shadow *shadow_of(const void *p, size_t bytes, const char *what)
+{
+    const unsigned char *c = static_cast<const unsigned char *>(p);
+    if (!smem_base || c < smem_base || c + bytes > smem_base + smem_size) {
+        report("thread %u: %s of %zu bytes at %p outside shared memory", tid(), what, bytes, p);
+        return nullptr;
+    }
+    if ((size_t)(c - smem_base) % (bytes < 4 ? bytes : 4) != 0 || bytes % kUnit != 0) {
+        report("thread %u: misaligned %s of %zu bytes at offset %zu", tid(), what, bytes, (size_t)(c - smem_base));
+        return nullptr;
+    }
+    return &shadow[(size_t)(c - smem_base) / kUnit];
+}
+
+inline size_t word_offset(const Shadow *s) { return (size_t)(s - shadow.data()) * kUnit; }
+
+/** True when thread t may see the write recorded in s without a race. */
+inline bool ordered_after_write(const Shadow &s, unsigned t)
+{
+    if (s.w_epoch != epoch || s.writer == t)
+        return true;
+    return s.writer / 32 == t / 32 && running->warp_sync[t / 32] != s.w_sync;
+}
+
+/** A checked read of bytes at p by the running thread. */
+inline void on_read(const void *p, size_t bytes, const char *what)
+{
+    Shadow *s = shadow_of(p, bytes, what);
+    const unsigned t = tid();
+    for (size_t i = 0; s && i < bytes / kUnit; i++) {
+        Shadow &w = s[i];
+        if (w.pending)
+            report("thread %u: %s of smem+%zu before the cp.async.wait_group of thread %u", t, what,
+                   word_offset(&w), w.writer);
+        else if (w.w_epoch < block_epoch)
+            report("thread %u: %s of smem+%zu, never written in this block", t, what, word_offset(&w));
+        else if (!ordered_after_write(w, t))
+            report("thread %u: %s of smem+%zu written by thread %u with no barrier between (race)", t, what,
+                   word_offset(&w), w.writer);
+        if (w.r_epoch == epoch && w.reader != t)
+            w.reader = kManyReaders;
+        else {
+            w.reader = (uint16_t)t;
+            w.r_epoch = epoch;
+        }
+    }
+}
+
+/** A checked write of bytes at p by the running thread; pending marks a cp.async destination. */
+inline void on_write(const void *p, size_t bytes, const char *what, bool pending)
+{
+    Shadow *s = shadow_of(p, bytes, what);
+    const unsigned t = tid();
+    for (size_t i = 0; s && i < bytes / kUnit; i++) {
+        Shadow &w = s[i];
+        if (w.r_epoch == epoch && w.reader != t)
+            report("thread %u: %s of smem+%zu read by %s %u with no barrier between (race)", t, what,
+                   word_offset(&w), w.reader == kManyReaders ? "other threads, e.g." : "thread",
+                   w.reader == kManyReaders ? 0u : (unsigned)w.reader);
+        else if (!ordered_after_write(w, t))
+            report("thread %u: %s of smem+%zu written by thread %u with no barrier between (race)", t, what,
+                   word_offset(&w), w.writer);
+        w.writer = (uint16_t)t;
+        w.w_epoch = epoch;
+        w.w_sync = running->warp_sync[t / 32];
+        w.pending = pending;
+    }
+}
+
+/* ---- scheduling --------------------------------------------------------------- */
 
 inline void yield()
 {
     swapcontext(&running->current->ctx, &running->scheduler);
 }
 
-inline void release_if_full(Barrier &b)
+inline void release_if_full(Barrier &b, bool block_barrier)
 {
     if (b.arrived > 0 && b.arrived == b.expected) {
         b.arrived = 0;
         b.generation++;
+        running->progress++;
+        if (block_barrier)
+            epoch++;
     }
 }
 
@@ -98,9 +286,25 @@ inline void wait(Barrier &b)
 {
     const uint64_t gen = b.generation;
     b.arrived++;
-    release_if_full(b);
+    running->progress++;
+    release_if_full(b, &b == &running->block);
     while (b.generation == gen)
         yield();
+}
+
+/** Retires committed cp.async groups until at most `keep` are in flight. */
+inline void retire_groups(Fiber &f, size_t keep)
+{
+    while (f.groups.size() > keep) {
+        for (const AsyncCopy &c : f.groups.front()) {
+            on_write(c.dst, 16, "cp.async", false);
+            if (c.valid)
+                std::memcpy(c.dst, c.src, 16);
+            else
+                std::memset(c.dst, 0, 16);
+        }
+        f.groups.erase(f.groups.begin());
+    }
 }
 
 inline void fiber_main()
@@ -108,13 +312,38 @@ inline void fiber_main()
     Block *blk = running;
     Fiber *f = blk->current;
     blk->body(blk->params);
+    // Copies still in flight land anyway (nobody can wait for them any more).
+    if (!f->open.empty())
+        f->groups.push_back(std::move(f->open));
+    retire_groups(*f, 0);
     f->done = true;
+    blk->progress++;
     blk->block.expected--;
-    release_if_full(blk->block);
+    release_if_full(blk->block, true);
     Barrier &w = blk->warps[f->tid / 32];
     w.expected--;
-    release_if_full(w);
+    release_if_full(w, false);
     swapcontext(&f->ctx, &blk->scheduler);
+}
+
+inline uint64_t next_random(uint64_t &s)
+{
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+}
+
+/** Makes f a fiber that starts in fiber_main (out of line: getcontext returns twice). */
+__attribute__((noinline)) inline void init_fiber(Fiber &f, unsigned t)
+{
+    f.tid = t;
+    f.stack.resize(256 * 1024);
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack.data();
+    f.ctx.uc_stack.ss_size = f.stack.size();
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, fiber_main, 0);
 }
 
 /** Runs `body(params)` as one block of blockDim threads (blockIdx set by the caller). */
@@ -122,28 +351,35 @@ inline void run_block(void (*body)(const void *), const void *params)
 {
     Block blk;
     const unsigned n = blockDim.x * blockDim.y * blockDim.z;
+    const unsigned nwarps = (n + 31) / 32;
     blk.body = body;
     blk.params = params;
     blk.fibers.resize(n);
     blk.block.expected = (int)n;
-    blk.warps.resize((n + 31) / 32);
-    for (unsigned w = 0; w < blk.warps.size(); w++)
+    blk.warps.resize(nwarps);
+    for (unsigned w = 0; w < nwarps; w++)
         blk.warps[w].expected = (int)(n - 32 * w < 32 ? n - 32 * w : 32);
-    blk.lanes.resize(n);
+    blk.posts.resize(n);
+    blk.posted.assign(nwarps, 0);
+    blk.computed.assign(nwarps, ~0ull);
+    blk.warp_sync.assign(nwarps, 0);
     running = &blk;
+    if (smem_base)
+        std::memset(smem_base, 0xff, smem_size);
+    block_epoch = ++epoch;
+    std::vector<unsigned> order(n);
     for (unsigned t = 0; t < n; t++) {
-        Fiber &f = blk.fibers[t];
-        f.tid = t;
-        f.stack.resize(256 * 1024);
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = f.stack.data();
-        f.ctx.uc_stack.ss_size = f.stack.size();
-        f.ctx.uc_link = nullptr;
-        makecontext(&f.ctx, fiber_main, 0);
+        order[t] = t;
+        init_fiber(blk.fibers[t], t);
     }
+    uint64_t rng = order_seed ^ ((uint64_t)blockIdx.x << 40 ^ (uint64_t)blockIdx.y << 20 ^ blockIdx.z) ^ 0x5bd1e995u;
     for (bool live = true; live;) {
         live = false;
-        for (Fiber &f : blk.fibers) {
+        for (unsigned i = n; i > 1; i--)
+            std::swap(order[i - 1], order[next_random(rng) % i]);
+        const uint64_t before = blk.progress;
+        for (unsigned t : order) {
+            Fiber &f = blk.fibers[t];
             if (f.done)
                 continue;
             live = true;
@@ -151,6 +387,11 @@ inline void run_block(void (*body)(const void *), const void *params)
             threadIdx = make_uint3(f.tid % blockDim.x, f.tid / blockDim.x % blockDim.y,
                                    f.tid / (blockDim.x * blockDim.y));
             swapcontext(&blk.scheduler, &f.ctx);
+        }
+        if (live && blk.progress == before) {
+            report("deadlock: the live threads wait on barriers that cannot open (a barrier or warp "
+                   "collective not reached by every thread)");
+            break; // the fibers are abandoned with their stacks
         }
     }
     running = nullptr;
@@ -172,6 +413,222 @@ inline void launch(void (*kernel)(P), const P &params, dim3 grid, dim3 block)
             }
 }
 
+/* ---- warp collectives ---------------------------------------------------------- */
+
+enum Op { kShfl = 1, kLdmatrix, kMmaBf16, kMmaFp16, kSyncwarp };
+
+/**
+ * One warp collective: the lane posts (op, mask, in, addr); once every live lane
+ * of the warp has posted, the first lane to continue checks the posts and runs
+ * compute(posts of lanes 0..31, lanes that posted) once for the warp, which fills
+ * each lane's out; the lane gets its own post back after a second barrier.
+ */
+template <class F>
+inline const Post &collective(int op, uint32_t mask, const uint32_t *in, int nin, const void *addr, F compute)
+{
+    Block *blk = running;
+    const unsigned t = tid(), w = t / 32, lane = t % 32;
+    Post &me = blk->posts[t];
+    me.op = op;
+    me.mask = mask;
+    for (int i = 0; i < nin; i++)
+        me.in[i] = in[i];
+    me.addr = addr;
+    blk->posted[w] |= 1u << lane;
+    wait(blk->warps[w]);
+    if (blk->computed[w] != blk->warps[w].generation) {
+        blk->computed[w] = blk->warps[w].generation;
+        const uint32_t lanes = blk->posted[w];
+        blk->posted[w] = 0;
+        Post *p = &blk->posts[32 * w];
+        bool same = true;
+        for (unsigned l = 0; l < 32; l++)
+            if (lanes >> l & 1) {
+                if (p[l].op != op)
+                    same = false;
+                else if (p[l].mask != lanes)
+                    report("warp %u lane %u: member mask %#x but the lanes taking part are %#x", w, l, p[l].mask,
+                           lanes);
+            }
+        if (!same)
+            report("warp %u: lanes %#x met in different warp collectives", w, lanes);
+        else
+            compute(p, lanes);
+    }
+    wait(blk->warps[w]);
+    return me;
+}
+
+/** Lane l's source lane of a shuffle; reports a source outside the mask. */
+inline unsigned shfl_source(const Post *p, uint32_t lanes, unsigned l, unsigned src)
+{
+    if (!(lanes >> src & 1)) {
+        report("shuffle: lane %u reads lane %u, which is not in the member mask %#x", l, src, p[l].mask);
+        return l;
+    }
+    return src;
+}
+
+inline uint32_t shfl_xor(uint32_t mask, uint32_t v, int lane_mask)
+{
+    const uint32_t in[1] = {v};
+    return collective(kShfl, mask, in, 1, nullptr, [lane_mask](Post *p, uint32_t lanes) {
+               for (unsigned l = 0; l < 32; l++)
+                   if (lanes >> l & 1)
+                       p[l].out[0] = p[shfl_source(p, lanes, l, (l ^ (unsigned)lane_mask) & 31u)].in[0];
+           }).out[0];
+}
+
+inline uint32_t shfl_idx(uint32_t mask, uint32_t v, int src_lane)
+{
+    const uint32_t in[2] = {v, (uint32_t)src_lane};
+    return collective(kShfl, mask, in, 2, nullptr, [](Post *p, uint32_t lanes) {
+               for (unsigned l = 0; l < 32; l++)
+                   if (lanes >> l & 1)
+                       p[l].out[0] = p[shfl_source(p, lanes, l, p[l].in[1] & 31u)].in[0];
+           }).out[0];
+}
+
+/** __syncwarp(mask): a collective that also orders the lanes' shared-memory accesses. */
+inline void syncwarp(uint32_t mask)
+{
+    collective(kSyncwarp, mask, nullptr, 0, nullptr, [](Post *p, uint32_t lanes) {
+        (void)p;
+        (void)lanes;
+        running->warp_sync[tid() / 32]++;
+    });
+}
+
+/**
+ * ldmatrix.sync.aligned.m8n8.xN[.trans].shared.b16: lanes 8m..8m+7 give the row
+ * addresses of matrix m (< N), 16-byte aligned, in shared memory; lane l gets in
+ * register m the elements (l / 4, 2 (l % 4) + {0, 1}) of matrix m, or with .trans
+ * the elements (2 (l % 4) + {0, 1}, l / 4); the first in the low half.
+ */
+inline void ldmatrix(int nmat, bool trans, uint32_t *r, const void *row)
+{
+    const uint32_t in[2] = {(uint32_t)nmat, trans};
+    const Post &me = collective(kLdmatrix, 0xffffffffu, in, 2, row, [nmat, trans](Post *p, uint32_t lanes) {
+        if (lanes != 0xffffffffu) {
+            report("ldmatrix: all 32 lanes must take part (lanes %#x)", lanes);
+            return;
+        }
+        for (unsigned l = 0; l < 32; l++)
+            if ((int)p[l].in[0] != nmat || (bool)p[l].in[1] != trans) {
+                report("ldmatrix: lanes disagree on the shape (.x%d%s)", nmat, trans ? ".trans" : "");
+                return;
+            }
+        uint16_t m[4][8][8];
+        Fiber *self = running->current;
+        for (int mat = 0; mat < nmat; mat++)
+            for (int i = 0; i < 8; i++) {
+                const unsigned src = 8 * mat + i;
+                if ((uintptr_t)p[src].addr % 16 != 0) {
+                    report("ldmatrix: lane %u's row address %p is not 16-byte aligned", src, p[src].addr);
+                    return;
+                }
+                // The read is lane src's (it named the row).
+                running->current = &running->fibers[tid() / 32 * 32 + src];
+                on_read(p[src].addr, 16, "ldmatrix");
+                running->current = self;
+                if (shadow_of(p[src].addr, 16, "ldmatrix"))
+                    std::memcpy(m[mat][i], p[src].addr, 16);
+                else
+                    std::memset(m[mat][i], 0, 16);
+            }
+        for (unsigned l = 0; l < 32; l++)
+            for (int mat = 0; mat < nmat; mat++) {
+                const unsigned a = l / 4, b = 2 * (l % 4);
+                const uint16_t lo = trans ? m[mat][b][a] : m[mat][a][b];
+                const uint16_t hi = trans ? m[mat][b + 1][a] : m[mat][a][b + 1];
+                p[l].out[mat] = (uint32_t)lo | (uint32_t)hi << 16;
+            }
+    });
+    for (int i = 0; i < nmat; i++)
+        r[i] = me.out[i];
+}
+
+inline double half_value(uint16_t bits, bool bf16)
+{
+    if (bf16)
+        return __uint_as_float((uint32_t)bits << 16);
+    __half_raw h;
+    h.x = bits;
+    return __half2float(__half(h));
+}
+
+/**
+ * mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32: D = A B + C with
+ * g = lane / 4, t = lane % 4 (PTX ISA fragment layouts):
+ *   A (16x16): a[i] holds (g + 8 (i % 2), 2t + 8 (i / 2) + {0, 1});
+ *   B (16x8):  b[i] holds (2t + 8 i + {0, 1}, g);
+ *   C, D (16x8 fp32): c[i] is (g + 8 (i / 2), 2t + i % 2).
+ * Multiplied in double, rounded to fp32 once.
+ */
+inline void mma_16816(bool bf16, float *d, const uint32_t *a, const uint32_t *b, const float *c)
+{
+    uint32_t in[10];
+    for (int i = 0; i < 4; i++)
+        in[i] = a[i];
+    in[4] = b[0];
+    in[5] = b[1];
+    for (int i = 0; i < 4; i++)
+        in[6 + i] = __float_as_uint(c[i]);
+    const Post &me = collective(bf16 ? kMmaBf16 : kMmaFp16, 0xffffffffu, in, 10, nullptr,
+                                [bf16](Post *p, uint32_t lanes) {
+        if (lanes != 0xffffffffu) {
+            report("mma.sync: all 32 lanes must take part (lanes %#x)", lanes);
+            return;
+        }
+        double A[16][16], B[16][8], C[16][8];
+        for (unsigned l = 0; l < 32; l++) {
+            const unsigned g = l / 4, t = l % 4;
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 2; j++)
+                    A[g + 8 * (i % 2)][2 * t + 8 * (i / 2) + j] = half_value((uint16_t)(p[l].in[i] >> (16 * j)), bf16);
+            for (int i = 0; i < 2; i++)
+                for (int j = 0; j < 2; j++)
+                    B[2 * t + 8 * i + j][g] = half_value((uint16_t)(p[l].in[4 + i] >> (16 * j)), bf16);
+            for (int i = 0; i < 4; i++)
+                C[g + 8 * (i / 2)][2 * t + i % 2] = __uint_as_float(p[l].in[6 + i]);
+        }
+        for (unsigned l = 0; l < 32; l++) {
+            const unsigned g = l / 4, t = l % 4;
+            for (int i = 0; i < 4; i++) {
+                const unsigned row = g + 8 * (i / 2), col = 2 * t + i % 2;
+                double acc = C[row][col];
+                for (int k = 0; k < 16; k++)
+                    acc += A[row][k] * B[k][col];
+                p[l].out[i] = __float_as_uint((float)acc);
+            }
+        }
+    });
+    for (int i = 0; i < 4; i++)
+        d[i] = __uint_as_float(me.out[i]);
+}
+
+/* ---- cp.async ------------------------------------------------------------------ */
+
+/** cp.async.cg.shared.global 16 bytes (zero-filled when !valid): poisons dst until retired. */
+inline void cp_async16(void *dst, const void *src, bool valid)
+{
+    on_write(dst, 16, "cp.async", true);
+    std::memset(dst, 0xff, 16);
+    running->current->open.push_back(AsyncCopy{dst, src, valid});
+}
+
+inline void cp_async_commit()
+{
+    Fiber &f = *running->current;
+    f.groups.push_back(std::move(f.open));
+    f.open.clear();
+}
+
+inline void cp_async_wait(int n)
+{
+    retire_groups(*running->current, (size_t)n);
+}
+
 } // namespace emu
 
 inline void __syncthreads()
@@ -179,17 +636,29 @@ inline void __syncthreads()
     emu::wait(emu::running->block);
 }
 
+inline void __syncwarp(unsigned mask = 0xffffffffu)
+{
+    emu::syncwarp(mask);
+}
+
 inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask)
 {
-    (void)mask;
-    emu::Block *blk = emu::running;
-    const unsigned tid = blk->current->tid;
-    emu::Barrier &w = blk->warps[tid / 32];
-    blk->lanes[tid] = v;
-    emu::wait(w);
-    const float r = blk->lanes[(tid & ~31u) | ((tid & 31u) ^ (unsigned)lane_mask)];
-    emu::wait(w);
-    return r;
+    return __uint_as_float(emu::shfl_xor(mask, __float_as_uint(v), lane_mask));
+}
+
+inline uint32_t __shfl_xor_sync(unsigned mask, uint32_t v, int lane_mask)
+{
+    return emu::shfl_xor(mask, v, lane_mask);
+}
+
+inline float __shfl_sync(unsigned mask, float v, int src_lane)
+{
+    return __uint_as_float(emu::shfl_idx(mask, __float_as_uint(v), src_lane));
+}
+
+inline uint32_t __shfl_sync(unsigned mask, uint32_t v, int src_lane)
+{
+    return emu::shfl_idx(mask, v, src_lane);
 }
 
 #endif /* DCP_TEST_CUDA_EMU_H */

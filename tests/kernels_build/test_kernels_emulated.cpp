@@ -20,6 +20,16 @@ extern "C" {
 
 namespace {
 
+/** emu::launch, failing the test on any error the emulator found (races, waits, masks, ...). */
+template <class P>
+void launch(void (*kernel)(P), const P &params, dim3 grid, dim3 block)
+{
+    emu::reset_errors();
+    emu::launch(kernel, params, grid, block);
+    if (emu::errors())
+        fail_msg("emulator: %u errors, the first: %s", emu::errors(), emu::first_error());
+}
+
 /* ---- host-side element codec (CUDA's host conversions) -------------------- */
 
 uint32_t esize(uint32_t dtype)
@@ -226,7 +236,7 @@ void run_attn(const AttnCase &c, AttnSetup &s)
 {
     const dcpk_attn_params &p = s.p;
     const uint32_t head_tiles = (c.heads_per_kv + c.head_tile - 1) / c.head_tile;
-    emu::launch(attn_entry(s.v->entry), p, dim3(c.num_splits, c.num_kv_heads * head_tiles, p.batch),
+    launch(attn_entry(s.v->entry), p, dim3(c.num_splits, c.num_kv_heads * head_tiles, p.batch),
                 dim3(s.v->threads));
     if (c.num_splits == 1)
         return;
@@ -243,7 +253,7 @@ void run_attn(const AttnCase &c, AttnSetup &s)
     m.rows_per_chunk = p.num_q_tokens * p.heads_per_chunk;
     m.rows = c.chunks * m.rows_per_chunk;
     m.v_dim = p.v_dim;
-    emu::launch(dcpk_merge, m, dim3(m.rows), dim3(dcpk::kBlock_merge));
+    launch(dcpk_merge, m, dim3(m.rows), dim3(dcpk::kBlock_merge));
 }
 
 /** float64 attention of one query row (b, t, g) from params.h's definitions. */
@@ -364,6 +374,220 @@ void test_mla_shapes(void **state)
     attn_case({"mla", DCPK_FP8_E4M3, {33}, {1}, 1, 16, 1, 0, 1, 1, 64, 16, 1});
 }
 
+/* ---- the emulator's tensor-core model and its checks ------------------------ */
+
+/* ldmatrix: values encode their (matrix, row, column); lane l must get row l / 4,
+ * columns 2 (l % 4) + {0, 1} of each matrix (.trans: the transposed pair). */
+struct LdmParams {
+    uint64_t out; // uint32 [4 shapes][32 lanes][4 registers]
+};
+
+void ldmatrix_kernel(LdmParams p)
+{
+    uint16_t *tile = reinterpret_cast<uint16_t *>(dcpk_smem); // 4 matrices of 8 rows x 8, row stride 24
+    const unsigned lane = threadIdx.x;
+    for (unsigned i = lane; i < 4 * 8 * 8; i += 32) {
+        const unsigned m = i / 64, r = i / 8 % 8, c = i % 8;
+        dcpk::smem_store(tile + (m * 8 + r) * 24 + c, (uint16_t)(m << 8 | r << 4 | c));
+    }
+    __syncthreads();
+    const uint16_t *row = tile + (lane / 8 * 8 + lane % 8) * 24; // lane -> row lane % 8 of matrix lane / 8
+    uint32_t *out = reinterpret_cast<uint32_t *>(p.out) + lane * 4;
+    uint32_t r1[1], r2[2], r4[4];
+    dcpk::ldmatrix<1>(r1, row);
+    out[0 * 128] = r1[0];
+    dcpk::ldmatrix<2, true>(r2, row);
+    out[1 * 128] = r2[0];
+    out[1 * 128 + 1] = r2[1];
+    dcpk::ldmatrix<4>(r4, row);
+    for (int i = 0; i < 4; i++)
+        out[2 * 128 + i] = r4[i];
+    dcpk::ldmatrix<4, true>(r4, row);
+    for (int i = 0; i < 4; i++)
+        out[3 * 128 + i] = r4[i];
+}
+
+void test_ldmatrix_layout(void **state)
+{
+    (void)state;
+    std::vector<uint32_t> out(4 * 32 * 4, 0);
+    LdmParams p{addr(out.data())};
+    launch(ldmatrix_kernel, p, dim3(1), dim3(32));
+    const int nmat[4] = {1, 2, 4, 4};
+    const bool trans[4] = {false, true, false, true};
+    for (int shape = 0; shape < 4; shape++)
+        for (unsigned l = 0; l < 32; l++)
+            for (int m = 0; m < nmat[shape]; m++)
+                for (unsigned j = 0; j < 2; j++) {
+                    const unsigned r = trans[shape] ? 2 * (l % 4) + j : l / 4, c = trans[shape] ? l / 4 : 2 * (l % 4) + j;
+                    const uint32_t got = out[(shape * 32 + l) * 4 + m] >> (16 * j) & 0xffffu;
+                    if (got != ((unsigned)m << 8 | r << 4 | c))
+                        fail_msg("ldmatrix .x%d%s lane %u reg %d half %u: %#x, want matrix %d (%u, %u)", nmat[shape],
+                                 trans[shape] ? ".trans" : "", l, m, j, got, m, r, c);
+                }
+}
+
+/*
+ * A small tensor-core GEMM, D[16][8 * warps] = A[16][K] B[K][8 * warps], in the
+ * shape the attention kernels use: A row-major and B stored [N][K] in global
+ * memory, K in steps of 16 through a cp.async double buffer, ldmatrix into
+ * fragments, one m16n8k16 per warp and step; with a warp checksum through
+ * shuffles. Mutation names a deliberate bug the emulated tests must catch.
+ */
+enum class Mutation { none, no_wait, no_barrier_before_use, no_barrier_after_use, swap_fragment_rows, half_mask };
+
+struct GemmParams {
+    uint64_t a, b, d, sums; // bf16/fp16 [16][K], [N][K]; fp32 [16][N], [warps]
+    uint32_t k;
+    uint32_t fp16;
+};
+
+constexpr int kGemmRow = 24; // halves per smem row: 16 + 8 of padding (ldmatrix rows stay 16-byte aligned)
+
+template <Mutation M>
+void gemm_kernel(GemmParams p)
+{
+    const unsigned tid = threadIdx.x, lane = tid % 32, warp = tid / 32, nwarps = blockDim.x / 32;
+    const unsigned rows = 16 + 8 * nwarps; // A rows then B rows of one stage
+    uint16_t *stage[2] = {reinterpret_cast<uint16_t *>(dcpk_smem),
+                          reinterpret_cast<uint16_t *>(dcpk_smem) + rows * kGemmRow};
+    const uint16_t *a = reinterpret_cast<const uint16_t *>(p.a), *b = reinterpret_cast<const uint16_t *>(p.b);
+    auto load = [&](unsigned step, uint16_t *dst) {
+        for (unsigned c = tid; c < rows * 2; c += blockDim.x) { // two 16-byte chunks per row
+            const unsigned r = c / 2, half = c % 2;
+            const uint16_t *src = r < 16 ? a + r * p.k : b + (r - 16) * p.k;
+            dcpk::cp_async16(dst + r * kGemmRow + 8 * half, src + step * 16 + 8 * half, true);
+        }
+    };
+    float d[4] = {0, 0, 0, 0};
+    const unsigned steps = p.k / 16;
+    load(0, stage[0]);
+    dcpk::cp_async_commit();
+    for (unsigned s = 0; s < steps; s++) {
+        if (s + 1 < steps)
+            load(s + 1, stage[(s + 1) % 2]);
+        dcpk::cp_async_commit();
+        if (M != Mutation::no_wait)
+            dcpk::cp_async_wait<1>();
+        if (M != Mutation::no_barrier_before_use)
+            __syncthreads();
+        const uint16_t *t = stage[s % 2];
+        uint32_t af[4], bf[2];
+        dcpk::ldmatrix<4>(af, t + (lane % 16) * kGemmRow + 8 * (lane / 16));
+        dcpk::ldmatrix<2>(bf, t + (16 + 8 * warp + lane % 8) * kGemmRow + 8 * (lane / 8 % 2));
+        if (M == Mutation::swap_fragment_rows)
+            std::swap(af[0], af[1]);
+        if (p.fp16)
+            dcpk::mma_16816<dcpk::MmaIn::fp16>(d, af, bf);
+        else
+            dcpk::mma_16816<dcpk::MmaIn::bf16>(d, af, bf);
+        if (M != Mutation::no_barrier_after_use)
+            __syncthreads();
+    }
+    float *out = reinterpret_cast<float *>(p.d);
+    const unsigned n = 8 * nwarps, g = lane / 4, t4 = lane % 4;
+    for (int i = 0; i < 4; i++)
+        out[(g + 8 * (i / 2)) * n + 8 * warp + 2 * t4 + i % 2] = d[i];
+    float sum = d[0] + d[1] + d[2] + d[3];
+    for (int off = 16; off > 0; off /= 2)
+        sum += __shfl_xor_sync(M == Mutation::half_mask ? 0x0000ffffu : 0xffffffffu, sum, off);
+    if (lane == 0)
+        reinterpret_cast<float *>(p.sums)[warp] = sum;
+}
+
+/** What running one GEMM variant showed: emulator errors, and whether D and the sums were right. */
+struct GemmOutcome {
+    unsigned errors;
+    bool right;
+};
+
+template <Mutation M>
+GemmOutcome run_gemm(bool fp16, uint32_t k, unsigned warps, test_rng *rng)
+{
+    const unsigned n = 8 * warps;
+    std::vector<uint16_t> a(16 * k), b(n * k);
+    std::vector<double> av(a.size()), bv(b.size());
+    auto fill = [&](std::vector<uint16_t> &bits, std::vector<double> &val) {
+        for (size_t i = 0; i < bits.size(); i++) {
+            const float x = (float)test_rng_unit(rng);
+            if (fp16) {
+                const __half h = __float2half_rn(x);
+                std::memcpy(&bits[i], &h, 2);
+                val[i] = __half2float(h);
+            } else {
+                const __nv_bfloat16 h = __float2bfloat16_rn(x);
+                std::memcpy(&bits[i], &h, 2);
+                val[i] = __bfloat162float(h);
+            }
+        }
+    };
+    fill(a, av);
+    fill(b, bv);
+    std::vector<float> d(16 * n, NAN), sums(warps, NAN);
+    GemmParams p{addr(a.data()), addr(b.data()), addr(d.data()), addr(sums.data()), k, fp16};
+    emu::reset_errors();
+    emu::launch(gemm_kernel<M>, p, dim3(1), dim3(32 * warps));
+    bool right = true;
+    std::vector<double> wsum(warps, 0.0);
+    for (unsigned r = 0; r < 16; r++)
+        for (unsigned c = 0; c < n; c++) {
+            double want = 0, mag = 0;
+            for (unsigned i = 0; i < k; i++) {
+                want += av[r * k + i] * bv[c * k + i];
+                mag += std::fabs(av[r * k + i] * bv[c * k + i]);
+            }
+            wsum[c / 8] += want;
+            // One fp32 rounding per k-step of 16 (the accumulator), nothing else.
+            right = right && std::fabs(d[r * n + c] - want) <= 1e-6 * (mag + 1e-30) * (k / 16);
+        }
+    for (unsigned w = 0; w < warps; w++)
+        right = right && std::fabs(sums[w] - wsum[w]) <= 1e-4 * (1 + std::fabs(wsum[w]));
+    return {emu::errors(), right};
+}
+
+/* mma.sync through ldmatrix against a float64 matrix product, bf16 and fp16, 1-3 warps. */
+void test_mma_matches_matmul(void **state)
+{
+    (void)state;
+    test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0x6d6d61u);
+    for (int fp16 = 0; fp16 < 2; fp16++)
+        for (unsigned warps = 1; warps <= 3; warps++) {
+            const uint32_t k = 16 * (1 + warps); // 2-4 steps: both buffers reused
+            const GemmOutcome o = run_gemm<Mutation::none>(fp16, k, warps, &rng);
+            if (o.errors)
+                fail_msg("gemm %s k %u warps %u: emulator error: %s", fp16 ? "fp16" : "bf16", k, warps, emu::first_error());
+            if (!o.right)
+                fail_msg("gemm %s k %u warps %u: D differs from the float64 product", fp16 ? "fp16" : "bf16", k, warps);
+        }
+}
+
+/* Each deliberate bug is caught: by an emulator error, by a wrong result, or both. */
+template <Mutation M>
+void expect_caught(const char *what, test_rng *rng)
+{
+    emu::quiet = true;
+    const GemmOutcome o = run_gemm<M>(false, 48, 2, rng);
+    emu::quiet = false;
+    if (o.errors == 0 && o.right)
+        fail_msg("mutant '%s' went unnoticed by the emulated test", what);
+    print_message("mutant %-24s caught: %u emulator errors (%s), result %s\n", what, o.errors,
+                  o.errors ? emu::first_error() : "-", o.right ? "right" : "wrong");
+}
+
+void test_mutants_caught(void **state)
+{
+    (void)state;
+    test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0x6d7574u);
+    expect_caught<Mutation::no_wait>("delete cp.async wait", &rng);
+    expect_caught<Mutation::no_barrier_before_use>("delete barrier before use", &rng);
+    expect_caught<Mutation::no_barrier_after_use>("delete barrier after use", &rng);
+    expect_caught<Mutation::swap_fragment_rows>("swap fragment rows", &rng);
+    expect_caught<Mutation::half_mask>("shuffle mask of half the warp", &rng);
+    emu::reset_errors();
+}
+
 /* ---- merge and lse_scale edge cases --------------------------------------- */
 
 /* Rows whose LSEs are all -inf, mixed with NaN/+inf, or ordinary. */
@@ -414,7 +638,7 @@ void test_merge_edge_cases(void **state)
     m.rows = rows;
     m.rows_per_chunk = 2;
     m.v_dim = vd;
-    emu::launch(dcpk_merge, m, dim3(2), dim3(dcpk::kBlock_merge)); // fewer blocks than rows: grid-stride
+    launch(dcpk_merge, m, dim3(2), dim3(dcpk::kBlock_merge)); // fewer blocks than rows: grid-stride
     for (uint32_t r = 0; r < rows; r++) {
         const double lam = ref_lambda(kLseRows[r], n);
         assert_true(close_to(out_lse[(r / 2) * 10 + r % 2], lam, 1e-6));
@@ -450,7 +674,7 @@ void test_lse_scale(void **state)
     p.rows_per_chunk = 2;
     p.own_chunk = 1;
     p.v_dim = vd;
-    emu::launch(dcpk_lse_scale, p, dim3(rows), dim3(dcpk::kBlock_lse_scale));
+    launch(dcpk_lse_scale, p, dim3(rows), dim3(dcpk::kBlock_lse_scale));
     for (uint32_t r = 0; r < rows; r++) {
         const double lam = ref_lambda(kLseRows[r], n);
         const double w = std::isfinite(kLseRows[r][self]) && !std::isinf(lam) ? std::exp(kLseRows[r][self] - lam) : 0;
@@ -495,7 +719,7 @@ void test_kv_append(void **state)
         p.block_size = bs;
         p.dtype = dtype;
         p.inv_scale = dtype == DCPK_FP8_E4M3 ? 4.f : 1.f;
-        emu::launch(dcpk_kv_append, p, dim3(3), dim3(dcpk::kBlock_kv_append));
+        launch(dcpk_kv_append, p, dim3(3), dim3(dcpk::kBlock_kv_append));
         const double tol = dtype == DCPK_FP32 ? 0 : dtype == DCPK_FP8_E4M3 ? 1.0 / 16 : 1.0 / 256;
         std::vector<bool> k_written(kc.size()), v_written(vc.size());
         for (uint32_t t = 0; t < tokens; t++)
@@ -539,7 +763,7 @@ void test_fill(void **state)
         p.head_offset = 5;
         p.dtype = DCPK_FP32;
         p.amplitude = 0.75f;
-        emu::launch(dcpk_fill, p, dim3(rows), dim3(dcpk::kBlock_fill));
+        launch(dcpk_fill, p, dim3(rows), dim3(dcpk::kBlock_fill));
         for (uint32_t r = 0; r < rows; r++)
             for (uint32_t h = 0; h < heads; h++)
                 for (uint32_t d = 0; d < dim; d++) {
@@ -566,7 +790,7 @@ void test_reduce(void **state)
     p.src_offset = offset;
     p.count = count;
     p.n_src = 3;
-    emu::launch(dcpk_reduce, p, dim3(3), dim3(dcpk::kBlock_reduce));
+    launch(dcpk_reduce, p, dim3(3), dim3(dcpk::kBlock_reduce));
     for (uint64_t i = 0; i < count; i++) {
         float want = 0.f; // in source order, as the CPU kernel sums
         want += a[offset + i];
@@ -580,7 +804,12 @@ void test_reduce(void **state)
 
 int main()
 {
+    emu::set_shared(dcpk_smem, sizeof dcpk_smem);
+    emu::set_seed(test_seed());
     const CMUnitTest tests[] = {
+        cmocka_unit_test(test_ldmatrix_layout),
+        cmocka_unit_test(test_mma_matches_matmul),
+        cmocka_unit_test(test_mutants_caught),
         cmocka_unit_test(test_every_entry_small),
         cmocka_unit_test(test_gqa_shapes),
         cmocka_unit_test(test_mla_shapes),

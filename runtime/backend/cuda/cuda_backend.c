@@ -94,14 +94,29 @@ static int open_device(struct cuda_engine *ce, struct cuda_device *d, int ordina
     return DCP_OK;
 }
 
+/* A device where a rank was stuck keeps its module and context: unloading or
+ * destroying them under a running kernel would wait for it. */
 static void close_device(struct cuda_engine *ce, struct cuda_device *d)
 {
-    if (d->ctx_retained) {
+    if (d->ctx_retained && !d->busy) {
         ce->cu->api.cuCtxSetCurrent(d->ctx);
         dcp_module_unload(&d->module);
         ce->cu->api.cuDevicePrimaryCtxRelease(d->dev);
     }
     memset(d, 0, sizeof(*d));
+}
+
+/* "CUDA driver 12.4 (/usr/lib/.../libcuda.so.1); NCCL 2.21.5 (/.../libnccl.so.2)": the files
+ * loaded, as resolved, so a user can tell which driver and NCCL a run used. */
+static void describe_libraries(const struct cuda_engine *ce, char *buf, size_t size)
+{
+    char cuda[240], nccl[240];
+    dcp_cuda_describe(ce->cu, cuda, sizeof(cuda));
+    if (ce->nccl)
+        dcp_nccl_describe(ce->nccl, nccl, sizeof(nccl));
+    else
+        snprintf(nccl, sizeof(nccl), "NCCL not loaded (no NCCL collective in this layout)");
+    snprintf(buf, size, "%s; %s", cuda, nccl);
 }
 
 static int cuda_engine_init(const struct dcp_engine *e, void **state, struct dcp_backend_caps *caps)
@@ -171,6 +186,7 @@ static int cuda_engine_init(const struct dcp_engine *e, void **state, struct dcp
              ce->comm == CUDA_COMM_VIRTUAL ? (e->dcp > 1 ? "virtual ranks on one GPU" : "ranks on one GPU")
                                            : (e->dcp > 1 ? "one GPU per rank, NCCL" : "one GPU per rank"),
              multi_process ? " (one process per GPU)" : "", ce->attn->entry, dcp_module_report(d0->module));
+    describe_libraries(ce, caps->libraries, sizeof(caps->libraries));
     return DCP_OK;
 }
 
@@ -206,6 +222,8 @@ const struct dcp_backend_ops dcp_cuda_backend = {
     .all_to_all = cuda_all_to_all,
     .synchronize = cuda_synchronize,
     .abort = cuda_abort,
+    .recover = cuda_recover,
+    .engine_stop = cuda_engine_stop,
     .timer_begin = cuda_timer_begin,
     .timer_end = cuda_timer_end,
     .timer_collect = cuda_timer_collect,

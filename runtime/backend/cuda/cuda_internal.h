@@ -6,6 +6,8 @@
 #ifndef DCP_CUDA_INTERNAL_H
 #define DCP_CUDA_INTERNAL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "cuda_api.h"
@@ -31,6 +33,7 @@ struct cuda_device {
     struct dcp_module *module;   ///< The embedded kernels, loaded into ctx.
     CUfunction fn[DCPK_KERNEL_COUNT]; ///< One entry per family (attn: the chosen variant).
     bool vmm;                    ///< KV arena through cuMemAddressReserve/cuMemCreate/cuMemMap.
+    bool busy;                   ///< A rank on it was stuck at teardown: module and context are left loaded.
 };
 
 /** One device allocation (setup time only). */
@@ -74,6 +77,11 @@ struct cuda_rank {
     CUevent timer_end[CUDA_TIMER_PAIRS];
     uint8_t timer_cat[CUDA_TIMER_PAIRS];   ///< enum dcp_prof_cat of each pair in use.
     uint32_t timers_used;
+    pthread_mutex_t comm_mu;     ///< Held by the rank's thread while it uses nccl_comm (cuda_abort
+                                 ///< aborts the communicator itself only while nobody holds it).
+    bool comm_mu_init;
+    atomic_bool stuck;           ///< Device work did not finish within the bound (a hung kernel or
+                                 ///< collective): what it may still use is leaked, never freed under it.
 };
 
 struct cuda_engine {
@@ -113,6 +121,24 @@ int cuda_launch(struct dcp_rank *r, enum dcpk_kernel_id kernel, const void *para
 int cuda_synchronize(struct dcp_rank *r);
 /** Waits for ev (recorded on the rank's streams); with NCCL a bounded poll that aborts on failure. */
 int cuda_wait_event(struct dcp_rank *r, CUevent ev, const char *what);
+/** Longest wait for the device, in seconds: runtime.cuda.nccl_timeout_s. */
+double cuda_wait_bound(const struct dcp_engine *e);
+/**
+ * Waits for ev, or for both of the rank's streams when ev is NULL, polling with the
+ * bound. DCP_ETIMEOUT when the work is still running then: the rank is marked stuck.
+ * A rank already stuck fails at once with DCP_ETIMEOUT.
+ */
+int cuda_wait_device(struct dcp_rank *r, CUevent ev, const char *what);
+/**
+ * Polls every rank's streams until all are idle or deadline (dcp_now_seconds())
+ * passes; marks the ranks still busy then as stuck (and the others not). Returns
+ * how many are stuck. Called while no rank function runs.
+ */
+uint32_t cuda_wait_ranks_idle(struct dcp_engine *e, double deadline);
+/** First step of teardown: after a failure aborts the communicators, then waits (bounded) for the devices. */
+void cuda_engine_stop(struct dcp_engine *e);
+/** Between steps after an abort: virtual ranks restart once their devices are idle; NCCL cannot. */
+int cuda_recover(struct dcp_engine *e);
 int cuda_timer_begin(struct dcp_rank *r, uint32_t *token);
 int cuda_timer_end(struct dcp_rank *r, uint32_t token, enum dcp_prof_cat cat);
 int cuda_timer_collect(struct dcp_rank *r);
@@ -124,8 +150,11 @@ int cuda_comm_engine_init(const struct dcp_engine *e, struct cuda_engine *ce, bo
 void cuda_comm_engine_fini(struct cuda_engine *ce);
 /** Per rank: virtual group membership or the (non-blocking) NCCL communicator. */
 int cuda_comm_rank_init(struct dcp_rank *r);
-/** Per rank: finalizes the communicator (bounded), frees the reduce source table. */
+/** Per rank: finalizes the communicator (bounded), frees the reduce source table
+ *  (leaked when the rank is stuck). */
 void cuda_comm_rank_fini(struct dcp_rank *r);
+/** Aborts every local NCCL communicator; wait: also those in use (only while no rank function runs). */
+void cuda_comm_abort_all(struct dcp_engine *e, bool wait);
 int cuda_engine_start(struct dcp_engine *e);
 int cuda_all_gather(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes);
 int cuda_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t floats);

@@ -116,6 +116,17 @@ int cuda_alloc_arena(struct dcp_rank *r, size_t bytes, uint64_t *addr)
     return DCP_OK;
 }
 
+/* Forgets an allocation without freeing it: work that never finished may still
+ * use it, and the driver's free would wait for that work. */
+static void leak_allocation(struct cuda_alloc *a)
+{
+    free(a->handles);
+    a->handles = NULL;
+}
+
+/* The rank's work may still use addr: it is freed once the streams are idle (a
+ * bounded wait), and leaked, with the reason in dcp_last_error(), when they never
+ * get there (a hung kernel or collective). */
 void cuda_free(struct dcp_rank *r, uint64_t addr)
 {
     struct cuda_rank *cr = CR(r);
@@ -123,10 +134,15 @@ void cuda_free(struct dcp_rank *r, uint64_t addr)
         return;
     for (size_t i = 0; i < cr->num_allocs; i++)
         if (cr->allocs[i].addr == addr) {
-            use_rank(r);
-            if (cr->compute)
-                CE(r->engine)->cu->api.cuStreamSynchronize(cr->compute);
-            free_allocation(CE(r->engine), &cr->allocs[i]);
+            const int err = cuda_wait_device(r, NULL, "rank_free");
+            if (err == DCP_ETIMEOUT) {
+                dcp_error(DCP_ETIMEOUT, "rank_free: rank %u's device work never finished (a hung kernel or "
+                          "collective); the allocation at 0x%llx is leaked, not freed under it", r->tp_rank,
+                          (unsigned long long)addr);
+                leak_allocation(&cr->allocs[i]);
+            } else {
+                free_allocation(CE(r->engine), &cr->allocs[i]);
+            }
             cr->allocs[i] = cr->allocs[--cr->num_allocs];
             return;
         }
@@ -174,7 +190,7 @@ int cuda_download(struct dcp_rank *r, void *dst, uint64_t src, size_t bytes)
     int err = cuda_synchronize(r);
     if (!err)
         err = CU_CALL(&CE(r->engine)->cu->api, cuMemcpyDtoHAsync, dst, src, bytes, CR(r)->compute);
-    return err ? err : CU_CALL(&CE(r->engine)->cu->api, cuStreamSynchronize, CR(r)->compute);
+    return err ? err : cuda_wait_device(r, NULL, "rank_download");
 }
 
 int cuda_copy(struct dcp_rank *r, uint64_t dst, uint64_t src, size_t bytes)
@@ -184,10 +200,16 @@ int cuda_copy(struct dcp_rank *r, uint64_t dst, uint64_t src, size_t bytes)
     return err ? err : CU_CALL(&CE(r->engine)->cu->api, cuMemcpyDtoDAsync, dst, src, bytes, CR(r)->compute);
 }
 
+/* A stuck rank's allocations are leaked (see cuda_free). */
 void cuda_memory_rank_fini(struct dcp_rank *r)
 {
     struct cuda_rank *cr = CR(r);
-    for (size_t i = 0; i < cr->num_allocs; i++)
-        free_allocation(CE(r->engine), &cr->allocs[i]);
+    const bool leak = atomic_load(&cr->stuck);
+    for (size_t i = 0; i < cr->num_allocs; i++) {
+        if (leak)
+            leak_allocation(&cr->allocs[i]);
+        else
+            free_allocation(CE(r->engine), &cr->allocs[i]);
+    }
     free(cr->allocs);
 }

@@ -3,6 +3,7 @@
  * profiling timers (see cuda_backend.c for the backend as a whole).
  */
 #include <stdlib.h>
+#include <time.h>
 
 #include "backend/cuda/cuda_internal.h"
 #include "dcp_kernels/variants.h"
@@ -17,6 +18,9 @@ int cuda_rank_init(struct dcp_rank *r)
         return dcp_error(DCP_ENOMEM, "cuda rank");
     r->backend = cr;
     cr->dev = &ce->devices[ce->num_devices == 1 ? 0 : r->local_index];
+    if (pthread_mutex_init(&cr->comm_mu, NULL))
+        return dcp_error(DCP_ENOMEM, "cuda rank mutex");
+    cr->comm_mu_init = true;
     int err = use_rank(r);
     const struct dcp_cuda_api *api = &ce->cu->api;
     if (!err)
@@ -38,6 +42,11 @@ int cuda_rank_init(struct dcp_rank *r)
     return err ? err : cuda_comm_rank_init(r);
 }
 
+/* After cuda_engine_stop: the rank's streams are idle, or it is stuck. A stuck
+ * rank's memory (device and pinned) may still be read or written by the work that
+ * never finished, and freeing it would wait for that work (the driver synchronizes
+ * in cuMemFree): it is leaked. Streams and events are released either way (the
+ * driver defers that until their work is done, without blocking). */
 void cuda_rank_fini(struct dcp_rank *r)
 {
     struct cuda_rank *cr = CR(r);
@@ -46,11 +55,12 @@ void cuda_rank_fini(struct dcp_rank *r)
     struct cuda_engine *ce = CE(r->engine);
     const struct dcp_cuda_api *api = &ce->cu->api;
     use_rank(r);
-    if (cr->compute)
-        api->cuStreamSynchronize(cr->compute);
+    const bool leak = atomic_load(&cr->stuck);
+    if (leak)
+        cr->dev->busy = true;
     cuda_comm_rank_fini(r);
     cuda_memory_rank_fini(r);
-    if (cr->staging)
+    if (cr->staging && !leak)
         api->cuMemFreeHost(cr->staging);
     for (int i = 0; i < CUDA_RANK_EVENTS; i++)
         if (cr->events[i])
@@ -65,6 +75,8 @@ void cuda_rank_fini(struct dcp_rank *r)
         api->cuStreamDestroy(cr->comm_stream);
     if (cr->compute)
         api->cuStreamDestroy(cr->compute);
+    if (cr->comm_mu_init)
+        pthread_mutex_destroy(&cr->comm_mu);
     free(cr);
     r->backend = NULL;
 }
@@ -110,17 +122,104 @@ int cuda_launch(struct dcp_rank *r, enum dcpk_kernel_id kernel, const void *para
     return DCP_OK;
 }
 
+double cuda_wait_bound(const struct dcp_engine *e)
+{
+    const double t = e->cfg->runtime.cuda.nccl_timeout_s;
+    return t > 0 ? t : 0;
+}
+
+/* Sleeps between polls: short at first, then up to a millisecond. */
+static void poll_pause(long *pause_ns)
+{
+    struct timespec ts = {0, *pause_ns};
+    nanosleep(&ts, NULL);
+    if (*pause_ns < 1000000)
+        *pause_ns *= 2;
+}
+
+/* One look at ev, or at both streams of the rank: CUDA_SUCCESS (done),
+ * CUDA_ERROR_NOT_READY, or the driver's error. The rank's device is current. */
+static CUresult query(const struct dcp_rank *r, CUevent ev)
+{
+    const struct dcp_cuda_api *api = &CE(r->engine)->cu->api;
+    const struct cuda_rank *cr = CR(r);
+    if (ev)
+        return api->cuEventQuery(ev);
+    CUresult res = cr->compute ? api->cuStreamQuery(cr->compute) : CUDA_SUCCESS;
+    if (res == CUDA_SUCCESS && cr->comm_stream)
+        res = api->cuStreamQuery(cr->comm_stream);
+    return res;
+}
+
+int cuda_wait_device(struct dcp_rank *r, CUevent ev, const char *what)
+{
+    struct cuda_rank *cr = CR(r);
+    const double bound = cuda_wait_bound(r->engine);
+    if (atomic_load(&cr->stuck))
+        return dcp_error(DCP_ETIMEOUT, "%s: earlier device work of rank %u never finished (a hung kernel or "
+                         "collective)", what, r->tp_rank);
+    int err = use_rank(r);
+    if (err)
+        return err;
+    const double deadline = dcp_now_seconds() + bound;
+    long pause_ns = 20000;
+    for (;;) {
+        const CUresult res = query(r, ev);
+        if (res != CUDA_ERROR_NOT_READY)
+            return dcp_cuda_check(res, ev ? "cuEventQuery" : "cuStreamQuery");
+        if (dcp_now_seconds() >= deadline) {
+            atomic_store(&cr->stuck, true);
+            return dcp_error(DCP_ETIMEOUT, "%s: device work of rank %u did not finish within %.3g s "
+                             "(runtime.cuda.nccl_timeout_s): a kernel or copy may be hung", what, r->tp_rank, bound);
+        }
+        poll_pause(&pause_ns);
+    }
+}
+
+uint32_t cuda_wait_ranks_idle(struct dcp_engine *e, double deadline)
+{
+    long pause_ns = 20000;
+    for (;;) {
+        uint32_t busy = 0;
+        for (uint32_t i = 0; i < e->ranks_initialised; i++) {
+            struct dcp_rank *r = &e->ranks[i];
+            if (!CR(r) || use_rank(r))
+                continue;
+            /* An error other than NOT_READY: nothing more runs there (a failed context). */
+            busy += query(r, NULL) == CUDA_ERROR_NOT_READY;
+        }
+        const bool late = busy && dcp_now_seconds() >= deadline;
+        if (!busy || late) {
+            for (uint32_t i = 0; i < e->ranks_initialised; i++) {
+                struct dcp_rank *r = &e->ranks[i];
+                if (CR(r) && !use_rank(r))
+                    atomic_store(&CR(r)->stuck, query(r, NULL) == CUDA_ERROR_NOT_READY);
+            }
+            return busy;
+        }
+        poll_pause(&pause_ns);
+    }
+}
+
 /* With NCCL the event is polled together with the communicator's error state,
- * so a failed or hung peer ends in ncclCommAbort and an error, never a hang. */
+ * so a failed or hung peer ends in ncclCommAbort and an error, never a hang; an
+ * abort of the step (another rank failed) ends the wait too. Without NCCL the
+ * event is polled with the same bound. */
 int cuda_wait_event(struct dcp_rank *r, CUevent ev, const char *what)
 {
     struct cuda_engine *ce = CE(r->engine);
     struct cuda_rank *cr = CR(r);
-    if (!cr->nccl_comm && ce->nccl)
-        return dcp_error(DCP_EABORTED, "the NCCL communicator was aborted");
-    if (!cr->nccl_comm)
-        return CU_CALL(&ce->cu->api, cuEventSynchronize, ev);
-    return dcp_nccl_wait(ce->nccl, &cr->nccl_comm, ce->cu, ev, r->engine->cfg->runtime.cuda.nccl_timeout_s, what);
+    if (!ce->nccl)
+        return cuda_wait_device(r, ev, what);
+    int err = use_rank(r);
+    if (err)
+        return err;
+    pthread_mutex_lock(&cr->comm_mu);
+    err = cr->nccl_comm ? dcp_nccl_wait_cancellable(ce->nccl, &cr->nccl_comm, ce->cu, ev, cuda_wait_bound(r->engine),
+                                                    what, &r->engine->aborted)
+                        : dcp_error(DCP_EABORTED, "%s: the step was aborted; NCCL communicator aborted", what);
+    pthread_mutex_unlock(&cr->comm_mu);
+    return err;
 }
 
 int cuda_synchronize(struct dcp_rank *r)
@@ -145,9 +244,7 @@ int cuda_timer_collect(struct dcp_rank *r)
     const struct dcp_cuda_api *api = &CE(r->engine)->cu->api;
     if (cr->timers_used == 0)
         return DCP_OK;
-    int err = use_rank(r);
-    if (!err)
-        err = CU_CALL(api, cuEventSynchronize, cr->timer_end[cr->timers_used - 1]);
+    int err = cuda_wait_device(r, cr->timer_end[cr->timers_used - 1], "profile timers");
     for (uint32_t i = 0; i < cr->timers_used && !err; i++) {
         float ms = 0;
         err = CU_CALL(api, cuEventElapsedTime, &ms, cr->timer_start[i], cr->timer_end[i]);
