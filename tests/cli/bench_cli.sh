@@ -3,6 +3,7 @@
 # contexts, 2 runs). Its JSON must give, for every case, the read-only stream as
 # the bandwidth reference with a ratio that is attention / stream, and the FMA
 # loop of the widest ISA with its flops ratio; the text table must name both.
+# DCP_CPU_ISA=baseline caps the CPU attention kernel: the backend line says so.
 set -u
 dcp_run=$1
 . "$(dirname "$0")/common.sh"
@@ -23,6 +24,7 @@ rows = d["results"]
 assert [(r["kind"], r["heads"]) for r in rows] == [("gqa", 8), ("mla", 16), ("mla", 128)], rows
 for r in rows:
     assert r["backend"].startswith("host "), r["backend"]
+    assert "attention kernel " in r["backend"], r["backend"]
     assert r["bandwidth_reference"] == "read", r
     assert r["reference_gbps"] > 0 and r["attention_gbps"] > 0, r
     assert math.isclose(r["bandwidth_ratio"], r["attention_gbps"] / r["reference_gbps"], rel_tol=1e-9), r
@@ -31,10 +33,12 @@ for r in rows:
     assert math.isclose(r["flops_ratio"], r["attention_gflops"] / r["fma_gflops"], rel_tol=1e-9), r
 PY
 
-"$dcp_run" bench --backend host --contexts 256 --repeat 1 --threads 1 --quiet >"$tmp/text" 2>"$tmp/err" ||
+DCP_CPU_ISA=baseline "$dcp_run" bench --backend host --contexts 256 --repeat 1 --threads 1 --quiet \
+    >"$tmp/text" 2>"$tmp/err" ||
     fail "bench exited $?: $(cat "$tmp/err")"
 cat "$tmp/text"
 grep -q 'read GB/s' "$tmp/text" || fail "no read GB/s column"
+grep -q 'attention kernel baseline)' "$tmp/text" || fail "DCP_CPU_ISA=baseline not in effect"
 grep -q 'FMA GFLOP/s' "$tmp/text" || fail "no FMA GFLOP/s column"
 [ "$(grep -cE '^(gqa|mla) ' "$tmp/text")" -eq 3 ] || fail "not 3 rows"
 echo ok

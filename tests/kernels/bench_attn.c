@@ -130,7 +130,8 @@ int main(int argc, char **argv)
     const char *filter = argc > 2 ? argv[2] : "";
     const char *variant = argc > 3 ? argv[3] : NULL;
     const int all = variant && !strcmp(variant, "all");
-    const enum dcpk_cpu_isa isa = dcpk_cpu_isa_select(all ? NULL : variant);
+    /* No variant named: the one dcpk_attn_cpu runs (DCP_CPU_ISA caps it). */
+    const enum dcpk_cpu_isa isa = variant ? dcpk_cpu_isa_select(all ? NULL : variant) : dcpk_cpu_isa_active();
     static const struct bench_case cases[] = {
         {"GQA bf16 8kv x8 D128", 8, 64, 128, 128, DCPK_BF16, 0},
         {"GQA fp16 8kv x8 D128", 8, 64, 128, 128, DCPK_FP16, 0},

@@ -15,6 +15,7 @@
 #include "backend/host/host_pool.h"
 #include "backend/select.h"
 #include "engine/engine_internal.h"
+#include "ptx/cpu/isa.h"
 #include "util/util.h"
 
 struct host_engine {
@@ -134,8 +135,8 @@ static int host_engine_init(const struct dcp_engine *e, void **state, struct dcp
     caps->head_tile = 0;
     caps->max_splits = h->threads_per_rank > 1 ? 2 * h->threads_per_rank : 1;
     caps->host_memory = true;
-    snprintf(caps->detail, sizeof(caps->detail), "%u CPU thread%s per rank, %u CPUs", h->threads_per_rank,
-             h->threads_per_rank == 1 ? "" : "s", cpus);
+    snprintf(caps->detail, sizeof(caps->detail), "%u CPU thread%s per rank, %u CPUs, attention kernel %s",
+             h->threads_per_rank, h->threads_per_rank == 1 ? "" : "s", cpus, dcpk_cpu_isa_name(dcpk_cpu_isa_active()));
     return DCP_OK;
 }
 
