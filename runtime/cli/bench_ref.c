@@ -87,8 +87,14 @@ __attribute__((target("avx512f"))) static uint64_t stream_avx512(const unsigned 
         s2 = _mm512_add_epi64(s2, _mm512_loadu_si512(p + i + 128));
         s3 = _mm512_add_epi64(s3, _mm512_loadu_si512(p + i + 192));
     }
-    const __m512i s = _mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3));
-    return (uint64_t)_mm512_reduce_add_epi64(s) + stream_generic(p + i, n - i);
+    /* Reduce in unsigned lanes: _mm512_reduce_add_epi64 adds signed long longs,
+     * and the sums of arbitrary bytes overflow them (UBSan: signed overflow). */
+    uint64_t lanes[8];
+    _mm512_storeu_si512(lanes, _mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+    uint64_t sum = 0;
+    for (int k = 0; k < 8; k++)
+        sum += lanes[k];
+    return sum + stream_generic(p + i, n - i);
 }
 #endif
 
