@@ -348,6 +348,15 @@ void dcp_module_unload(struct dcp_module **mod)
     *mod = NULL;
 }
 
+void dcp_module_abandon(struct dcp_module **mod)
+{
+    if (!mod || !*mod)
+        return;
+    free((*mod)->jit_info_log);
+    free(*mod);
+    *mod = NULL;
+}
+
 const struct dcp_embedded_module *dcp_embedded_module_find(const char *name)
 {
     for (size_t i = 0; name && i < dcp_embedded_module_count; i++)

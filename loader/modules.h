@@ -71,6 +71,13 @@ const char *dcp_module_report(const struct dcp_module *mod);
 /** Unloads the module; sets *mod to NULL. NULL and *mod == NULL are fine. */
 void dcp_module_unload(struct dcp_module **mod);
 
+/**
+ * Frees the host-side record of a module without unloading it from the driver,
+ * for a context whose device work never finished (unloading would wait for it):
+ * the driver's copy is leaked with that context. Sets *mod to NULL.
+ */
+void dcp_module_abandon(struct dcp_module **mod);
+
 /** The registry entry named name, or NULL. */
 const struct dcp_embedded_module *dcp_embedded_module_find(const char *name);
 

@@ -95,7 +95,8 @@ static int open_device(struct cuda_engine *ce, struct cuda_device *d, int ordina
 }
 
 /* A device where a rank was stuck keeps its module and context: unloading or
- * destroying them under a running kernel would wait for it. */
+ * destroying them under a running kernel would wait for it. Only the host-side
+ * bookkeeping of its module is freed. */
 static void close_device(struct cuda_engine *ce, struct cuda_device *d)
 {
     if (d->ctx_retained && !d->busy) {
@@ -103,6 +104,7 @@ static void close_device(struct cuda_engine *ce, struct cuda_device *d)
         dcp_module_unload(&d->module);
         ce->cu->api.cuDevicePrimaryCtxRelease(d->dev);
     }
+    dcp_module_abandon(&d->module);
     memset(d, 0, sizeof(*d));
 }
 
