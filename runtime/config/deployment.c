@@ -105,6 +105,7 @@ static int load_text(const char *name, const char *text, size_t len, const char 
 DCP_API int dcp_deployment_load_string(const char *name, const char *text, size_t len,
                                        dcp_diag *diag, dcp_deployment **out)
 {
+    dcp_clear_error();
     if (!out)
         return dcp_error(DCP_EINVAL, "dcp_deployment_load_string: out is NULL");
     *out = NULL;
@@ -115,6 +116,7 @@ DCP_API int dcp_deployment_load_string(const char *name, const char *text, size_
 
 DCP_API int dcp_deployment_load_file(const char *path, dcp_diag *diag, dcp_deployment **out)
 {
+    dcp_clear_error();
     if (!out)
         return dcp_error(DCP_EINVAL, "dcp_deployment_load_file: out is NULL");
     *out = NULL;
@@ -144,6 +146,7 @@ DCP_API int dcp_deployment_load_file(const char *path, dcp_diag *diag, dcp_deplo
 DCP_API int dcp_deployment_from_config(const struct dcp_config *cfg, dcp_diag *diag,
                                        dcp_deployment **out)
 {
+    dcp_clear_error();
     if (!out)
         return dcp_error(DCP_EINVAL, "dcp_deployment_from_config: out is NULL");
     *out = NULL;

@@ -154,6 +154,7 @@ static bool key_written(const struct config_key *k, const struct dcp_config *cfg
 
 DCP_API int dcp_deployment_to_json(const dcp_deployment *dep, char **out)
 {
+    dcp_clear_error();
     if (!out)
         return dcp_error(DCP_EINVAL, "dcp_deployment_to_json: out is NULL");
     *out = NULL;

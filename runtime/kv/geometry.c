@@ -10,6 +10,7 @@
 DCP_API int dcp_rank_geometry(const struct dcp_model_config *m, uint32_t tp, uint32_t dcp,
                               struct dcp_rank_geometry *g)
 {
+    dcp_clear_error();
     if (!m || !g)
         return dcp_error(DCP_EINVAL, "dcp_rank_geometry: model and geometry are required");
     memset(g, 0, sizeof(*g));

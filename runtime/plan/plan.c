@@ -200,6 +200,7 @@ bool dcp_plan_from_config(const struct dcp_config *cfg, struct dcp_plan *plan)
 
 DCP_API int dcp_plan_compute(const dcp_deployment *dep, struct dcp_plan *plan)
 {
+    dcp_clear_error();
     if (!dep || !plan)
         return dcp_error(DCP_EINVAL, "dcp_plan_compute: %s is NULL", dep ? "plan" : "deployment");
     if (!dcp_plan_from_config(dcp_deployment_config(dep), plan))

@@ -102,6 +102,7 @@ static int finish_create(dcp_sched *s, const struct dcp_sched_params *p, uint32_
 
 int dcp_sched_create(const struct dcp_sched_pool *pool, const struct dcp_sched_params *p, dcp_sched **out)
 {
+    dcp_clear_error();
     if (!pool || !p || !out)
         return dcp_error(DCP_EINVAL, "sched_create: NULL argument");
     *out = NULL;
@@ -132,6 +133,7 @@ int dcp_sched_create(const struct dcp_sched_pool *pool, const struct dcp_sched_p
 
 int dcp_sched_create_for_engine(dcp_engine *engine, const struct dcp_sched_params *p, dcp_sched **out)
 {
+    dcp_clear_error();
     if (!engine || !p || !out)
         return dcp_error(DCP_EINVAL, "sched_create_for_engine: NULL argument");
     *out = NULL;
@@ -199,6 +201,7 @@ static int grow_queue(dcp_sched *s, size_t need)
 
 int dcp_sched_add(dcp_sched *s, const struct dcp_serve_request *r, uint32_t *id)
 {
+    dcp_clear_error();
     if (!s || !r)
         return dcp_error(DCP_EINVAL, "sched_add: NULL argument");
     if (!r->prompt_tokens || !r->output_tokens || !isfinite(r->arrival) || r->arrival < 0 ||
@@ -461,6 +464,7 @@ static int plan_admissions(dcp_sched *s, uint64_t *budget, uint32_t *admitted)
 
 int dcp_sched_step(dcp_sched *s, double now, struct dcp_sched_step *step)
 {
+    dcp_clear_error();
     if (!s || !step)
         return dcp_error(DCP_EINVAL, "sched_step: NULL argument");
     memset(step, 0, sizeof(*step));
@@ -579,6 +583,7 @@ static int complete_entry(dcp_sched *s, const struct dcp_sched_entry *en, double
 
 int dcp_sched_complete(dcp_sched *s, double end)
 {
+    dcp_clear_error();
     if (!s)
         return dcp_error(DCP_EINVAL, "sched_complete: NULL argument");
     if (!s->in_step)
@@ -658,6 +663,9 @@ static int check_request(const dcp_sched *s, uint32_t i, uint32_t *counts)
 
 int dcp_sched_check(const dcp_sched *s)
 {
+    dcp_clear_error();
+    if (!s)
+        return dcp_error(DCP_EINVAL, "sched_check: NULL scheduler");
     int st = dcp_kv_check(s->kv);
     if (st)
         return st;

@@ -17,6 +17,7 @@ void dcp_step_model_default_params(struct dcp_step_model_params *p)
 int dcp_step_model_init(const dcp_deployment *dep, uint32_t dcp, const struct dcp_step_model_params *p,
                         struct dcp_step_model *m)
 {
+    dcp_clear_error();
     if (!dep || !p || !m)
         return dcp_error(DCP_EINVAL, "step_model_init: NULL argument");
     memset(m, 0, sizeof(*m));

@@ -413,6 +413,7 @@ static int check_options(const struct dcp_trace_options *o, double *ls, double *
 int dcp_trace_parse(const char *name, const char *text, size_t len, const struct dcp_trace_options *opts,
                     struct dcp_trace **out)
 {
+    dcp_clear_error();
     if (!out || (!text && len))
         return dcp_error(DCP_EINVAL, "trace_parse: NULL argument");
     *out = NULL;
@@ -459,6 +460,7 @@ int dcp_trace_parse(const char *name, const char *text, size_t len, const struct
 
 int dcp_trace_load(const char *path, const struct dcp_trace_options *opts, struct dcp_trace **out)
 {
+    dcp_clear_error();
     if (!path || !out)
         return dcp_error(DCP_EINVAL, "trace_load: NULL argument");
     *out = NULL;
@@ -552,6 +554,7 @@ static int synth_request(struct builder *b, const struct dcp_agentic_trace_param
 
 int dcp_trace_synthesize(const struct dcp_agentic_trace_params *p, struct dcp_trace **out)
 {
+    dcp_clear_error();
     if (!p || !out)
         return dcp_error(DCP_EINVAL, "trace_synthesize: NULL argument");
     *out = NULL;
@@ -581,6 +584,9 @@ int dcp_trace_synthesize(const struct dcp_agentic_trace_params *p, struct dcp_tr
 
 int dcp_trace_write_jsonl(const struct dcp_trace *t, const char *path)
 {
+    dcp_clear_error();
+    if (!t || !path)
+        return dcp_error(DCP_EINVAL, "trace_write_jsonl: NULL argument");
     FILE *f = fopen(path, "w");
     if (!f)
         return dcp_error(DCP_EIO, "%s: cannot write: %s", path, strerror(errno));

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "util/diag_internal.h"
+#include "util/util.h"
 
 struct dcp_diag {
     struct dcp_diag_entry *entries;
@@ -13,10 +14,11 @@ struct dcp_diag {
 
 DCP_API int dcp_diag_create(dcp_diag **out)
 {
+    dcp_clear_error();
     if (!out)
-        return DCP_EINVAL;
+        return dcp_error(DCP_EINVAL, "dcp_diag_create: out is NULL");
     *out = calloc(1, sizeof(**out));
-    return *out ? DCP_OK : DCP_ENOMEM;
+    return *out ? DCP_OK : dcp_error(DCP_ENOMEM, "dcp_diag_create: out of memory");
 }
 
 static void free_entry(struct dcp_diag_entry *e)

@@ -14,6 +14,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "dcp/plan.h"
+#include "dcp/serve.h"
 #include "engine_fixture.h"
 #include "test_util.h"
 
@@ -621,6 +623,77 @@ static void test_last_error(void **state)
     dcp_deployment_destroy(&dep);
 }
 
+/* The entries outside the engine (deployments, plans, traces, the scheduler, the
+ * diagnostics list, geometry) also name their argument errors and clear an older
+ * failure's message when they succeed. */
+static void test_last_error_other_entries(void **state)
+{
+    (void)state;
+    static const char yaml[] = "model:\n  name: t\n  attention: mla\n  layers: 1\n  query_heads: 4\n"
+                               "  kv_lora_rank: 64\n  rope_dim: 16\n  kv_dtype: bf16\n  parameters: 0\n"
+                               "hardware:\n  gpu: cpu\n  memory_gb: 0.01\n  hbm_gbps: 20\n  link_gbps: 10\n"
+                               "parallel:\n  tp: 2\n  dcp: 2\n"
+                               "memory:\n  reserve_gb: 0\n"
+                               "workload:\n  context_lengths: [256]\n"
+                               "runtime:\n  backend: host\n";
+    dcp_diag *diag = NULL;
+    EXPECT_MESSAGE(dcp_diag_create(NULL), DCP_EINVAL, "diag_create");
+    leave_stale_message();
+    assert_int_equal(dcp_diag_create(&diag), DCP_OK);
+    assert_string_equal(dcp_last_error(), "");
+
+    dcp_deployment *dep = NULL;
+    EXPECT_MESSAGE(dcp_deployment_load_string("t", yaml, sizeof(yaml) - 1, diag, NULL), DCP_EINVAL,
+                   "load_string");
+    leave_stale_message();
+    const int loaded = dcp_deployment_load_string("t", yaml, sizeof(yaml) - 1, diag, &dep);
+    if (loaded)
+        dcp_diag_print(diag, stderr);
+    assert_int_equal(loaded, DCP_OK);
+    assert_string_equal(dcp_last_error(), "");
+    leave_stale_message();
+    dcp_deployment *dep2 = NULL;
+    assert_int_equal(dcp_deployment_from_config(dcp_deployment_config(dep), diag, &dep2), DCP_OK);
+    assert_string_equal(dcp_last_error(), "");
+    dcp_deployment_destroy(&dep2);
+
+    char *json = NULL;
+    EXPECT_MESSAGE(dcp_deployment_to_json(dep, NULL), DCP_EINVAL, "to_json");
+    leave_stale_message();
+    assert_int_equal(dcp_deployment_to_json(dep, &json), DCP_OK);
+    assert_string_equal(dcp_last_error(), "");
+    free(json);
+
+    struct dcp_plan plan;
+    EXPECT_MESSAGE(dcp_plan_compute(NULL, &plan), DCP_EINVAL, "plan_compute");
+    leave_stale_message();
+    assert_int_equal(dcp_plan_compute(dep, &plan), DCP_OK);
+    assert_string_equal(dcp_last_error(), "");
+
+    struct dcp_rank_geometry g;
+    EXPECT_MESSAGE(dcp_rank_geometry(NULL, 2, 2, &g), DCP_EINVAL, "geometry");
+    leave_stale_message();
+    assert_int_equal(dcp_rank_geometry(&dcp_deployment_config(dep)->model, 2, 2, &g), DCP_OK);
+    assert_string_equal(dcp_last_error(), "");
+
+    static const char lengths[] = "100\n200\n";
+    struct dcp_trace *t = NULL;
+    const struct dcp_trace_options topts = {0};
+    EXPECT_MESSAGE(dcp_trace_parse("t", lengths, sizeof(lengths) - 1, &topts, NULL), DCP_EINVAL, "trace");
+    EXPECT_MESSAGE(dcp_trace_load(NULL, &topts, &t), DCP_EINVAL, "trace_load");
+    EXPECT_MESSAGE(dcp_trace_write_jsonl(NULL, NULL), DCP_EINVAL, "trace_write_jsonl");
+    leave_stale_message();
+    assert_int_equal(dcp_trace_parse("t", lengths, sizeof(lengths) - 1, &topts, &t), DCP_OK);
+    assert_string_equal(dcp_last_error(), "");
+    dcp_trace_destroy(&t);
+
+    EXPECT_MESSAGE(dcp_sched_check(NULL), DCP_EINVAL, "sched_check");
+    EXPECT_MESSAGE(dcp_sched_add(NULL, NULL, NULL), DCP_EINVAL, "sched_add");
+    EXPECT_MESSAGE(dcp_sched_step(NULL, 0, NULL), DCP_EINVAL, "sched_step");
+    dcp_deployment_destroy(&dep);
+    dcp_diag_destroy(&diag);
+}
+
 int main(void)
 {
     const int status = fixture_backend_check();
@@ -638,6 +711,7 @@ int main(void)
         cmocka_unit_test(test_barrier_timeout),
         cmocka_unit_test(test_abort_call),
         cmocka_unit_test(test_last_error),
+        cmocka_unit_test(test_last_error_other_entries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
