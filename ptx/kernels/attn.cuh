@@ -37,6 +37,7 @@ struct AttnCfg {
     static constexpr int kQK = QK, kDV = DV, kShared = SHARED, kNT = NT, kRows = ROWS, kTK = TK;
     static constexpr uint32_t kDtype = DT;
     static constexpr int kEsize = elem_bytes<DT>();
+    static constexpr bool kScaled = elem_scaled<DT>(); // fp8: read back x kv_scale
     static constexpr int kCE = 16 / kEsize;   // elements per 16-byte chunk
     static constexpr int kPieces = kCE / 4;   // float4 pieces per chunk
     static constexpr int kNchK = DCPK_ATTN_CHUNKS(QK, kEsize);
@@ -173,7 +174,7 @@ class AttnBlock {
     __device__ void stage_rows(uint32_t first, uint32_t nvalid)
     {
         const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-        const float qscale = p_.scale * kLog2e * (C::kDtype == DCPK_FP8_E4M3 ? p_.kv_scale : 1.f);
+        const float qscale = p_.scale * kLog2e * (C::kScaled ? p_.kv_scale : 1.f);
         for (int r = warp; r < C::kRows; r += C::kNT / 32) {
             float *qs = q_smem() + r * C::kQK;
             const bool valid = (uint32_t)r < nvalid;
@@ -371,7 +372,7 @@ class AttnBlock {
         const int dg = threadIdx.x % C::kDG, rg = threadIdx.x / C::kDG;
         if (rg >= C::kRG)
             return;
-        const float vscale = C::kDtype == DCPK_FP8_E4M3 ? p_.kv_scale : 1.f;
+        const float vscale = C::kScaled ? p_.kv_scale : 1.f;
 #pragma unroll
         for (int r = 0; r < C::kOR; r++) {
             const uint32_t prow = rg * C::kOR + r;
@@ -488,7 +489,10 @@ __device__ __forceinline__ void attn_kernel(const dcpk_attn_params &p)
 
 } // namespace dcpk
 
+/* esize (the shared-memory plan's element size, variants.h) must be the dtype's
+ * size from DCPK_DTYPES: a row that disagrees fails the kernel build. */
 #define DCPK_ATTN_ENTRY(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize)                  \
+    static_assert(dcpk::elem_bytes<dtype>() == (esize), "variants.h: esize of " #dt " is not its DCPK_DTYPES size"); \
     extern "C" __global__ void __launch_bounds__(threads, (threads) <= 128 ? 4 : 1) dcpk_attn__##layout##_##dt(const dcpk_attn_params p) \
     {                                                                                                  \
         dcpk::attn_kernel<dcpk::AttnCfg<qk, v, shared, dtype, threads, rows, tile>>(p);                \

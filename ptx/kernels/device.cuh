@@ -24,9 +24,24 @@ __device__ __forceinline__ float neg_inf() { return __uint_as_float(0xff800000u)
 
 /* ---- element types ------------------------------------------------------ */
 
-/** Bytes of one cache element of dtype DT (compile-time twin of dcpk_dtype_size). */
+/** Bytes of one cache element of dtype DT: dcpk_dtype_size at compile time, from the
+ * same DCPK_DTYPES rows (0 for an unknown dtype, which no entry instantiates). */
 template <uint32_t DT>
-constexpr int elem_bytes() { return DT == DCPK_FP32 ? 4 : DT == DCPK_FP8_E4M3 ? 1 : 2; }
+constexpr int elem_bytes()
+{
+#define DCPK_ELEM_BYTES_(NAME, name, bytes, scaled, wire) DT == DCPK_##NAME ? (bytes) :
+    return DCPK_DTYPES(DCPK_ELEM_BYTES_) 0;
+#undef DCPK_ELEM_BYTES_
+}
+
+/** Whether dtype DT is stored scaled by kv_scale: dcpk_dtype_scaled at compile time. */
+template <uint32_t DT>
+constexpr bool elem_scaled()
+{
+#define DCPK_ELEM_SCALED_(NAME, name, bytes, scaled, wire) ((scaled) && DT == DCPK_##NAME) ||
+    return DCPK_DTYPES(DCPK_ELEM_SCALED_) false;
+#undef DCPK_ELEM_SCALED_
+}
 
 /** Word w (0..3) of a 16-byte chunk; w is a compile-time constant after unrolling. */
 __device__ __forceinline__ uint32_t chunk_word(const uint4 &c, int w)

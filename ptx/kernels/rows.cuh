@@ -23,9 +23,9 @@ DCPK_SIMPLE_KERNELS(DCPK_BLOCK_OF)
 __device__ __forceinline__ void store_row(uint64_t dst, uint64_t dst_idx, const float *src, uint32_t n,
                                           uint32_t dtype, float inv_scale)
 {
-    const float mul = dtype == DCPK_FP8_E4M3 ? inv_scale : 1.f;
+    const bool scaled = dcpk_dtype_scaled(dtype);
     for (uint32_t d = threadIdx.x; d < n; d += blockDim.x) {
-        const float v = dtype == DCPK_FP8_E4M3 ? src[d] * mul : src[d];
+        const float v = scaled ? src[d] * inv_scale : src[d];
         store_as(dst, dst_idx + d, dtype, v);
     }
 }
@@ -73,7 +73,7 @@ extern "C" __global__ void __launch_bounds__(dcpk::kBlock_fill) dcpk_fill(const 
         for (uint64_t i = threadIdx.x; i < row_len; i += blockDim.x) {
             const uint32_t head = (uint32_t)(i / p.dim), d = (uint32_t)(i % p.dim);
             float v = p.amplitude * dcpk_synth_unit(p.seed, key, p.head_offset + head, d);
-            if (p.dtype == DCPK_FP8_E4M3)
+            if (dcpk_dtype_scaled(p.dtype))
                 v *= p.inv_scale;
             dcpk::store_as(p.dst, row * row_len + i, p.dtype, v);
         }

@@ -13,7 +13,7 @@
 
 static int aligned(uint64_t addr, uint64_t to) { return addr % to == 0; }
 
-static int known_dtype(uint32_t dtype) { return dtype <= DCPK_FP8_E4M3; }
+static int known_dtype(uint32_t dtype) { return dtype < DCPK_DTYPE_COUNT; }
 
 /* Mirrors attn_launch_ok (ptx/kernels/attn.cuh), plus the head split. */
 static const char *attn_problem(const struct dcpk_attn_variant *v, uint32_t threads, uint32_t smem,
