@@ -46,6 +46,13 @@ DCP_API int dcp_rank_geometry(const struct dcp_model_config *m, uint32_t tp, uin
  */
 DCP_API uint32_t dcp_rank_geometry_kv_head0(const struct dcp_rank_geometry *g, uint32_t tp_rank);
 
+/**
+ * Global KV head that global query head q_head reads: floor(q_head / G) with
+ * G = num_q_heads / num_kv_heads (GQA/MHA); 0 for MLA (docs/design.md, "One
+ * decode step"). 0 when the model has no KV heads.
+ */
+DCP_API uint32_t dcp_model_kv_head_of(const struct dcp_model_config *m, uint32_t q_head);
+
 /** Where one GPU's memory goes, per TP rank (bytes). */
 struct dcp_kv_budget {
     double usable_bytes;   ///< hardware memory x memory.gpu_fraction.

@@ -58,6 +58,8 @@ struct dcp_plan_comm {
     double total_send;      ///< Sum of the sends.
     double total_recv;      ///< Sum of the receives.
     uint32_t collectives;   ///< Collectives per layer per step (Q gather + merge).
+    bool packed_lse;        ///< The scheme sends each partial output row with its LSE in one
+                            ///< all-to-all (a2a); false: LSE AllGather + ReduceScatter (ag_rs).
 };
 
 /** Where DCP's communication costs less than the KV read it saves. An estimate. */

@@ -54,3 +54,8 @@ int dcp_backend_open(const struct dcp_engine *e, struct dcp_backend_choice *out)
                  auto_order[i + 1].label);
     }
 }
+
+bool dcp_backend_spans_processes(enum dcp_backend_kind kind)
+{
+    return kind != DCP_BACKEND_HOST;
+}

@@ -28,4 +28,11 @@ struct dcp_backend_choice {
  */
 int dcp_backend_open(const struct dcp_engine *e, struct dcp_backend_choice *out);
 
+/**
+ * Whether a backend of this kind may run one TP rank per process (a launcher's
+ * rank): the host backend keeps every rank in this process; cuda and auto may
+ * drive one GPU per process over NCCL.
+ */
+bool dcp_backend_spans_processes(enum dcp_backend_kind kind);
+
 #endif /* DCP_BACKEND_SELECT_H */

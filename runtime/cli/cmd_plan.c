@@ -279,7 +279,6 @@ static void comm_row(struct cli_table *t, const char *label, double send, double
 static void print_comm(const struct dcp_config *cfg, const struct dcp_plan *plan)
 {
     const struct dcp_plan_comm *comm = &plan->comm;
-    const bool ag_rs = cfg->parallel.comm == DCP_COMM_AG_RS;
     printf("\nCommunication per rank, per layer, per query token (%s, %s on the wire)\n",
            dcp_comm_scheme_name(cfg->parallel.comm), dcp_dtype_name(cfg->parallel.comm_dtype));
     if (cfg->parallel.dcp == 1) {
@@ -294,11 +293,11 @@ static void print_comm(const struct dcp_config *cfg, const struct dcp_plan *plan
     cli_table_cell(&t, "receive");
     comm_row(&t, cfg->parallel.replicate_q ? "Q AllGather (replicate_q: none)" : "Q AllGather",
              comm->q_gather_send, comm->q_gather_recv);
-    if (ag_rs) {
+    if (comm->packed_lse) {
+        comm_row(&t, "outputs + LSEs all-to-all", comm->out_send, comm->out_recv);
+    } else {
         comm_row(&t, "LSE AllGather", comm->lse_send, comm->lse_recv);
         comm_row(&t, "output ReduceScatter", comm->out_send, comm->out_recv);
-    } else {
-        comm_row(&t, "outputs + LSEs all-to-all", comm->out_send, comm->out_recv);
     }
     comm_row(&t, "total", comm->total_send, comm->total_recv);
     cli_table_print(&t, stdout, 2);

@@ -234,7 +234,7 @@ static void check_row(struct replay_exec *x, const dcp_sched *s, uint32_t r, uin
     const struct dcp_model_config *m = &x->cfg->model;
     const uint32_t qk = x->info.qk_dim, vd = x->info.v_dim, layer = x->info.num_layers - 1;
     const uint32_t hq = x->q_head0;
-    const uint32_t hk = x->mla ? 0 : hq / (m->num_q_heads / m->num_kv_heads);
+    const uint32_t hk = dcp_model_kv_head_of(m, hq);
     const uint64_t sq = stream_seed(x->seed, layer, TENSOR_Q), sk = stream_seed(x->seed, layer, TENSOR_K),
                    sv = stream_seed(x->seed, layer, TENSOR_V);
     double q[1024], k[1024], acc[1024];

@@ -253,8 +253,7 @@ struct ref_row {
 /* KV head a global query head reads. */
 static uint32_t kv_head_of(const struct run_setup *s, uint32_t q_head)
 {
-    const struct dcp_model_config *m = &s->cfg->model;
-    return s->mla ? 0 : q_head / (m->num_q_heads / m->num_kv_heads);
+    return dcp_model_kv_head_of(&s->cfg->model, q_head);
 }
 
 /* Streams the sequence's keys once for all rows that share kv_head, updating each

@@ -42,7 +42,7 @@ DCP_API void dcp_engine_default_params(struct dcp_engine_params *p)
  * process drives the one TP rank the launcher gave it, unless the caller chose. */
 static int adopt_launcher_rank(struct dcp_engine *e)
 {
-    if (e->params.rank_count || e->params.rank_begin || e->cfg->runtime.backend == DCP_BACKEND_HOST)
+    if (e->params.rank_count || e->params.rank_begin || !dcp_backend_spans_processes(e->cfg->runtime.backend))
         return DCP_OK;
     struct dcp_launch_env env;
     int err = dcp_launch_env_detect(&env);
@@ -392,6 +392,8 @@ static size_t kernel_scratch(const struct dcp_engine *e)
     const struct dcpk_fill_params fill = {
         .rows = e->max_tokens, .heads = e->gathered_heads, .dim = e->qk_dim, .dtype = e->dtype,
     };
+    /* Every family is sized here: a new one in DCPK_KERNEL_FAMILIES must be added. */
+    _Static_assert(DCPK_KERNEL_COUNT == 6, "kernel_scratch: size the scratch of every kernel family");
     size_t need = dcpk_kernels[DCPK_KERNEL_attn].scratch(&attn);
     need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_merge].scratch(&merge));
     need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_lse_scale].scratch(&scale));

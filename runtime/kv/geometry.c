@@ -55,6 +55,13 @@ DCP_API int dcp_rank_geometry(const struct dcp_model_config *m, uint32_t tp, uin
     return DCP_OK;
 }
 
+DCP_API uint32_t dcp_model_kv_head_of(const struct dcp_model_config *m, uint32_t q_head)
+{
+    if (!m || m->attention == DCP_ATTN_MLA || m->num_kv_heads == 0 || m->num_q_heads < m->num_kv_heads)
+        return 0;
+    return q_head / (m->num_q_heads / m->num_kv_heads);
+}
+
 DCP_API uint32_t dcp_rank_geometry_kv_head0(const struct dcp_rank_geometry *g, uint32_t tp_rank)
 {
     return g && g->kv_replicas ? tp_rank / g->kv_replicas * g->kv_heads_per_rank : 0;

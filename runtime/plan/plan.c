@@ -137,6 +137,7 @@ static void plan_comm(const struct dcp_config *cfg, struct dcp_plan_comm *out)
         out->collectives++;
     }
     const struct dcp_merge_scheme *ms = dcp_merge_scheme(cfg->parallel.comm);
+    out->packed_lse = ms->packed_lse;
     if (ms->packed_lse) {
         out->out_send = out->out_recv = peers * heads * (v_dim * wire + LSE_BYTES);
     } else {

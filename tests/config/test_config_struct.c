@@ -271,7 +271,7 @@ static void test_sizes(void **state)
     assert_float_equal(dcp_weight_dtype_bytes((enum dcp_weight_dtype)7), 0, 0);
 }
 
-/* Brief section 6: KV bytes per token per layer and over all layers. */
+/* docs/design.md §6: KV bytes per token per layer and over all layers. */
 static void test_kv_geometry(void **state)
 {
     (void)state;

@@ -105,7 +105,7 @@ static void gqa(struct dcp_config *cfg, const char *name, uint32_t layers, uint3
     set_contexts(cfg, trace_lengths, 6);
 }
 
-/* Brief section 6: KV bytes per token of the whole model (tp 1 stores everything once). */
+/* docs/design.md §6: KV bytes per token of the whole model (tp 1 stores everything once). */
 static void test_kv_bytes_per_token_anchors(void **state)
 {
     (void)state;
