@@ -3,6 +3,7 @@
 #   simulate: the shipped Mooncake excerpt on the Kimi K2 8xB200 deployment, --json and
 #     --plot: both layouts complete every request; the SVG parses as XML and its series
 #     (concurrency and KV use per layout, the bars) agree with the JSON;
+#   the text table on a wide case: no two cells run together;
 #   execute (host backend, default deployment): a prefix-heavy trace in a KV budget small
 #     enough to preempt, with 2 MTP drafts a step, every request arriving at once (closed
 #     loop, --clients 12: executed steps take wall time, so open-loop arrivals would overlap
@@ -53,6 +54,34 @@ for name, short in (("tp_baseline", "tp"), ("dcp", "dcp")):
     assert abs(bar - x["output_tok_s_per_gpu"]) <= 1e-4 * x["output_tok_s_per_gpu"], (bar, x)
     assert abs(float(ids["bar-ttft-" + short].get("data-value")) - x["ttft_p50"]) <= 1e-4 * x["ttft_p50"]
 print("simulate ok")
+PY
+
+# The text table: a wide case (TTFT in hours) keeps every cell apart (the TTFT cells ran
+# together at 30 characters).
+wide="--trace $excerpt --simulate --length-scale 40 --time-scale 0.01 --quiet"
+# shellcheck disable=SC2086 # $wide is a list of arguments
+"$dcp_run" replay "$root/configs/kimi-k2-8xb200.yaml" $wide >"$tmp/wide.txt" 2>"$tmp/err" ||
+    fail "wide text: $(cat "$tmp/err")"
+# shellcheck disable=SC2086
+"$dcp_run" replay "$root/configs/kimi-k2-8xb200.yaml" $wide --json >"$tmp/wide.json" 2>"$tmp/err" ||
+    fail "wide json: $(cat "$tmp/err")"
+python3 - "$tmp/wide.txt" "$tmp/wide.json" <<'PY' || fail "text table: $(cat "$tmp/wide.txt")"
+import json, re, sys
+lines = open(sys.argv[1]).read().split("\n")
+lay = json.load(open(sys.argv[2]))["layouts"]
+top = lines.index("") + 1          # the table follows the first blank line
+end = lines.index("", top)
+head, rows = lines[top], lines[top + 1:end]
+cells = lambda l: re.split(r" {2,}", l.strip())
+assert cells(head) == ["TP baseline (dcp=1)", "DCP (dcp=8)"], head
+table = {}
+for l in rows:
+    c = cells(l)
+    assert len(c) == 1 + len(lay), "cells run together: %r" % l
+    table[c[0]] = c[1:]
+ttft = table["TTFT p50 / p90 / p99"]
+assert max(map(len, ttft)) >= 30, ttft   # the case is wide enough to have glued
+print("text table ok")
 PY
 
 # The model's qualitative prediction (docs/serving.md): on the synthetic agentic trace,
