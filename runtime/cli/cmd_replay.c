@@ -339,6 +339,7 @@ static void print_text(const struct dcp_config *cfg, const struct replay_opts *o
         cli_fmt_count(b, r[i].tokens_per_block));
     ROW("requests completed", "%u of %u", r[i].finished, r[i].requests);
     ROW("rejected (never fit)", "%u", r[i].rejected);
+    ROW("  reason: pool / context", "%u / %u", r[i].rejected_pool, r[i].rejected_context);
     ROW("output tok/s per GPU", "%.1f", r[i].tok_s_gpu);
     ROW("makespan", "%.1f s", r[i].makespan);
     ROW("TTFT p50 / p90 / p99", "%.2f / %.2f / %.2f s", r[i].ttft[0], r[i].ttft[1], r[i].ttft[2]);

@@ -3,7 +3,7 @@
 #   simulate: the shipped Mooncake excerpt on the Kimi K2 8xB200 deployment, --json and
 #     --plot: both layouts complete every request; the SVG parses as XML and its series
 #     (concurrency and KV use per layout, the bars) agree with the JSON;
-#   the text table on a wide case: no two cells run together;
+#   the text table on a wide case: no two cells run together, rejection reasons as in the JSON;
 #   execute (host backend, default deployment): a prefix-heavy trace in a KV budget small
 #     enough to preempt, with 2 MTP drafts a step, every request arriving at once (closed
 #     loop, --clients 12: executed steps take wall time, so open-loop arrivals would overlap
@@ -56,8 +56,9 @@ for name, short in (("tp_baseline", "tp"), ("dcp", "dcp")):
 print("simulate ok")
 PY
 
-# The text table: a wide case (TTFT in hours) keeps every cell apart (the TTFT cells ran
-# together at 30 characters).
+# The text table: a wide case (TTFT in hours, TP rejecting requests that DCP holds) keeps
+# every cell apart (the TTFT cells ran together at 30 characters), and the rejection
+# reasons printed agree with the JSON.
 wide="--trace $excerpt --simulate --length-scale 40 --time-scale 0.01 --quiet"
 # shellcheck disable=SC2086 # $wide is a list of arguments
 "$dcp_run" replay "$root/configs/kimi-k2-8xb200.yaml" $wide >"$tmp/wide.txt" 2>"$tmp/err" ||
@@ -81,6 +82,9 @@ for l in rows:
     table[c[0]] = c[1:]
 ttft = table["TTFT p50 / p90 / p99"]
 assert max(map(len, ttft)) >= 30, ttft   # the case is wide enough to have glued
+assert table["rejected (never fit)"] == [str(x["rejected"]) for x in lay]
+assert table["reason: pool / context"] == ["%d / %d" % (x["rejected_pool"], x["rejected_context"]) for x in lay]
+assert lay[0]["rejected_pool"] > 0 and lay[1]["rejected"] == 0, lay
 print("text table ok")
 PY
 
