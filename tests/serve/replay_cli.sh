@@ -12,6 +12,8 @@
 #     of requests served from the prefix cache and of preempted-then-recomputed ones; the
 #     output digests equal those of a run with ample KV, no prefix cache and no MTP
 #     (identical outputs: recompute, cache hits and truncated drafts change nothing);
+#   execute the Mooncake excerpt (first 20 requests, scaled to CPU size): all complete in
+#     both layouts and the check passes;
 #   bad traces (a missing field, a FIFO) and bad usage: exit 1 / 2 with the reason.
 set -u
 dcp_run=$1
@@ -156,6 +158,24 @@ for a, b in zip(tight["layouts"], ample["layouts"]):
 assert pre > 0, "no preempted request was checked"
 assert cached > 0, "no request served from the prefix cache was checked"
 print("execute ok: %d checked rows of preempted requests, %d of cached ones" % (pre, cached))
+PY
+
+# The shipped Mooncake excerpt executed (as docs/serving.md runs it, first 20 requests):
+# every request completes in both layouts and the check passes, with a row for every
+# request that decodes (more than one output token).
+"$dcp_run" replay --trace "$excerpt" --length-scale 0.05 --output-scale 0.1 --limit 20 --backend host --json \
+    --quiet >"$tmp/mooncake.json" 2>"$tmp/err" || fail "execute the excerpt: $(cat "$tmp/err")"
+python3 - "$tmp/mooncake.json" "$excerpt" <<'PY' || fail "executed excerpt"
+import json, math, sys
+d = json.load(open(sys.argv[1]))
+outs = [json.loads(l)["output_length"] for l in open(sys.argv[2]).readlines()[:20]]
+decoding = sum(max(1, math.floor(o * 0.1 + 0.5)) > 1 for o in outs)
+assert d["simulate"] is False and d["requests"] == 20 and decoding > 10, (d["requests"], decoding)
+assert [x["name"] for x in d["layouts"]] == ["tp_baseline", "dcp"]
+for x in d["layouts"]:
+    assert x["completed"] == x["requests"] == 20 and x["rejected"] == 0, x
+    assert x["check"]["pass"] is True and x["check"]["rows"] >= decoding, (x["name"], x["check"], decoding)
+print("executed excerpt ok: %s checked rows" % " / ".join(str(x["check"]["rows"]) for x in d["layouts"]))
 PY
 
 # Bad traces: the reason with its line, nothing on stdout.
