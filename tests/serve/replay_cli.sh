@@ -4,6 +4,7 @@
 #     --plot: both layouts complete every request; the SVG parses as XML and its series
 #     (concurrency and KV use per layout, the bars) agree with the JSON;
 #   the text table on a wide case: no two cells run together, rejection reasons as in the JSON;
+#     the plots' labels inside the viewBox, apart, bar values to 3 significant digits;
 #   execute (host backend, default deployment): a prefix-heavy trace in a KV budget small
 #     enough to preempt, with 2 MTP drafts a step, every request arriving at once (closed
 #     loop, --clients 12: executed steps take wall time, so open-loop arrivals would overlap
@@ -63,7 +64,7 @@ PY
 # reasons printed agree with the JSON.
 wide="--trace $excerpt --simulate --length-scale 40 --time-scale 0.01 --quiet"
 # shellcheck disable=SC2086 # $wide is a list of arguments
-"$dcp_run" replay "$root/configs/kimi-k2-8xb200.yaml" $wide >"$tmp/wide.txt" 2>"$tmp/err" ||
+"$dcp_run" replay "$root/configs/kimi-k2-8xb200.yaml" $wide --plot "$tmp/wide.svg" >"$tmp/wide.txt" 2>"$tmp/err" ||
     fail "wide text: $(cat "$tmp/err")"
 # shellcheck disable=SC2086
 "$dcp_run" replay "$root/configs/kimi-k2-8xb200.yaml" $wide --json >"$tmp/wide.json" 2>"$tmp/err" ||
@@ -88,6 +89,36 @@ assert table["rejected (never fit)"] == [str(x["rejected"]) for x in lay]
 assert table["reason: pool / context"] == ["%d / %d" % (x["rejected_pool"], x["rejected_context"]) for x in lay]
 assert lay[0]["rejected_pool"] > 0 and lay[1]["rejected"] == 0, lay
 print("text table ok")
+PY
+
+# The plots' text (the excerpt's and the wide one's, with 5-digit times): every label
+# inside the viewBox and clear of every other (from an estimated width: 0.6 font sizes a
+# character); bar labels give their value to 3 significant digits (8.56 was "9").
+python3 - "$tmp/plot.svg" "$tmp/wide.svg" <<'PY' || fail "plot text"
+import sys
+import xml.etree.ElementTree as ET
+for path in sys.argv[1:]:
+    svg = ET.parse(path).getroot()
+    vx, vy, vw, vh = map(float, svg.get("viewBox").split())
+    boxes = []
+    for t in svg.iter("{http://www.w3.org/2000/svg}text"):
+        s, fs = t.text or "", float(t.get("font-size"))
+        x, y, w = float(t.get("x")), float(t.get("y")), 0.6 * fs * len(t.text or "")
+        x0 = {"start": x, "middle": x - w / 2, "end": x - w}[t.get("text-anchor", "start")]
+        b = (x0, y - 0.75 * fs, x0 + w, y + 0.25 * fs, s)
+        assert vx <= b[0] and b[2] <= vx + vw and vy <= b[1] and b[3] <= vy + vh, (path, "outside", b)
+        for o in boxes:
+            assert b[2] <= o[0] or o[2] <= b[0] or b[3] <= o[1] or o[3] <= b[1], (path, "overlap", b, o)
+        boxes.append(b)
+    ids = {e.get("id"): e for e in svg.iter() if e.get("id")}
+    bars = [k for k in ids if k.startswith("bar-")]
+    assert len(bars) == 8, bars
+    for k in bars:
+        v, label = float(ids[k].get("data-value")), ids["label-" + k[4:]].text
+        assert abs(float(label.replace(",", "")) - v) <= 0.005 * v, (path, k, v, label)
+    if path == sys.argv[-1]:  # the wide plot's last time label ("25,000 s") sits at the right edge
+        assert max(b[2] for b in boxes if b[4].endswith(",000 s")) >= vx + vw - 60, "no wide label at the edge"
+print("plot text ok")
 PY
 
 # The model's qualitative prediction (docs/serving.md): on the synthetic agentic trace,
