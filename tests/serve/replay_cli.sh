@@ -14,7 +14,8 @@
 #     output digests equal those of a run with ample KV, no prefix cache and no MTP
 #     (identical outputs: recompute, cache hits and truncated drafts change nothing);
 #   execute the Mooncake excerpt (first 20 requests, scaled to CPU size): all complete in
-#     both layouts and the check passes;
+#     both layouts and the check passes; no progress line when stderr is a file, one on a
+#     terminal (under script, when installed);
 #   bad traces (a missing field, a FIFO) and bad usage: exit 1 / 2 with the reason.
 set -u
 dcp_run=$1
@@ -194,8 +195,12 @@ PY
 # The shipped Mooncake excerpt executed (as docs/serving.md runs it, first 20 requests):
 # every request completes in both layouts and the check passes, with a row for every
 # request that decodes (more than one output token).
-"$dcp_run" replay --trace "$excerpt" --length-scale 0.05 --output-scale 0.1 --limit 20 --backend host --json \
-    --quiet >"$tmp/mooncake.json" 2>"$tmp/err" || fail "execute the excerpt: $(cat "$tmp/err")"
+# Without --quiet, but stderr is a file: no progress line in it.
+excerpt_exec="--trace $excerpt --length-scale 0.05 --output-scale 0.1 --limit 20 --backend host --json"
+# shellcheck disable=SC2086 # a list of arguments
+"$dcp_run" replay $excerpt_exec >"$tmp/mooncake.json" 2>"$tmp/err" || fail "execute the excerpt: $(cat "$tmp/err")"
+grep -q "replay TP baseline" "$tmp/err" && fail "progress line written to a file: $(cat "$tmp/err")"
+[ -s "$tmp/err" ] && fail "execute the excerpt wrote to stderr: $(cat "$tmp/err")"
 python3 - "$tmp/mooncake.json" "$excerpt" <<'PY' || fail "executed excerpt"
 import json, math, sys
 d = json.load(open(sys.argv[1]))
@@ -208,6 +213,29 @@ for x in d["layouts"]:
     assert x["check"]["pass"] is True and x["check"]["rows"] >= decoding, (x["name"], x["check"], decoding)
 print("executed excerpt ok: %s checked rows" % " / ".join(str(x["check"]["rows"]) for x in d["layouts"]))
 PY
+
+# The progress line on a terminal: the same run with stderr on a pseudo-terminal (script,
+# from util-linux) shows "replay <layout>: done/total (..%" for each layout that ran
+# long enough to draw it (it first draws after 0.5 s), and the results do not change.
+if command -v script >/dev/null 2>&1; then
+    script -qec "'$dcp_run' replay $excerpt_exec >'$tmp/tty.json'" /dev/null </dev/null >"$tmp/tty.out" 2>&1 ||
+        fail "execute on a terminal: $(cat "$tmp/tty.out")"
+    python3 - "$tmp/tty.json" "$tmp/tty.out" "$tmp/mooncake.json" <<'PY' || fail "progress line"
+import json, re, sys
+d, term, ref = json.load(open(sys.argv[1])), open(sys.argv[2], errors="replace").read(), json.load(open(sys.argv[3]))
+shown = 0
+for x, r in zip(d["layouts"], ref["layouts"]):
+    assert x["check"]["digest"] == r["check"]["digest"] and x["completed"] == 20, (x, r)
+    label = "TP baseline" if x["dcp"] == 1 else "DCP"
+    if x["wall_seconds"] >= 1.0:
+        assert re.search(r"replay %s: \d+/20 \(\d+%%" % label, term), (label, x["wall_seconds"], term)
+        shown += 1
+assert "\033[K" not in term or term.rstrip("\r\n").endswith("\033[K"), "progress line not cleared: %r" % term[-80:]
+print("progress line ok (%d of %d layouts ran long enough to show it)" % (shown, len(d["layouts"])))
+PY
+else
+    echo "script (util-linux) not found: progress line on a terminal not checked"
+fi
 
 # Bad traces: the reason with its line, nothing on stdout.
 head -2 "$excerpt" >"$tmp/bad.jsonl"
