@@ -17,6 +17,7 @@
 #include "progress.h"
 #include "replay.h"
 #include "run_common.h"
+#include "table.h"
 
 /* ---- the loop -------------------------------------------------------------------------- */
 
@@ -313,27 +314,32 @@ static void print_text(const struct dcp_config *cfg, const struct replay_opts *o
            o->sched.mtp_drafts);
     if (o->sched.mtp_drafts)
         printf(" (acceptance %g)", o->sched.mtp_acceptance);
-    printf("\n\n%-30s", "");
+    printf("\n\n");
+    /* Columns sized to their widest cell, two spaces apart: wide values (TTFT in
+     * hours) never run into the next column. */
+    struct cli_table tb;
+    cli_table_init(&tb, (unsigned)n + 1);
+    cli_table_row(&tb);
+    cli_table_cell(&tb, "%s", "");
     for (int i = 0; i < n; i++) {
-        char h[48];
-        snprintf(h, sizeof(h), r[i].dcp == 1 ? "TP baseline (dcp=1)" : "DCP (dcp=%u)", r[i].dcp);
-        printf("%30s", h);
+        if (r[i].dcp == 1)
+            cli_table_cell(&tb, "TP baseline (dcp=1)");
+        else
+            cli_table_cell(&tb, "DCP (dcp=%u)", r[i].dcp);
     }
-    printf("\n");
-    char cell[80], a[CLI_FMT_LEN], b[CLI_FMT_LEN];
-#define ROW(label, ...)                                \
-    do {                                               \
-        printf("%-30s", label);                        \
-        for (int i = 0; i < n; i++) {                  \
-            snprintf(cell, sizeof(cell), __VA_ARGS__); \
-            printf("%30s", cell);                      \
-        }                                              \
-        printf("\n");                                  \
+    char a[CLI_FMT_LEN], b[CLI_FMT_LEN];
+#define ROW(label, ...)                          \
+    do {                                         \
+        cli_table_row(&tb);                      \
+        cli_table_cell(&tb, "%s", label);        \
+        for (int i = 0; i < n; i++)              \
+            cli_table_cell(&tb, __VA_ARGS__);    \
     } while (0)
     ROW("KV pool (blocks x tokens)", "%s x %s", cli_fmt_count(a, r[i].num_blocks),
         cli_fmt_count(b, r[i].tokens_per_block));
     ROW("requests completed", "%u of %u", r[i].finished, r[i].requests);
     ROW("rejected (never fit)", "%u", r[i].rejected);
+    ROW("  reason: pool / context", "%u / %u", r[i].rejected_pool, r[i].rejected_context);
     ROW("output tok/s per GPU", "%.1f", r[i].tok_s_gpu);
     ROW("makespan", "%.1f s", r[i].makespan);
     ROW("TTFT p50 / p90 / p99", "%.2f / %.2f / %.2f s", r[i].ttft[0], r[i].ttft[1], r[i].ttft[2]);
@@ -357,6 +363,7 @@ static void print_text(const struct dcp_config *cfg, const struct replay_opts *o
         ROW("output digest", "%016llx", (unsigned long long)r[i].check.digest);
     }
 #undef ROW
+    cli_table_print(&tb, stdout, 0);
     if (n == 2 && r[0].tok_s_gpu > 0)
         printf("\nDCP / TP: %.2fx output tok/s per GPU, %.2fx mean concurrency.\n", r[1].tok_s_gpu / r[0].tok_s_gpu,
                r[0].conc_mean > 0 ? r[1].conc_mean / r[0].conc_mean : 0.0);

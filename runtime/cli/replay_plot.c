@@ -2,19 +2,31 @@
  * time for each layout, and bars comparing throughput and latency. Plain SVG 1.1
  * written by hand (no dependency). Series carry ids and data-* attributes so tests
  * can read them back: polyline#concurrency-<layout>, polyline#kv-<layout>,
- * rect#bar-<metric>-<layout> with data-value. */
+ * rect#bar-<metric>-<layout> with data-value, text#label-<metric>-<layout> its value.
+ *
+ * Text is laid out from an estimate of its width (CHAR_EM font sizes a character,
+ * at least a sans-serif digit's advance), and every label is kept inside the
+ * viewBox: a label that would cross an edge moves inwards. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "format.h"
 #include "replay.h"
 #include "run_common.h"
 
 #define W 960
-#define PANEL_H 200
 #define LEFT 70
-#define RIGHT 20
+#define RIGHT 30
+#define TOP 60         /* title (baseline 24) and legend (baseline 46) above the panels */
+#define PANEL_H 210    /* a panel: title, plot, x labels */
+#define PLOT_H 150
+#define BARS_H 220    /* the bar groups and their labels */
+#define H (TOP + 2 * PANEL_H + BARS_H)
+#define EDGE 2         /* labels stay this far inside the viewBox */
+#define CHAR_EM 0.65   /* estimated advance of a character, in font sizes */
 #define MAX_POINTS 800
+#define MAX_X_TICKS 7
 
 static const char *const colors[2] = {"#d62728", "#1f77b4"};
 
@@ -33,17 +45,99 @@ static void xml_text(FILE *f, const char *s)
     }
 }
 
-/* A "nice" axis maximum >= v. */
+/* Characters (UTF-8 code points) of s. */
+static size_t text_chars(const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++)
+        n += ((unsigned char)*s & 0xC0) != 0x80;
+    return n;
+}
+
+static double text_width(const char *s, int font_size) { return (double)text_chars(s) * font_size * CHAR_EM; }
+
+/* A <text> at (x, y) anchored "start", "middle" or "end", moved inwards where its
+ * estimated extent would leave the viewBox. attrs (may be "") goes into the tag. */
+static void text(FILE *f, double x, double y, int font_size, const char *anchor, const char *attrs, const char *s)
+{
+    const double w = text_width(s, font_size);
+    const double lead = !strcmp(anchor, "middle") ? w / 2 : !strcmp(anchor, "end") ? w : 0;
+    x = DCP_CLI_MIN(x, W - EDGE - (w - lead));
+    x = DCP_CLI_MAX(x, EDGE + lead);
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"%d\" text-anchor=\"%s\"%s%s>", x, y, font_size, anchor,
+            *attrs ? " " : "", attrs);
+    xml_text(f, s);
+    fputs("</text>\n", f);
+}
+
+/* s cut to at most max_chars characters by replacing its middle with "...": the
+ * start (model, GPUs) and the end (the trace's file name) stay readable. */
+static const char *elide(char *buf, size_t size, const char *s, size_t max_chars)
+{
+    const size_t n = text_chars(s);
+    if (n <= max_chars || max_chars < 8) {
+        snprintf(buf, size, "%s", s);
+        return buf;
+    }
+    const size_t head = (max_chars - 3) * 2 / 5, tail = max_chars - 3 - head;
+    size_t cut = 0, seen = 0; /* cut: where the character after the first head ones starts */
+    for (; s[cut]; cut++)
+        if (((unsigned char)s[cut] & 0xC0) != 0x80 && seen++ == head)
+            break;
+    size_t resume = strlen(s); /* where the last tail characters start */
+    for (seen = 0; resume > cut && seen < tail;)
+        seen += ((unsigned char)s[--resume] & 0xC0) != 0x80;
+    snprintf(buf, size, "%.*s...%s", (int)cut, s, s + resume);
+    return buf;
+}
+
+/* A value in 3 significant digits without an exponent ("8.56", "97.5", "398",
+ * "0.0123"); from 1,000 on the whole number with separators. */
+static const char *fmt_sig3(char *buf, double v)
+{
+    const double a = fabs(v);
+    if (!isfinite(v))
+        snprintf(buf, CLI_FMT_LEN, "%g", v);
+    else if (a >= 999.5 && v > 0 && v < 1e18)
+        cli_fmt_count(buf, (uint64_t)llround(v));
+    else
+        snprintf(buf, CLI_FMT_LEN, "%.*f", a > 0 && a < 99.95 ? DCP_CLI_MIN(2 - (int)floor(log10(a)), 6) : 0, v);
+    return buf;
+}
+
+/* An axis tick: a whole number with separators, else %g ("0.25"). */
+static const char *fmt_tick(char *buf, double v)
+{
+    if (v >= 1000 && v < 1e18 && v == floor(v))
+        return cli_fmt_count(buf, (uint64_t)v);
+    snprintf(buf, CLI_FMT_LEN, "%g", v);
+    return buf;
+}
+
+/* The smallest step of 1, 2, 2.5 or 5 x 10^k (and >= min_step) that divides
+ * [0, span] into at most max_ticks intervals. */
+static double nice_step(double span, int max_ticks, double min_step)
+{
+    if (!(span > 0))
+        return DCP_CLI_MAX(min_step, 1.0);
+    const double raw = span / max_ticks;
+    const double p = pow(10, floor(log10(raw)));
+    static const double steps[] = {1, 2, 2.5, 5, 10};
+    double step = 10 * p;
+    for (int i = 0; i < 5; i++)
+        if (steps[i] * p >= raw * (1 - 1e-12)) {
+            step = steps[i] * p;
+            break;
+        }
+    return DCP_CLI_MAX(step, min_step);
+}
+
+/* A "nice" maximum >= v for the bars' scale. */
 static double nice_max(double v)
 {
     if (!(v > 0))
         return 1;
-    const double p = pow(10, floor(log10(v)));
-    const double steps[] = {1, 2, 2.5, 5, 10};
-    for (int i = 0; i < 5; i++)
-        if (steps[i] * p >= v)
-            return steps[i] * p;
-    return 10 * p;
+    return ceil(v / nice_step(v, 5, 0) - 1e-9) * nice_step(v, 5, 0);
 }
 
 /* One time-series panel: for each layout the maximum of the value per column. */
@@ -53,22 +147,31 @@ static void panel(FILE *f, int y0, const char *title, const char *unit, const ch
     double v_max = 0;
     for (int i = 0; i < n; i++)
         v_max = DCP_CLI_MAX(v_max, kv ? r[i].kv_max * 100 : (double)r[i].conc_max);
-    v_max = kv ? 100 : nice_max(v_max);
-    const int pw = W - LEFT - RIGHT, ph = PANEL_H - 40;
+    /* y: KV in quarters of 100%; concurrency (a count) in whole steps up to a multiple. */
+    const double y_step = kv ? 25 : nice_step(v_max, 5, 1);
+    v_max = kv ? 100 : DCP_CLI_MAX(1.0, ceil(v_max / y_step - 1e-9)) * y_step;
+    const int pw = W - LEFT - RIGHT, ph = PLOT_H;
+    char buf[CLI_FMT_LEN + 8], num[CLI_FMT_LEN];
     fprintf(f, "<g class=\"panel\" id=\"panel-%s\">\n", id);
-    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"14\" font-weight=\"bold\">%s</text>\n", LEFT, y0 + 14, title);
+    text(f, LEFT, y0 + 14, 14, "start", "font-weight=\"bold\"", title);
     const int top = y0 + 24;
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#888\"/>\n", LEFT, top, pw, ph);
-    for (int k = 0; k <= 4; k++) {
-        const double v = v_max * k / 4;
-        const double y = top + ph - ph * k / 4.0;
+    for (int k = 0; k * y_step <= v_max * (1 + 1e-9); k++) {
+        const double v = k * y_step;
+        const double y = top + ph - ph * v / v_max;
         fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", LEFT, y, LEFT + pw, y);
-        fprintf(f, "<text x=\"%d\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%g%s</text>\n", LEFT - 4, y + 4, v,
-                unit);
+        snprintf(buf, sizeof(buf), "%s%s", fmt_tick(num, v), unit);
+        text(f, LEFT - 4, y + 4, 11, "end", "", buf);
     }
-    for (int k = 0; k <= 5; k++)
-        fprintf(f, "<text x=\"%.1f\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">%.0f s</text>\n",
-                LEFT + pw * k / 5.0, top + ph + 14, t_max * k / 5);
+    /* x: round times, the last at most t_max. */
+    const double x_step = nice_step(t_max, MAX_X_TICKS, 0);
+    for (int k = 0; k * x_step <= t_max * (1 + 1e-9); k++) {
+        const double x = LEFT + pw * (k * x_step) / t_max;
+        if (k)
+            fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#eee\"/>\n", x, top, x, top + ph);
+        snprintf(buf, sizeof(buf), "%s s", fmt_tick(num, k * x_step));
+        text(f, x, top + ph + 16, 11, "middle", "", buf);
+    }
     for (int i = 0; i < n; i++) {
         fprintf(f, "<polyline id=\"%s-%s\" data-layout=\"%s\" data-max=\"%g\" fill=\"none\" stroke=\"%s\" "
                 "stroke-width=\"1.5\" points=\"", id, layout_id(&r[i]), layout_id(&r[i]),
@@ -97,9 +200,9 @@ static void panel(FILE *f, int y0, const char *title, const char *unit, const ch
     fprintf(f, "</g>\n");
 }
 
-/* One group of bars (a metric, one bar per layout). */
+/* One group of bars (a metric, one bar per layout), each labelled with its value. */
 static void bars(FILE *f, int x0, int y0, const char *metric, const char *label, const double *v,
-                 const struct replay_result *r, int n, const char *fmt)
+                 const struct replay_result *r, int n)
 {
     const int bh = 140, bw = 60;
     double m = 0;
@@ -107,21 +210,17 @@ static void bars(FILE *f, int x0, int y0, const char *metric, const char *label,
         m = DCP_CLI_MAX(m, v[i]);
     m = nice_max(m);
     fprintf(f, "<g class=\"bars\" id=\"bars-%s\">\n", metric);
-    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\" font-weight=\"bold\">", x0, y0);
-    xml_text(f, label);
-    fprintf(f, "</text>\n");
+    text(f, x0, y0, 12, "start", "font-weight=\"bold\"", label);
     for (int i = 0; i < n; i++) {
         const double h = bh * DCP_CLI_MIN(v[i] / m, 1.0);
         const int x = x0 + i * (bw + 20);
         fprintf(f, "<rect id=\"bar-%s-%s\" data-layout=\"%s\" data-value=\"%.6g\" x=\"%d\" y=\"%.1f\" width=\"%d\" "
                 "height=\"%.1f\" fill=\"%s\"/>\n", metric, layout_id(&r[i]), layout_id(&r[i]), v[i], x,
                 y0 + 24 + bh - h, bw, h, colors[i % 2]);
-        char val[64];
-        snprintf(val, sizeof(val), fmt, v[i]);
-        fprintf(f, "<text x=\"%d\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">%s</text>\n", x + bw / 2,
-                y0 + 20 + bh - h, val);
-        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">%s</text>\n", x + bw / 2,
-                y0 + 40 + bh, r[i].dcp == 1 ? "TP" : "DCP");
+        char val[CLI_FMT_LEN], attrs[64];
+        snprintf(attrs, sizeof(attrs), "id=\"label-%s-%s\"", metric, layout_id(&r[i]));
+        text(f, x + bw / 2.0, y0 + 20 + bh - h, 11, "middle", attrs, fmt_sig3(val, v[i]));
+        text(f, x + bw / 2.0, y0 + 40 + bh, 11, "middle", "", r[i].dcp == 1 ? "TP" : "DCP");
     }
     fprintf(f, "</g>\n");
 }
@@ -131,7 +230,6 @@ int replay_plot_svg(const char *path, const char *title, const struct replay_res
     FILE *f = fopen(path, "w");
     if (!f)
         return DCP_EIO;
-    const int H = 40 + 2 * PANEL_H + 240;
     double t_max = 0;
     for (int i = 0; i < n; i++)
         if (r[i].num_samples)
@@ -141,32 +239,33 @@ int replay_plot_svg(const char *path, const char *title, const struct replay_res
                "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%d\" height=\"%d\" "
                "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n", W, H, W, H);
     fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, H);
-    fprintf(f, "<text id=\"title\" x=\"%d\" y=\"22\" font-size=\"15\">", LEFT);
-    xml_text(f, title);
-    fprintf(f, "</text>\n");
-    /* Legend. */
+    char t[512];
+    text(f, LEFT, 24, 15, "start", "id=\"title\"",
+         elide(t, sizeof(t), title, (size_t)((W - LEFT - RIGHT) / (15 * CHAR_EM))));
+    /* Legend: its own line under the title. */
     for (int i = 0; i < n; i++) {
         char name[64];
         snprintf(name, sizeof(name), r[i].dcp == 1 ? "TP baseline (dcp=1)" : "DCP (dcp=%u)", r[i].dcp);
-        fprintf(f, "<rect x=\"%d\" y=\"30\" width=\"14\" height=\"4\" fill=\"%s\"/><text x=\"%d\" y=\"36\" "
-                "font-size=\"12\">%s</text>\n", W - 360 + i * 180, colors[i % 2], W - 342 + i * 180, name);
+        const int x = LEFT + i * 200;
+        fprintf(f, "<rect x=\"%d\" y=\"40\" width=\"14\" height=\"4\" fill=\"%s\"/>\n", x, colors[i % 2]);
+        text(f, x + 18, 46, 12, "start", "", name);
     }
-    panel(f, 40, "Concurrency (requests running; max per column)", "", "concurrency", r, n, t_max, false);
-    panel(f, 40 + PANEL_H, "KV use (share of blocks held; max per column)", "%", "kv", r, n, t_max, true);
-    const int y = 40 + 2 * PANEL_H + 20;
+    panel(f, TOP, "Concurrency (requests running; max per column)", "", "concurrency", r, n, t_max, false);
+    panel(f, TOP + PANEL_H, "KV use (share of blocks held; max per column)", "%", "kv", r, n, t_max, true);
+    const int y = TOP + 2 * PANEL_H + 20;
     double v[2] = {0, 0};
     for (int i = 0; i < n; i++)
         v[i] = r[i].tok_s_gpu;
-    bars(f, LEFT, y, "throughput", "output tok/s per GPU", v, r, n, "%.0f");
+    bars(f, LEFT, y, "throughput", "output tok/s per GPU", v, r, n);
     for (int i = 0; i < n; i++)
         v[i] = r[i].ttft[0];
-    bars(f, LEFT + 240, y, "ttft", "TTFT p50 (s)", v, r, n, "%.2f");
+    bars(f, LEFT + 240, y, "ttft", "TTFT p50 (s)", v, r, n);
     for (int i = 0; i < n; i++)
         v[i] = r[i].tpot[0] * 1e3;
-    bars(f, LEFT + 480, y, "tpot", "TPOT p50 (ms)", v, r, n, "%.1f");
+    bars(f, LEFT + 480, y, "tpot", "TPOT p50 (ms)", v, r, n);
     for (int i = 0; i < n; i++)
         v[i] = r[i].conc_mean;
-    bars(f, LEFT + 720, y, "concurrency", "mean concurrency", v, r, n, "%.1f");
+    bars(f, LEFT + 720, y, "concurrency", "mean concurrency", v, r, n);
     fprintf(f, "</svg>\n");
     const bool bad = ferror(f);
     return fclose(f) || bad ? DCP_EIO : DCP_OK;

@@ -649,3 +649,19 @@ int dcp_kv_check(const struct dcp_kv_manager *m)
     free(count);
     return st;
 }
+
+uint32_t dcp_kv_test_poke_refcount(struct dcp_kv_manager *m, int32_t block, uint32_t refcount)
+{
+    if (block < 0 || (uint64_t)block >= m->p.num_blocks)
+        return 0;
+    const uint32_t old = m->refcount[block];
+    m->refcount[block] = refcount;
+    return old;
+}
+
+uint64_t dcp_kv_test_poke_free_count(struct dcp_kv_manager *m, uint64_t n)
+{
+    const uint64_t old = m->num_free_blocks;
+    m->num_free_blocks = DCP_MIN(n, m->p.num_blocks);
+    return old;
+}

@@ -201,4 +201,18 @@ uint64_t dcp_kv_evictions(const struct dcp_kv_manager *m);
  */
 int dcp_kv_check(const struct dcp_kv_manager *m);
 
+/* --- test hooks --------------------------------------------------------------- */
+
+/*
+ * For tests of dcp_kv_check() only: overwrite one counter, breaking the invariants
+ * on purpose, and return its old value. Nothing but dcp_kv_check() and another
+ * poke (to restore the old value) may be called on a manager left corrupted.
+ */
+
+/** Sets the reference count of block (0..num_blocks-1) to refcount. */
+uint32_t dcp_kv_test_poke_refcount(struct dcp_kv_manager *m, int32_t block, uint32_t refcount);
+
+/** Sets the number of free-list entries to n (clamped to num_blocks). */
+uint64_t dcp_kv_test_poke_free_count(struct dcp_kv_manager *m, uint64_t n);
+
 #endif /* DCP_KV_MANAGER_H */

@@ -219,8 +219,17 @@ static void test_shared_blocks_are_never_written(void **state)
     dcp_kv_manager_destroy(&m);
 }
 
-/* The invariant check catches a corrupted refcount. */
-static void test_check_detects_corruption(void **state)
+/* dcp_kv_check() fails with DCP_EINVAL and names what is wrong. */
+static void expect_kv_broken(const struct dcp_kv_manager *m, const char *what)
+{
+    assert_int_equal(dcp_kv_check(m), DCP_EINVAL);
+    if (!strstr(dcp_last_error(), "kv check: ") || !strstr(dcp_last_error(), what))
+        fail_msg("expected \"%s\", got \"%s\"", what, dcp_last_error());
+}
+
+/* The invariant check catches a corrupted refcount and a corrupted free count (set
+ * through the test hooks, then restored: the check passes again). */
+static void test_kv_check_detects_corruption(void **state)
 {
     (void)state;
     const struct dcp_kv_manager_params kp = {.num_blocks = 4, .block_size = 4, .group_size = 1, .max_seqs = 2,
@@ -229,15 +238,88 @@ static void test_check_detects_corruption(void **state)
     assert_int_equal(dcp_kv_manager_create(&kp, &m), DCP_OK);
     uint32_t a, b;
     assert_int_equal(dcp_kv_seq_create(m, &a), DCP_OK);
-    assert_int_equal(dcp_kv_seq_extend(m, a, 8), DCP_OK);
+    assert_int_equal(dcp_kv_seq_extend(m, a, 8), DCP_OK); /* blocks 0 and 1; 2 and 3 free */
+    assert_int_equal(dcp_kv_seq_fork(m, a, &b), DCP_OK);  /* 0 and 1 shared: refcount 2 */
     assert_int_equal(dcp_kv_check(m), DCP_OK);
-    /* Forking then releasing the parent twice is refused; a fork shares refcounts correctly. */
-    assert_int_equal(dcp_kv_seq_fork(m, a, &b), DCP_OK);
+    const int32_t held = dcp_kv_seq_blocks(m, a, NULL)[0];
+
+    /* A held block counted once too often, and a free block counted as held. */
+    uint32_t old = dcp_kv_test_poke_refcount(m, held, 3);
+    assert_int_equal(old, 2);
+    expect_kv_broken(m, "refcount differs from the tables holding the block (3 vs 2)");
+    dcp_kv_test_poke_refcount(m, held, old);
     assert_int_equal(dcp_kv_check(m), DCP_OK);
+    old = dcp_kv_test_poke_refcount(m, 2, 1);
+    assert_int_equal(old, 0);
+    expect_kv_broken(m, "refcount differs from the tables holding the block (1 vs 0)");
+    dcp_kv_test_poke_refcount(m, 2, old);
+    assert_int_equal(dcp_kv_check(m), DCP_OK);
+
+    /* A free block lost from the free list, and a held block back on it. */
+    const uint64_t nfree = dcp_kv_test_poke_free_count(m, 1);
+    assert_int_equal(nfree, 2);
+    expect_kv_broken(m, "free + idle + used != num_blocks (3 vs 4)");
+    dcp_kv_test_poke_free_count(m, 3);
+    expect_kv_broken(m, "a free block is in use or published");
+    dcp_kv_test_poke_free_count(m, nfree);
+    assert_int_equal(dcp_kv_check(m), DCP_OK);
+
+    /* Releasing a sequence twice is refused and leaves everything consistent. */
     assert_int_equal(dcp_kv_seq_release(m, a), DCP_OK);
     assert_int_equal(dcp_kv_seq_release(m, a), DCP_EINVAL);
     assert_int_equal(dcp_kv_check(m), DCP_OK);
     dcp_kv_manager_destroy(&m);
+}
+
+/* dcp_sched_check() fails with DCP_EINVAL and names what is wrong. */
+static void expect_sched_broken(const dcp_sched *s, const char *what)
+{
+    assert_int_equal(dcp_sched_check(s), DCP_EINVAL);
+    if (!strstr(dcp_last_error(), "sched check: ") || !strstr(dcp_last_error(), what))
+        fail_msg("expected \"%s\", got \"%s\"", what, dcp_last_error());
+}
+
+/* The scheduler's check catches a request counted under the wrong outcome, one that
+ * lost its sequence and one generating past its end. The corruption is written through
+ * the request's info (heap memory handed out const), then undone. */
+static void test_sched_check_detects_corruption(void **state)
+{
+    (void)state;
+    dcp_sched *s = make(16, 4, 1, NULL);
+    const uint32_t done = add(s, 0, 4, 1, NULL, 0, 0);    /* finishes with its prefill */
+    const uint32_t running = add(s, 0, 4, 10, NULL, 0, 0);
+    double now = 0;
+    for (int i = 0; i < 3; i++)
+        step(s, &now, 0.01);
+    struct dcp_sched_request_info *d = (struct dcp_sched_request_info *)dcp_sched_request(s, done);
+    struct dcp_sched_request_info *r = (struct dcp_sched_request_info *)dcp_sched_request(s, running);
+    assert_int_equal(d->state, DCP_REQ_FINISHED);
+    assert_int_equal(r->state, DCP_REQ_DECODE);
+    assert_int_equal(dcp_sched_check(s), DCP_OK);
+
+    d->state = DCP_REQ_REJECTED; /* finished, but counted as rejected */
+    expect_sched_broken(s, "counts disagree (waiting 0/0, running 1/1, finished 0/1, rejected 1/0");
+    d->state = DCP_REQ_FINISHED;
+    assert_int_equal(dcp_sched_check(s), DCP_OK);
+
+    const uint32_t seq = r->seq_id;
+    r->seq_id = UINT32_MAX; /* running without its sequence: its KV blocks are lost */
+    expect_sched_broken(s, "has sequence 4294967295");
+    r->seq_id = seq;
+    r->state = DCP_REQ_WAITING; /* out of the running set, not in the queue, holding KV */
+    expect_sched_broken(s, "has sequence");
+    r->state = DCP_REQ_DECODE;
+    assert_int_equal(dcp_sched_check(s), DCP_OK);
+
+    const uint32_t gen = r->generated;
+    r->generated = r->output_tokens + 1;
+    expect_sched_broken(s, "generated 11 of 10");
+    r->generated = gen;
+    assert_int_equal(dcp_sched_check(s), DCP_OK);
+
+    double t = now;
+    run_all(s, &t);
+    dcp_sched_destroy(&s);
 }
 
 static void test_preemption_requeues_youngest(void **state)
@@ -399,7 +481,8 @@ int main(void)
         cmocka_unit_test(test_chunked_prefill),
         cmocka_unit_test(test_prefix_hits_and_eviction),
         cmocka_unit_test(test_shared_blocks_are_never_written),
-        cmocka_unit_test(test_check_detects_corruption),
+        cmocka_unit_test(test_kv_check_detects_corruption),
+        cmocka_unit_test(test_sched_check_detects_corruption),
         cmocka_unit_test(test_preemption_requeues_youngest),
         cmocka_unit_test(test_mtp_truncation),
         cmocka_unit_test(test_rejection),
