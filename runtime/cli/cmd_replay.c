@@ -579,17 +579,9 @@ int cmd_replay(int argc, char **argv)
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc < 0 ? CLI_EXIT_OK : rc;
-    dcp_deployment *dep = cli_load_deployment(o.file);
-    if (!dep)
-        return CLI_EXIT_FAIL;
-    if (o.exec.backend.given && cli_override_backend(&dep, o.exec.backend.kind)) {
-        dcp_deployment_destroy(&dep);
-        return CLI_EXIT_FAIL;
-    }
-    if ((rc = cli_check_layers("replay", o.exec.layers, o.file, dcp_deployment_config(dep)))) {
-        dcp_deployment_destroy(&dep);
+    dcp_deployment *dep = NULL;
+    if ((rc = cli_open_exec_deployment("replay", o.file, &o.exec, &dep)))
         return rc;
-    }
     struct dcp_trace *trace = NULL;
     if (load_trace(&o, &trace)) {
         dcp_deployment_destroy(&dep);

@@ -377,18 +377,10 @@ int cmd_run(int argc, char **argv)
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc < 0 ? CLI_EXIT_OK : rc;
-    dcp_deployment *dep = cli_load_deployment(o.file);
-    if (!dep)
-        return CLI_EXIT_FAIL;
-    if (o.exec.backend.given && cli_override_backend(&dep, o.exec.backend.kind)) {
-        dcp_deployment_destroy(&dep);
-        return CLI_EXIT_FAIL;
-    }
-    const struct dcp_config *cfg = dcp_deployment_config(dep);
-    if ((rc = cli_check_layers("run", o.exec.layers, o.file, cfg))) {
-        dcp_deployment_destroy(&dep);
+    dcp_deployment *dep = NULL;
+    if ((rc = cli_open_exec_deployment("run", o.file, &o.exec, &dep)))
         return rc;
-    }
+    const struct dcp_config *cfg = dcp_deployment_config(dep);
     struct run_requests reqs;
     if (run_requests_load(&reqs, dep, o.requests)) {
         dcp_deployment_destroy(&dep);

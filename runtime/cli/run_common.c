@@ -484,3 +484,19 @@ void cli_hint_kv_mb(const char *command, int err, const struct dcp_config *cfg, 
             "rank), e.g. --kv-mb %.0f (a quarter of the %.1f GB free, over %u ranks)\n", command, ranks, given,
             mb < 1 ? 1 : mb, avail / 1e9, ranks);
 }
+
+int cli_open_exec_deployment(const char *command, const char *file, const struct cli_exec_opts *exec,
+                             dcp_deployment **dep)
+{
+    *dep = cli_load_deployment(file);
+    if (!*dep)
+        return CLI_EXIT_FAIL;
+    int rc = CLI_EXIT_OK;
+    if (exec->backend.given && cli_override_backend(dep, exec->backend.kind))
+        rc = CLI_EXIT_FAIL;
+    else
+        rc = cli_check_layers(command, exec->layers, file, dcp_deployment_config(*dep));
+    if (rc)
+        dcp_deployment_destroy(dep);
+    return rc;
+}

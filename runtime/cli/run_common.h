@@ -8,6 +8,7 @@
 #include <stdbool.h>
 
 #include "dcp/dcp.h"
+#include "options.h"
 
 #define DCP_CLI_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define DCP_CLI_MAX(a, b) ((a) > (b) ? (a) : (b))
@@ -100,5 +101,11 @@ void cli_hint_kv_mb(const char *command, int err, const struct dcp_config *cfg, 
 /** CLI_EXIT_OK if --layers (0: all) is within the model's layers, else CLI_EXIT_USAGE after
  *  saying so on stderr ("dcp-run COMMAND: --layers N: the model (FILE) has M layers"). */
 int cli_check_layers(const char *command, uint32_t layers, const char *file, const struct dcp_config *cfg);
+
+/** Loads the deployment file of an executing command (run, replay), applies --backend
+ *  and checks --layers against it. Returns CLI_EXIT_OK with *dep set, or the exit
+ *  status (CLI_EXIT_FAIL, CLI_EXIT_USAGE) after saying why, with *dep NULL. */
+int cli_open_exec_deployment(const char *command, const char *file, const struct cli_exec_opts *exec,
+                             dcp_deployment **dep);
 
 #endif /* DCP_CLI_RUN_COMMON_H */
