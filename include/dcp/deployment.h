@@ -65,6 +65,16 @@ enum dcp_cuda_comm {
     DCP_CUDA_COMM_VIRTUAL = 2, ///< All ranks on one GPU; collectives are device copies.
 };
 
+/**
+ * Operand precision of the CUDA backend's tensor-core attention (MLA with bf16 or
+ * fp16 KV; other shapes and dtypes run fp32 SIMT kernels and ignore it).
+ */
+enum dcp_cuda_precision {
+    DCP_CUDA_PRECISION_FAST = 0,  ///< bf16/fp16 copies of Q and P in the MMA (as FlashMLA): relative L2 error
+                                  ///< about 2e-3 (bf16) / 3e-4 (fp16) against exact arithmetic.
+    DCP_CUDA_PRECISION_EXACT = 1, ///< Q and P split into hi + lo parts (two MMAs per product): within 1e-4.
+};
+
 /** The model. Field defaults are those applied by the YAML loader. */
 struct dcp_model_config {
     const char *name;                 ///< Display name. Required.
@@ -146,6 +156,7 @@ struct dcp_cuda_config {
     int32_t device;                   ///< First device ordinal for this process. Default 0.
     double nccl_timeout_s;            ///< Seconds before a stuck collective is aborted. Default 120.
     bool use_vmm;                     ///< Reserve the KV arena with cuMemAddressReserve/cuMemMap when supported. Default true.
+    enum dcp_cuda_precision precision; ///< fast or exact operands of the tensor-core attention kernels. Default fast.
 };
 
 /** Settings of the host (CPU) backend. */

@@ -95,6 +95,44 @@ struct RowAddr {
     uint64_t q, o, lse;
 };
 
+/** Byte offsets of row `row` (counted over the work item's rows) in q, out/lse or the split workspace. */
+template <int QK, int DV>
+__device__ __forceinline__ RowAddr attn_row_addr(const dcpk_attn_params &p, const AttnItem &it, uint32_t row)
+{
+    const uint32_t tok = it.q0 + row / it.nheads;
+    const uint32_t g = it.head0 + row % it.nheads;
+    const uint64_t c = g / p.heads_per_chunk;
+    const uint64_t in_chunk = (uint64_t)tok * p.heads_per_chunk + g % p.heads_per_chunk;
+    RowAddr a;
+    a.q = p.q + 4 * (c * p.q_chunk_stride + in_chunk * QK);
+    if (p.num_splits == 1) {
+        a.o = p.out + 4 * (c * p.out_chunk_stride + in_chunk * DV);
+        a.lse = p.lse + 4 * (c * p.lse_chunk_stride + in_chunk);
+    } else {
+        const uint64_t rows_per_chunk = (uint64_t)p.num_q_tokens * p.heads_per_chunk;
+        a.o = p.ws_o + 4 * (it.split * p.ws_split_stride_o + (c * rows_per_chunk + in_chunk) * DV);
+        a.lse = p.ws_lse + 4 * (it.split * p.ws_split_stride_lse + c * rows_per_chunk + in_chunk);
+    }
+    return a;
+}
+
+/** Keys of the split that row `row` sees: [lo, lo + count). */
+__device__ __forceinline__ uint32_t attn_visible_count(const dcpk_attn_params &p, const AttnItem &it, uint32_t row)
+{
+    const int64_t pos = it.seq_len - (int64_t)it.nq + (int64_t)(row / it.nheads);
+    if (pos < 0)
+        return 0;
+    const uint64_t end = min(it.hi, dcpk_local_length((uint64_t)pos + 1, p.rank, p.group_size, p.interleave));
+    return end > it.lo ? (uint32_t)(end - it.lo) : 0u;
+}
+
+/** Cache row (in rows of the layer's pages) of local key index c. */
+__device__ __forceinline__ uint64_t attn_key_row(const dcpk_attn_params &p, const AttnItem &it, uint32_t c)
+{
+    const uint32_t page = (uint32_t)it.pages[c / p.block_size];
+    return ((uint64_t)page * p.num_kv_heads + it.kv_head) * p.block_size + c % p.block_size;
+}
+
 template <class C>
 class AttnBlock {
   public:
@@ -135,35 +173,8 @@ class AttnBlock {
     __device__ static float *alpha_smem() { return reinterpret_cast<float *>(dcpk_smem + C::kOffRows) + C::kRows; }
     __device__ static float *l_smem() { return reinterpret_cast<float *>(dcpk_smem + C::kOffRows) + 2 * C::kRows; }
 
-    /** Addresses of row `row` (counted over the whole work item). */
-    __device__ RowAddr row_addr(uint32_t row) const
-    {
-        const uint32_t tok = it_.q0 + row / it_.nheads;
-        const uint32_t g = it_.head0 + row % it_.nheads;
-        const uint64_t c = g / p_.heads_per_chunk;
-        const uint64_t in_chunk = (uint64_t)tok * p_.heads_per_chunk + g % p_.heads_per_chunk;
-        RowAddr a;
-        a.q = p_.q + 4 * (c * p_.q_chunk_stride + in_chunk * C::kQK);
-        if (p_.num_splits == 1) {
-            a.o = p_.out + 4 * (c * p_.out_chunk_stride + in_chunk * C::kDV);
-            a.lse = p_.lse + 4 * (c * p_.lse_chunk_stride + in_chunk);
-        } else {
-            const uint64_t rows_per_chunk = (uint64_t)p_.num_q_tokens * p_.heads_per_chunk;
-            a.o = p_.ws_o + 4 * (it_.split * p_.ws_split_stride_o + (c * rows_per_chunk + in_chunk) * C::kDV);
-            a.lse = p_.ws_lse + 4 * (it_.split * p_.ws_split_stride_lse + c * rows_per_chunk + in_chunk);
-        }
-        return a;
-    }
-
-    /** Keys of the split that row `row` sees: [lo, lo + count). */
-    __device__ uint32_t visible_count(uint32_t row) const
-    {
-        const int64_t pos = it_.seq_len - (int64_t)it_.nq + (int64_t)(row / it_.nheads);
-        if (pos < 0)
-            return 0;
-        const uint64_t end = min(it_.hi, dcpk_local_length((uint64_t)pos + 1, p_.rank, p_.group_size, p_.interleave));
-        return end > it_.lo ? (uint32_t)(end - it_.lo) : 0u;
-    }
+    __device__ RowAddr row_addr(uint32_t row) const { return attn_row_addr<C::kQK, C::kDV>(p_, it_, row); }
+    __device__ uint32_t visible_count(uint32_t row) const { return attn_visible_count(p_, it_, row); }
 
     /**
      * Stages the pass's queries in shared memory, scaled by scale * log2(e) (and the
@@ -188,13 +199,6 @@ class AttnBlock {
             vis_smem()[threadIdx.x] = threadIdx.x < nvalid ? visible_count(first + threadIdx.x) : 0u;
     }
 
-    /** Cache row (in rows of the layer's pages) of local key index c. */
-    __device__ uint64_t key_row(uint32_t c) const
-    {
-        const uint32_t page = (uint32_t)it_.pages[c / p_.block_size];
-        return ((uint64_t)page * p_.num_kv_heads + it_.kv_head) * p_.block_size + c % p_.block_size;
-    }
-
     /** Issues the cp.async copies of tile `tile` (keys lo + tile * TK ...) into buffer buf. */
     __device__ void load_tile(uint32_t tile, uint32_t ntok, int buf) const
     {
@@ -210,7 +214,7 @@ class AttnBlock {
                 break;
             const int j = idx / C::kNchK, ch = idx % C::kNchK;
             const bool valid = (uint32_t)j < nload;
-            const uint64_t row = valid ? key_row(base + j) : 0;
+            const uint64_t row = valid ? attn_key_row(p_, it_, base + j) : 0;
             const char *ksrc = reinterpret_cast<const char *>(p_.k_cache) + (row * C::kQK * C::kEsize + ch * 16);
             cp_async16(kt + j * C::kRowK + ch, ksrc, valid);
             if constexpr (!C::kShared) {

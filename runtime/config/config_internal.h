@@ -84,6 +84,7 @@ extern const char *const config_weight_dtype_names[7];
 extern const char *const config_comm_names[DCP_MERGE_SCHEME_COUNT];
 extern const char *const config_backend_names[3];
 extern const char *const config_cuda_comm_names[3];
+extern const char *const config_cuda_precision_names[2];
 
 /** What is known about one key after loading or checking. */
 enum config_key_state {

@@ -25,6 +25,7 @@ DCP_MERGE_SCHEMES(COMM_SAME_VALUE_)
 #undef COMM_SAME_VALUE_
 const char *const config_backend_names[3] = {"auto", "cuda", "host"};
 const char *const config_cuda_comm_names[3] = {"auto", "nccl", "virtual"};
+const char *const config_cuda_precision_names[2] = {"fast", "exact"};
 
 /* The table entry for value v, or "unknown" for a value outside the enum. */
 static const char *name_of(const char *const *names, size_t count, int v)

@@ -110,6 +110,7 @@ const struct config_key config_keys[] = {
     NUMBER("runtime.cuda.nccl_timeout_s", runtime.cuda.nccl_timeout_s, 0, 120, 0, 86400, 1,
            .flags = CONFIG_MIN_OPEN),
     BOOL("runtime.cuda.vmm", runtime.cuda.use_vmm, 1),
+    ENUM("runtime.cuda.precision", runtime.cuda.precision, DCP_CUDA_PRECISION_FAST, config_cuda_precision_names),
 };
 
 const size_t config_key_count = DCP_ARRAY_SIZE(config_keys);
@@ -120,7 +121,7 @@ _Static_assert(sizeof(enum dcp_attention_kind) == sizeof(int) && sizeof(enum dcp
                    sizeof(enum dcp_weight_dtype) == sizeof(int) &&
                    sizeof(enum dcp_comm_scheme) == sizeof(int) &&
                    sizeof(enum dcp_backend_kind) == sizeof(int) &&
-                   sizeof(enum dcp_cuda_comm) == sizeof(int),
+                   sizeof(enum dcp_cuda_comm) == sizeof(int) && sizeof(enum dcp_cuda_precision) == sizeof(int),
                "enum fields are int-sized");
 
 /* ---- Looking keys up ---------------------------------------------------- */

@@ -12,6 +12,11 @@
 #include "util/merge_schemes.h"
 #include "util/util.h"
 
+/* runtime.cuda.precision reaches the kernels as dcpk_attn_params.precision unchanged. */
+_Static_assert((int)DCP_CUDA_PRECISION_FAST == (int)DCPK_PRECISION_FAST &&
+                   (int)DCP_CUDA_PRECISION_EXACT == (int)DCPK_PRECISION_EXACT,
+               "enum dcp_cuda_precision and enum dcpk_precision differ");
+
 #define ADDR(p) ((uint64_t)(uintptr_t)(p))
 
 /* Every public entry clears the thread's last error first, so after a success
@@ -185,6 +190,7 @@ static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint
         .dtype = e->dtype,
         .scale = e->scale,
         .kv_scale = e->kv_scale,
+        .precision = (uint32_t)e->cfg->runtime.cuda.precision,
     };
     int err = launch(r, PROF_ATTENTION, DCPK_KERNEL_attn, &p);
     if (err || s->num_splits == 1)

@@ -74,6 +74,7 @@ static void test_valid_mla_with_defaults(void **state)
     assert_int_equal(c->runtime.cuda.comm, DCP_CUDA_COMM_AUTO);
     assert_int_equal(c->runtime.cuda.device, 0);
     assert_float_equal(c->runtime.cuda.nccl_timeout_s, 120, 0);
+    assert_int_equal(c->runtime.cuda.precision, DCP_CUDA_PRECISION_FAST);
     assert_true(c->runtime.cuda.use_vmm);
     dcp_deployment_destroy(&dep);
     assert_null(dep);
@@ -133,7 +134,8 @@ static const char *const every_key_gqa =
     "    comm: virtual\n"
     "    device: 2\n"
     "    nccl_timeout_s: 30\n"
-    "    vmm: false\n";
+    "    vmm: false\n"
+    "    precision: exact\n";
 
 static void test_valid_gqa_every_key(void **state)
 {
@@ -182,6 +184,7 @@ static void test_valid_gqa_every_key(void **state)
     assert_int_equal(c->runtime.cuda.device, 2);
     assert_float_equal(c->runtime.cuda.nccl_timeout_s, 30, 0);
     assert_false(c->runtime.cuda.use_vmm);
+    assert_int_equal(c->runtime.cuda.precision, DCP_CUDA_PRECISION_EXACT);
     dcp_deployment_destroy(&dep);
 }
 

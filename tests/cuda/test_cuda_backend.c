@@ -260,6 +260,10 @@ static void check_same_as_host(const struct shape *s, const char *devices)
     assert_string_equal(in.backend, "cuda");
     if (s->dcp > 1)
         assert_contains(in.backend_detail, atoi(devices) >= (int)s->tp ? "NCCL" : "virtual ranks");
+    /* Which arithmetic runs is visible: tensor cores (default precision fast) for MLA bf16/fp16. */
+    const bool tc = s->kind == DCP_ATTN_MLA && (s->dtype == DCP_DTYPE_BF16 || s->dtype == DCP_DTYPE_FP16);
+    assert_contains(in.backend_detail, tc ? "_mla_tc_" : "SIMT fp32");
+    assert_contains(in.backend_detail, tc ? "tensor cores, precision fast" : "SIMT fp32");
     struct run_io h = {0}, c = {0};
     err = run_engine(he, &h);
     if (err)

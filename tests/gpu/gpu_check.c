@@ -116,6 +116,9 @@ static dcp_deployment *make_deployment(const struct sweep_case *c, const struct 
     cfg.workload.q_len = c->q_len;
     cfg.runtime.backend = o->backend;
     cfg.runtime.cuda.comm = DCP_CUDA_COMM_VIRTUAL;
+    /* The 1e-4 tolerance is the exact precision's; fast (bf16 Q and P on tensor
+     * cores, ~2e-3) would fail it by design. */
+    cfg.runtime.cuda.precision = DCP_CUDA_PRECISION_EXACT;
     dcp_diag *d = NULL;
     dcp_deployment *dep = NULL;
     if (dcp_diag_create(&d) == DCP_OK && dcp_deployment_from_config(&cfg, d, &dep) != DCP_OK)

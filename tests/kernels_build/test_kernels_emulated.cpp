@@ -98,12 +98,18 @@ bool close_to(double got, double want, double tol)
 
 /* ---- attention ------------------------------------------------------------- */
 
+/* Fast tensor-core precision (bf16/fp16 Q and P): bounds of the max element error
+ * (relative to 1 + |want|) and of the relative L2 error of the outputs. */
+constexpr double kFastElemBf16 = 1e-2, kFastL2Bf16 = 5e-3;
+constexpr double kFastElemFp16 = 1e-3, kFastL2Fp16 = 1e-3;
+
 struct AttnCase {
-    const char *layout; // "gqa_d64" ... "mla"
+    const char *layout; // "gqa_d64" ... "mla", "mla_tc"
     uint32_t dtype;
     std::vector<int> seq_lens, q_tokens;
     uint32_t num_kv_heads, heads_per_kv, chunks;
     uint32_t rank, group_size, interleave, block_size, head_tile, num_splits;
+    uint32_t precision = DCPK_PRECISION_FAST; // tensor-core entries only
 };
 
 struct AttnSetup {
@@ -115,12 +121,31 @@ struct AttnSetup {
     std::vector<uint64_t> local_len;
 };
 
+/** The entry dcpk_attn__<layout>_<dtype name>, or null. */
+const dcpk_attn_variant *attn_variant(const char *layout, uint32_t dtype)
+{
+    static const char *const names[] = {"fp32", "bf16", "fp16", "fp8_e4m3"};
+    const std::string want = std::string("dcpk_attn__") + layout + "_" + names[dtype];
+    for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT; i++)
+        if (want == dcpk_attn_variant_at(i)->entry)
+            return dcpk_attn_variant_at(i);
+    return nullptr;
+}
+
+/** The layout part of an entry name ("dcpk_attn__mla_tc_bf16" -> "mla_tc"). */
+std::string attn_layout(const dcpk_attn_variant *v)
+{
+    std::string name = v->entry + std::strlen("dcpk_attn__");
+    static const char *const names[] = {"fp32", "bf16", "fp16", "fp8_e4m3"};
+    return name.substr(0, name.size() - std::strlen(names[v->dtype]) - 1);
+}
+
 /** Builds caches (poisoned wherever no key lives), queries and outputs of a case. */
 void setup_attn(const AttnCase &c, AttnSetup &s, test_rng *rng)
 {
-    const bool mla = std::string(c.layout) == "mla";
+    const bool mla = std::string(c.layout).rfind("mla", 0) == 0;
     const uint32_t qk = mla ? 576 : (uint32_t)std::stoul(c.layout + 5), vd = mla ? 512 : qk;
-    s.v = dcpk_attn_variant_find(qk, vd, mla, c.dtype);
+    s.v = attn_variant(c.layout, c.dtype);
     assert_non_null(s.v);
     const uint32_t batch = (uint32_t)c.seq_lens.size(), num_heads = c.num_kv_heads * c.heads_per_kv;
     const uint32_t hpc = num_heads / c.chunks, es = esize(c.dtype);
@@ -217,6 +242,7 @@ void setup_attn(const AttnCase &c, AttnSetup &s, test_rng *rng)
     p.dtype = c.dtype;
     p.scale = (float)(1.0 / std::sqrt((double)qk));
     p.kv_scale = c.dtype == DCPK_FP8_E4M3 ? 0.5f : 1.f;
+    p.precision = c.precision;
 }
 
 using AttnKernel = void (*)(dcpk_attn_params);
@@ -227,19 +253,32 @@ AttnKernel attn_entry(const char *name)
     if (std::strcmp(name, "dcpk_attn__" #layout "_" #dt) == 0)              \
         return dcpk_attn__##layout##_##dt;
     DCPK_ATTN_VARIANTS(ENTRY)
+    DCPK_ATTN_TC_VARIANTS(ENTRY)
 #undef ENTRY
     return nullptr;
 }
 
-/** Runs the case's attention (and the split merge) through the emulator. */
-void run_attn(const AttnCase &c, AttnSetup &s)
+/**
+ * Runs the case's attention (kernel, or the entry of the case) and the split merge
+ * through the emulator. Returns the attention launch's emulator errors when
+ * tolerated (a mutant), else fails the test on any.
+ */
+unsigned run_attn(const AttnCase &c, AttnSetup &s, AttnKernel kernel = nullptr, std::string *tolerate_errors = nullptr)
 {
     const dcpk_attn_params &p = s.p;
     const uint32_t head_tiles = (c.heads_per_kv + c.head_tile - 1) / c.head_tile;
-    launch(attn_entry(s.v->entry), p, dim3(c.num_splits, c.num_kv_heads * head_tiles, p.batch),
-                dim3(s.v->threads));
+    const dim3 grid(c.num_splits, c.num_kv_heads * head_tiles, p.batch);
+    unsigned errors = 0;
+    if (tolerate_errors) {
+        emu::reset_errors();
+        emu::launch(kernel ? kernel : attn_entry(s.v->entry), p, grid, dim3(s.v->threads));
+        errors = emu::errors();
+        *tolerate_errors = errors ? emu::first_error() : "-";
+    } else {
+        launch(kernel ? kernel : attn_entry(s.v->entry), p, grid, dim3(s.v->threads));
+    }
     if (c.num_splits == 1)
-        return;
+        return errors;
     dcpk_merge_params m{};
     m.src_o = p.ws_o;
     m.src_lse = p.ws_lse;
@@ -254,6 +293,7 @@ void run_attn(const AttnCase &c, AttnSetup &s)
     m.rows = c.chunks * m.rows_per_chunk;
     m.v_dim = p.v_dim;
     launch(dcpk_merge, m, dim3(m.rows), dim3(dcpk::kBlock_merge));
+    return errors;
 }
 
 /** float64 attention of one query row (b, t, g) from params.h's definitions. */
@@ -297,42 +337,100 @@ void reference_row(const AttnSetup &s, uint32_t b, uint32_t t, uint32_t g, std::
     }
 }
 
-/** Compares every output row and LSE with the reference; counts rows with no key. */
-void check_attn(const AttnCase &c, const AttnSetup &s)
+/** How far an attention result is from the float64 reference. */
+struct AttnError {
+    double out = 0;    ///< max |got - want| / (1 + |want|) over output elements
+    double lse = 0;    ///< the same over LSEs
+    double rel_l2 = 0; ///< ||got - want||_2 / ||want||_2 over all outputs
+    bool finite = true;
+    uint32_t rows = 0, empty = 0;
+};
+
+/**
+ * Bounds on AttnError a correct result keeps: fp32 arithmetic (SIMT entries and
+ * exact tensor-core precision: the issue's 1e-4), or bf16/fp16 operands (fast:
+ * measured fast-mode errors are printed by test_mla_tc_random; the bound has
+ * margin over the worst seen).
+ */
+struct AttnTolerance {
+    double elem, rel_l2;
+};
+
+AttnTolerance attn_tolerance(const dcpk_attn_variant *v, uint32_t precision)
+{
+    if (!v->tensor_core)
+        return {2e-5, 2e-5};
+    if (precision == DCPK_PRECISION_EXACT)
+        return {1e-4, 1e-4};
+    return v->dtype == DCPK_BF16 ? AttnTolerance{kFastElemBf16, kFastL2Bf16} : AttnTolerance{kFastElemFp16, kFastL2Fp16};
+}
+
+/** Compares every output row and LSE with the reference. */
+AttnError attn_error(const AttnSetup &s)
 {
     const dcpk_attn_params &p = s.p;
     std::vector<double> ref;
-    double ref_lse;
-    uint32_t empty = 0;
+    double ref_lse, err2 = 0, ref2 = 0;
+    AttnError e;
     for (uint32_t b = 0; b < p.batch; b++)
         for (uint32_t t = (uint32_t)s.q_start[b]; t < (uint32_t)s.q_start[b + 1]; t++)
             for (uint32_t g = 0; g < p.num_heads; g++) {
                 reference_row(s, b, t, g, ref, ref_lse);
-                empty += std::isinf(ref_lse);
+                e.rows++;
+                e.empty += std::isinf(ref_lse);
                 const uint32_t ch = g / p.heads_per_chunk, h = g % p.heads_per_chunk;
                 const uint64_t in_chunk = (uint64_t)t * p.heads_per_chunk + h;
                 const float got_lse = s.lse[ch * p.lse_chunk_stride + in_chunk];
-                if (!close_to(got_lse, ref_lse, 2e-5))
-                    fail_msg("%s/%u: LSE of (seq %u, token %u, head %u) = %.7g, want %.7g", s.v->entry,
-                             c.num_splits, b, t, g, got_lse, ref_lse);
+                if (std::isinf(ref_lse))
+                    e.finite = e.finite && std::isinf(got_lse) && got_lse < 0;
+                else if (!std::isfinite(got_lse))
+                    e.finite = false;
+                else
+                    e.lse = std::max(e.lse, std::fabs(got_lse - ref_lse) / (1 + std::fabs(ref_lse)));
                 const float *o = s.out.data() + ch * p.out_chunk_stride + in_chunk * p.v_dim;
-                for (uint32_t d = 0; d < p.v_dim; d++)
-                    if (!close_to(o[d], ref[d], 2e-5))
-                        fail_msg("%s/%u: out[%u] of (seq %u, token %u, head %u) = %.7g, want %.7g", s.v->entry,
-                                 c.num_splits, d, b, t, g, o[d], ref[d]);
+                for (uint32_t d = 0; d < p.v_dim; d++) {
+                    if (!std::isfinite(o[d])) {
+                        e.finite = false;
+                        continue;
+                    }
+                    const double diff = o[d] - ref[d];
+                    e.out = std::max(e.out, std::fabs(diff) / (1 + std::fabs(ref[d])));
+                    err2 += diff * diff;
+                    ref2 += ref[d] * ref[d];
+                }
             }
-    print_message("%-30s splits %u: %u rows (%u without keys) match\n", s.v->entry, c.num_splits,
-                  p.num_q_tokens * p.num_heads, empty);
+    e.rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+    return e;
 }
 
-void attn_case(const AttnCase &c)
+bool within(const AttnError &e, const AttnTolerance &t)
+{
+    return e.finite && e.out <= t.elem && e.lse <= t.elem && e.rel_l2 <= t.rel_l2;
+}
+
+/** Fails the test unless the result is within the entry's tolerance. */
+AttnError check_attn(const AttnCase &c, const AttnSetup &s)
+{
+    const AttnError e = attn_error(s);
+    const AttnTolerance tol = attn_tolerance(s.v, c.precision);
+    if (!within(e, tol))
+        fail_msg("%s/%u (%s): %s; max error out %.3g, lse %.3g, rel L2 %.3g (bounds %.3g, %.3g)", s.v->entry,
+                 c.num_splits, c.precision == DCPK_PRECISION_EXACT ? "exact" : "fast",
+                 e.finite ? "finite" : "NOT FINITE or wrong -inf", e.out, e.lse, e.rel_l2, tol.elem, tol.rel_l2);
+    print_message("%-30s splits %u%s: %u rows (%u without keys) match (max %.2g, rel L2 %.2g)\n", s.v->entry,
+                  c.num_splits, !s.v->tensor_core ? "" : c.precision == DCPK_PRECISION_EXACT ? " exact" : " fast",
+                  e.rows, e.empty, std::max(e.out, e.lse), e.rel_l2);
+    return e;
+}
+
+AttnError attn_case(const AttnCase &c)
 {
     test_rng rng;
     test_rng_seed(&rng, test_seed() ^ std::hash<std::string>()(c.layout) ^ c.dtype);
     AttnSetup s;
     setup_attn(c, s, &rng);
     run_attn(c, s);
-    check_attn(c, s);
+    return check_attn(c, s);
 }
 
 /*
@@ -346,8 +444,9 @@ void test_every_entry_small(void **state)
     (void)state;
     for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT; i++) {
         const dcpk_attn_variant *v = dcpk_attn_variant_at(i);
-        const char *layout = v->shared_kv ? "mla" : v->qk_dim == 64 ? "gqa_d64" : v->qk_dim == 128 ? "gqa_d128" : "gqa_d256";
-        attn_case({layout, v->dtype, {2, 45}, {1, 3}, v->shared_kv ? 1u : 2u, 4, 2, 1, 2, 2, 8, 3, 1});
+        const std::string layout = attn_layout(v);
+        for (uint32_t prec = 0; prec <= (v->tensor_core ? 1u : 0u); prec++)
+            attn_case({layout.c_str(), v->dtype, {2, 45}, {1, 3}, v->shared_kv ? 1u : 2u, 4, 2, 1, 2, 2, 8, 3, 1, prec});
     }
 }
 
@@ -372,6 +471,104 @@ void test_mla_shapes(void **state)
     // 40 heads in tiles of 32 (+8), 2 tokens: 64 rows = two passes; two DCP chunks; splits.
     attn_case({"mla", DCPK_BF16, {20, 90}, {2, 1}, 1, 40, 2, 1, 2, 4, 16, 32, 2});
     attn_case({"mla", DCPK_FP8_E4M3, {33}, {1}, 1, 16, 1, 0, 1, 1, 64, 16, 1});
+}
+
+/* ---- the tensor-core MLA entries ------------------------------------------- */
+
+/*
+ * Random shapes against the float64 oracle, every dtype x precision: batches of
+ * 1-3, lengths down to the query tokens themselves (short shards, and ranks with
+ * no key at all), 1-4 query tokens (causal mask on global positions), DCP groups
+ * of 1-4 with interleaves 1-16, pages of 1-64 tokens, 1-4 splits merged by
+ * dcpk_merge, up to 40 heads in head tiles that take one or more passes of 32
+ * rows. Prints the largest errors seen per dtype and precision.
+ */
+void test_mla_tc_random(void **state)
+{
+    (void)state;
+    test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0x6d6c6174u);
+    static const uint32_t dtypes[] = {DCPK_BF16, DCPK_FP16};
+    static const uint32_t pages[] = {1, 5, 16, 64};
+    static const uint32_t interleaves[] = {1, 2, 16};
+    AttnError worst[2][2];
+    for (int n = 0; n < 16; n++) {
+        const uint32_t di = (uint32_t)n % 2, prec = (uint32_t)n / 2 % 2;
+        AttnCase c{"mla_tc", dtypes[di], {}, {}, 1, 1, 1, 0, 1, 1, 16, 1, 1, prec};
+        const uint32_t batch = (uint32_t)test_rng_range(&rng, 1, 3);
+        for (uint32_t b = 0; b < batch; b++) {
+            const int q = (int)test_rng_range(&rng, 1, 4);
+            c.q_tokens.push_back(q);
+            c.seq_lens.push_back(q + (test_rng_range(&rng, 0, 3) == 0 ? 0 : (int)test_rng_range(&rng, 0, 150)));
+        }
+        c.group_size = (uint32_t)test_rng_range(&rng, 1, 4);
+        c.rank = (uint32_t)test_rng_range(&rng, 0, c.group_size - 1);
+        c.interleave = interleaves[test_rng_range(&rng, 0, 2)];
+        c.block_size = pages[test_rng_range(&rng, 0, 3)];
+        c.heads_per_kv = (uint32_t)test_rng_range(&rng, 1, 40);
+        c.chunks = c.heads_per_kv % 2 == 0 && test_rng_range(&rng, 0, 1) ? 2 : 1;
+        c.head_tile = (uint32_t)test_rng_range(&rng, 1, c.heads_per_kv);
+        c.num_splits = (uint32_t)test_rng_range(&rng, 1, 4);
+        AttnSetup s;
+        setup_attn(c, s, &rng);
+        run_attn(c, s);
+        const AttnError e = check_attn(c, s);
+        AttnError &w = worst[di][prec];
+        w.out = std::max(w.out, e.out);
+        w.lse = std::max(w.lse, e.lse);
+        w.rel_l2 = std::max(w.rel_l2, e.rel_l2);
+    }
+    for (int di = 0; di < 2; di++)
+        for (int prec = 0; prec < 2; prec++)
+            print_message("mla_tc %s %s: worst max error out %.3g, lse %.3g, rel L2 %.3g\n", di ? "fp16" : "bf16",
+                          prec ? "exact" : "fast", worst[di][prec].out, worst[di][prec].lse, worst[di][prec].rel_l2);
+}
+
+/** The bf16 tensor-core MLA entry with a deliberate bug M (attn_mla_tc.cuh, TcMutant). */
+template <dcpk::TcMutant M>
+void mla_tc_mutant(dcpk_attn_params p)
+{
+#define MUTANT_CFG_(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize) \
+    if (dtype == DCPK_BF16)                                                      \
+        dcpk::mla_tc_kernel<dcpk::MlaTcCfg<dtype, threads, rows, tile, M>>(p);
+    DCPK_ATTN_TC_VARIANTS(MUTANT_CFG_)
+#undef MUTANT_CFG_
+}
+
+/** Whether the emulated oracle test of mla_tc_bf16 fails with kernel (errors or a wrong result). */
+bool mla_tc_caught(AttnKernel kernel, const char *what)
+{
+    // Several tiles (double buffer reused), two passes of 32 rows, splits.
+    const AttnCase c{"mla_tc", DCPK_BF16, {130, 70}, {2, 1}, 1, 20, 1, 0, 1, 1, 16, 20, 2, DCPK_PRECISION_FAST};
+    test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0x6d7574u);
+    AttnSetup s;
+    setup_attn(c, s, &rng);
+    std::string first;
+    emu::quiet = true;
+    const unsigned errors = run_attn(c, s, kernel, &first);
+    emu::quiet = false;
+    emu::reset_errors();
+    const AttnError e = attn_error(s);
+    const bool right = within(e, attn_tolerance(s.v, c.precision));
+    print_message("mla_tc %-22s %s: %u emulator errors (%s), result %s (max error %.3g)\n", what,
+                  errors || !right ? "fails" : "passes", errors, first.c_str(), right ? "right" : "wrong",
+                  std::max(e.out, e.lse));
+    return errors || !right;
+}
+
+/* Bugs in the tensor-core MLA kernel itself make its emulated test fail; the unmutated one passes. */
+void test_mla_tc_mutants(void **state)
+{
+    (void)state;
+    if (mla_tc_caught(mla_tc_mutant<dcpk::TcMutant::none>, "unmutated"))
+        fail_msg("the unmutated kernel fails the mutant harness");
+    if (!mla_tc_caught(mla_tc_mutant<dcpk::TcMutant::no_wait>, "delete cp.async wait"))
+        fail_msg("mutant 'delete cp.async wait' went unnoticed");
+    if (!mla_tc_caught(mla_tc_mutant<dcpk::TcMutant::no_barrier>, "delete barrier"))
+        fail_msg("mutant 'delete barrier' went unnoticed");
+    if (!mla_tc_caught(mla_tc_mutant<dcpk::TcMutant::swap_rows>, "swap fragment rows"))
+        fail_msg("mutant 'swap fragment rows' went unnoticed");
 }
 
 /* ---- the emulator's tensor-core model and its checks ------------------------ */
@@ -813,6 +1010,8 @@ int main()
         cmocka_unit_test(test_every_entry_small),
         cmocka_unit_test(test_gqa_shapes),
         cmocka_unit_test(test_mla_shapes),
+        cmocka_unit_test(test_mla_tc_random),
+        cmocka_unit_test(test_mla_tc_mutants),
         cmocka_unit_test(test_merge_edge_cases),
         cmocka_unit_test(test_lse_scale),
         cmocka_unit_test(test_kv_append),

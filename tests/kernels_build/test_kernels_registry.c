@@ -3,7 +3,9 @@
  * the zstd frame decompresses to image_size bytes whose FNV-1a hashes match, the
  * image is a fatbin holding SASS (ELF) for every kernel_archs target and PTX for
  * the newest, none of it compressed by nvcc, and every entry point of variants.h
- * is in every image. When cuobjdump is found it must list the same targets.
+ * is in every image, and the tensor-core attention entries use mma.sync and
+ * ldmatrix (PTX), the SIMT ones neither. When cuobjdump is found it must list the
+ * same targets, and the tensor-core entries' SASS must have HMMA and LDSM.
  */
 #include <stdio.h>
 #include <string.h>
@@ -158,6 +160,87 @@ static void test_every_entry_in_every_image(void **state)
                          fat[i].kind == FATBIN_ELF ? "SASS" : "PTX", fat[i].arch);
 }
 
+/** The PTX text of entry `name` in f: from its ".entry name(" to the next entry (or the end). */
+static const char *ptx_body(const struct fatbin_entry *f, const char *name, size_t *len)
+{
+    char needle[128];
+    const int n = snprintf(needle, sizeof(needle), ".entry %s(", name);
+    const char *start = memmem(f->payload, f->size, needle, (size_t)n);
+    if (!start)
+        return NULL;
+    const char *end = (const char *)f->payload + f->size;
+    const char *next = memmem(start + n, (size_t)(end - start - n), ".entry ", 7);
+    *len = (size_t)((next ? next : end) - start);
+    return start;
+}
+
+/*
+ * The tensor-core attention entries (variants.h tensor_core = 1) are made of
+ * mma.sync m16n8k16 and ldmatrix in the PTX, and the SIMT ones of neither, so
+ * the entry name the backend reports tells which arithmetic a run used.
+ */
+static void test_tensor_core_entries_use_mma(void **state)
+{
+    (void)state;
+    const struct fatbin_entry *ptx = find_fat(FATBIN_PTX, archs[narchs - 1]);
+    assert_non_null(ptx);
+    unsigned tc = 0;
+    for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT; i++) {
+        const struct dcpk_attn_variant *v = dcpk_attn_variant_at(i);
+        size_t len = 0;
+        const char *body = ptx_body(ptx, v->entry, &len);
+        assert_non_null(body);
+        const int mma = memmem(body, len, "mma.sync.aligned.m16n8k16.row.col.f32", 37) != NULL;
+        const int ldm = memmem(body, len, "ldmatrix.sync.aligned.m8n8.x4", 29) != NULL;
+        if (mma != (int)v->tensor_core || ldm != (int)v->tensor_core)
+            fail_msg("%s (tensor_core %u): mma.sync %s, ldmatrix %s in its PTX", v->entry, v->tensor_core,
+                     mma ? "present" : "absent", ldm ? "present" : "absent");
+        tc += v->tensor_core;
+    }
+    assert_true(tc > 0);
+}
+
+/* And ptxas kept them: every SASS target's code of a tensor-core entry has HMMA.16816 and LDSM. */
+static void test_tensor_core_entries_sass(void **state)
+{
+    (void)state;
+    const char *tool = getenv("DCP_CUOBJDUMP");
+    if (!tool || !*tool)
+        skip();
+    char path[] = "/tmp/dcp_kernels_XXXXXX";
+    const int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, image, image_size), (ssize_t)image_size);
+    close(fd);
+    for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT; i++) {
+        const struct dcpk_attn_variant *v = dcpk_attn_variant_at(i);
+        if (!v->tensor_core)
+            continue;
+        char cmd[1024], line[512];
+        snprintf(cmd, sizeof(cmd), "'%s' -sass -fun %s '%s' 2>&1", tool, v->entry, path);
+        FILE *p = popen(cmd, "r");
+        assert_non_null(p);
+        unsigned arch = 0, hmma[KERNEL_ARCHS_MAX] = {0}, ldsm[KERNEL_ARCHS_MAX] = {0};
+        while (fgets(line, sizeof(line), p)) {
+            const char *a = strstr(line, "arch = sm_");
+            if (a)
+                arch = (unsigned)strtoul(a + 10, NULL, 10);
+            for (size_t k = 0; k < narchs; k++)
+                if (archs[k] == arch) {
+                    hmma[k] += strstr(line, "HMMA.16816.F32") != NULL;
+                    ldsm[k] += strstr(line, "LDSM.16.M") != NULL;
+                }
+        }
+        assert_int_equal(pclose(p), 0);
+        for (size_t k = 0; k < narchs; k++) {
+            if (!hmma[k] || !ldsm[k])
+                fail_msg("%s for sm_%u: %u HMMA.16816.F32, %u LDSM in its SASS", v->entry, archs[k], hmma[k], ldsm[k]);
+            print_message("%s sm_%u: %u HMMA.16816.F32, %u LDSM\n", v->entry, archs[k], hmma[k], ldsm[k]);
+        }
+    }
+    unlink(path);
+}
+
 /** Runs `cuobjdump option file` and returns its output (static buffer) or NULL. */
 static const char *cuobjdump(const char *tool, const char *option, const char *file)
 {
@@ -233,6 +316,8 @@ int main(void)
         cmocka_unit_test(test_fatbin_targets),
         cmocka_unit_test(test_every_entry_in_every_image),
         cmocka_unit_test(test_cuobjdump_agrees),
+        cmocka_unit_test(test_tensor_core_entries_use_mma),
+        cmocka_unit_test(test_tensor_core_entries_sass),
     };
     const int rc = cmocka_run_group_tests(tests, NULL, NULL);
     free(image);

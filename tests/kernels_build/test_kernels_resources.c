@@ -114,6 +114,33 @@ static void test_fits_the_sm(void **state)
     }
 }
 
+/*
+ * The tensor-core entries in particular (variants.h tensor_core = 1): their report
+ * lines for every target, 0 spills and no stack (printed, so the log has them).
+ */
+static void test_tensor_core_entries(void **state)
+{
+    (void)state;
+    unsigned found = 0;
+    for (size_t i = 0; i < nrows; i++) {
+        const struct report_row *r = &rows[i];
+        for (uint32_t v = 0; v < DCPK_ATTN_VARIANT_COUNT; v++) {
+            const struct dcpk_attn_variant *var = dcpk_attn_variant_at(v);
+            if (!var->tensor_core || strcmp(var->entry, r->entry) != 0)
+                continue;
+            found++;
+            print_message("%s %s: %u registers, stack %u B, spills %u/%u B\n", r->entry, r->arch, r->regs, r->stack,
+                          r->spill_stores, r->spill_loads);
+            assert_int_equal(r->stack + r->spill_stores + r->spill_loads, 0);
+        }
+    }
+    unsigned want = 0;
+    for (uint32_t v = 0; v < DCPK_ATTN_VARIANT_COUNT; v++)
+        want += dcpk_attn_variant_at(v)->tensor_core;
+    assert_true(want > 0);
+    assert_int_equal(found, want * narchs);
+}
+
 int main(void)
 {
 #if !DCP_HAVE_KERNELS
@@ -131,6 +158,7 @@ int main(void)
         cmocka_unit_test(test_every_entry_for_every_target),
         cmocka_unit_test(test_no_spills_or_local_memory),
         cmocka_unit_test(test_fits_the_sm),
+        cmocka_unit_test(test_tensor_core_entries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -68,7 +68,19 @@ DCPK_STATIC_ASSERT(sizeof(struct dcpk_kv_append_params) == 72, "kv_append ABI");
  *   T * heads_per_chunk * v_dim and T * heads_per_chunk; dcpk_merge then combines them.
  * Empty range (no visible key): LSE = -INFINITY and output row = 0, decided from the
  * lengths, never from arithmetic on an empty set.
+ *
+ * precision (dcpk_precision) says how the tensor-core entries (variants.h,
+ * tensor_core = 1) round their operands: fast multiplies bf16/fp16 copies of the
+ * scaled queries and of the probabilities, exact splits each into hi + lo parts
+ * (two mma per product) and stays within 1e-4 of exact arithmetic. The SIMT
+ * entries and the CPU implementation compute in fp32 and ignore it.
  */
+enum dcpk_precision {
+    DCPK_PRECISION_FAST = 0,  ///< bf16/fp16 Q and P operands (runtime.cuda.precision: fast).
+    DCPK_PRECISION_EXACT = 1, ///< hi/lo splits of Q and P (runtime.cuda.precision: exact).
+};
+
+/** Paged decode attention parameters (see above). */
 struct dcpk_attn_params {
     uint64_t q;                 ///< fp32 queries, chunked layout, row length qk_dim.
     uint64_t k_cache;           ///< Layer's K pages.
@@ -103,8 +115,10 @@ struct dcpk_attn_params {
     uint32_t dtype;             ///< enum dcpk_dtype of the cache.
     float scale;                ///< Softmax scale applied to q.k.
     float kv_scale;             ///< fp8: value = stored * kv_scale (in fp32); ignored for other dtypes.
+    uint32_t precision;         ///< enum dcpk_precision of the tensor-core entries; the others ignore it.
+    uint32_t pad0;
 };
-DCPK_STATIC_ASSERT(sizeof(struct dcpk_attn_params) == 192, "attn ABI");
+DCPK_STATIC_ASSERT(sizeof(struct dcpk_attn_params) == 200, "attn ABI");
 
 /* ------------------------------------------------------------------------- */
 /**

@@ -49,6 +49,18 @@
     DCPK_ATTN_EACH_DTYPE(X, gqa_d256, 256, 256, 0, 128, 16, 16)    \
     DCPK_ATTN_EACH_DTYPE(X, mla, 576, 512, 1, 256, 32, 16)
 
+/*
+ * Tensor-core attention entries (mma.sync m16n8k16, ldmatrix), same row format;
+ * only the dtypes the MMA takes as inputs. dcpk_attn_variant_find prefers them
+ * over the SIMT entry of the same shape and dtype, which stays the reference
+ * path for everything they do not cover (fp32 and fp8 KV, GQA). Their operand
+ * rounding is dcpk_attn_params.precision (params.h).
+ *   mla_tc: rows = 32 (two m16 row groups of 4 warps each), tile_tokens = 32.
+ */
+#define DCPK_ATTN_TC_VARIANTS(X)                         \
+    X(mla_tc, 576, 512, 1, 256, 32, 32, bf16, DCPK_BF16, 2) \
+    X(mla_tc, 576, 512, 1, 256, 32, 32, fp16, DCPK_FP16, 2)
+
 /* ---- shared-memory plan of an attention entry ---------------------------- */
 /* The kernel carves its dynamic shared memory with these same macros.          */
 
@@ -86,6 +98,29 @@
      DCPK_ATTN_SMEM_V(v, shared_kv, esize, tile) + DCPK_ATTN_SMEM_Q(qk, rows) +      \
      DCPK_ATTN_SMEM_S(rows, tile) + DCPK_ATTN_SMEM_ROWS(rows))
 
+/* ---- shared-memory plan of a tensor-core entry --------------------------- */
+
+/** Warps per m16 row group: each owns 1/quarters of the qk depth (S) and of v_dim (O). */
+#define DCPK_ATTN_TC_QUARTERS(threads, rows) ((threads) / 32u / ((rows) / 16u))
+/**
+ * 16-byte chunks per K row in shared memory: one more than the row has, an odd
+ * count, so the 8 rows an ldmatrix matrix reads fall into 8 different bank groups.
+ */
+#define DCPK_ATTN_TC_ROW_CHUNKS(qk, esize) (DCPK_ATTN_CHUNKS(qk, esize) + 1u)
+/** Bytes of the double-buffered K tiles (V is read from them). */
+#define DCPK_ATTN_TC_SMEM_K(qk, esize, tile) (2u * (tile) * DCPK_ATTN_TC_ROW_CHUNKS(qk, esize) * 16u)
+/** Bytes of the fp32 partial scores the warps of a row group exchange. */
+#define DCPK_ATTN_TC_SMEM_X(threads, rows, tile) ((rows) * (tile) * DCPK_ATTN_TC_QUARTERS(threads, rows) * 4u)
+/**
+ * Bytes of the query fragments: each thread's A fragments (one 16-byte register
+ * quad per k-step of its depth slice), rounded and residues, kept out of registers.
+ */
+#define DCPK_ATTN_TC_SMEM_Q(qk, threads, rows) (2u * (threads) * ((qk) / DCPK_ATTN_TC_QUARTERS(threads, rows) / 16u) * 16u)
+/** Dynamic shared memory of a tensor-core entry, in bytes. */
+#define DCPK_ATTN_TC_SMEM_BYTES(qk, esize, threads, rows, tile) \
+    (DCPK_ATTN_TC_SMEM_K(qk, esize, tile) + DCPK_ATTN_TC_SMEM_X(threads, rows, tile) + \
+     DCPK_ATTN_TC_SMEM_Q(qk, threads, rows))
+
 /* ---- host-side view ------------------------------------------------------- */
 
 /** One attention entry point and how to launch it. */
@@ -99,38 +134,46 @@ struct dcpk_attn_variant {
     uint32_t rows;         ///< Query rows served per KV read (see DCPK_ATTN_VARIANTS).
     uint32_t tile_tokens;  ///< KV tokens per shared-memory tile.
     uint32_t smem_bytes;   ///< Dynamic shared memory per block.
+    uint32_t tensor_core;  ///< 1: mma.sync entry (DCPK_ATTN_TC_VARIANTS), rounding set by params.precision.
 };
 
 #define DCPK_PLUS_ONE_(...) +1
 /** Number of attention entries. */
-#define DCPK_ATTN_VARIANT_COUNT (0u DCPK_ATTN_VARIANTS(DCPK_PLUS_ONE_))
+#define DCPK_ATTN_VARIANT_COUNT (0u DCPK_ATTN_VARIANTS(DCPK_PLUS_ONE_) DCPK_ATTN_TC_VARIANTS(DCPK_PLUS_ONE_))
 
 /** Attention entry i (0 <= i < DCPK_ATTN_VARIANT_COUNT), or NULL. */
 static inline const struct dcpk_attn_variant *dcpk_attn_variant_at(uint32_t i)
 {
 #define DCPK_ATTN_ROW_(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize) \
     {"dcpk_attn__" #layout "_" #dt, qk, v, shared, dtype, threads, rows, tile,       \
-     DCPK_ATTN_SMEM_BYTES(qk, v, shared, esize, threads, rows, tile)},
-    static const struct dcpk_attn_variant table[] = {DCPK_ATTN_VARIANTS(DCPK_ATTN_ROW_)};
+     DCPK_ATTN_SMEM_BYTES(qk, v, shared, esize, threads, rows, tile), 0},
+#define DCPK_ATTN_TC_ROW_(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize) \
+    {"dcpk_attn__" #layout "_" #dt, qk, v, shared, dtype, threads, rows, tile,          \
+     DCPK_ATTN_TC_SMEM_BYTES(qk, esize, threads, rows, tile), 1},
+    static const struct dcpk_attn_variant table[] = {DCPK_ATTN_VARIANTS(DCPK_ATTN_ROW_)
+                                                         DCPK_ATTN_TC_VARIANTS(DCPK_ATTN_TC_ROW_)};
 #undef DCPK_ATTN_ROW_
+#undef DCPK_ATTN_TC_ROW_
     return i < DCPK_ATTN_VARIANT_COUNT ? &table[i] : (const struct dcpk_attn_variant *)0;
 }
 
 /**
  * The attention entry for a call: shared_kv selects MLA (qk 576, v 512), otherwise
- * qk_dim == v_dim must be 64, 128 or 256. NULL when no entry computes it (the
- * caller reports the unsupported shape; the CPU backend has no such limit).
+ * qk_dim == v_dim must be 64, 128 or 256. A tensor-core entry when one computes the
+ * shape and dtype (MLA bf16/fp16), else the SIMT one. NULL when no entry computes
+ * it (the caller reports the unsupported shape; the CPU backend has no such limit).
  */
 static inline const struct dcpk_attn_variant *dcpk_attn_variant_find(uint32_t qk_dim, uint32_t v_dim,
                                                                      uint32_t shared_kv, uint32_t dtype)
 {
+    const struct dcpk_attn_variant *found = (const struct dcpk_attn_variant *)0;
     for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT; i++) {
         const struct dcpk_attn_variant *v = dcpk_attn_variant_at(i);
         if (v->qk_dim == qk_dim && v->v_dim == v_dim && v->shared_kv == (shared_kv != 0) &&
-            v->dtype == dtype)
-            return v;
+            v->dtype == dtype && (!found || v->tensor_core))
+            found = v;
     }
-    return (const struct dcpk_attn_variant *)0;
+    return found;
 }
 
 /**

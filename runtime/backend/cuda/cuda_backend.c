@@ -121,6 +121,16 @@ static void describe_libraries(const struct cuda_engine *ce, char *buf, size_t s
     snprintf(buf, size, "%s; %s", cuda, nccl);
 }
 
+/* What arithmetic the attention entry does, for the detail line: the tensor-core
+ * entries round their operands as runtime.cuda.precision says, the others are fp32. */
+static const char *attn_arithmetic(const struct dcpk_attn_variant *v, const struct dcp_engine *e)
+{
+    if (!v->tensor_core)
+        return "SIMT fp32";
+    return e->cfg->runtime.cuda.precision == DCP_CUDA_PRECISION_EXACT ? "tensor cores, precision exact: hi/lo Q and P"
+                                                                        : "tensor cores, precision fast: bf16/fp16 Q and P";
+}
+
 static int cuda_engine_init(const struct dcp_engine *e, void **state, struct dcp_backend_caps *caps)
 {
     if (dcp_embedded_module_count == 0)
@@ -183,11 +193,12 @@ static int cuda_engine_init(const struct dcp_engine *e, void **state, struct dcp
     caps->head_tile = dcpk_attn_pick_head_tile(ce->attn, heads_per_kv, DCP_MAX(1u, e->cfg->workload.q_len));
     caps->max_splits = slots;
     caps->host_memory = false;
-    snprintf(caps->detail, sizeof(caps->detail), "%s (sm_%d%d, %d SMs), %s%s, %s; %s", d0->info.name,
+    snprintf(caps->detail, sizeof(caps->detail), "%s (sm_%d%d, %d SMs), %s%s, %s (%s); %s", d0->info.name,
              d0->info.cc_major, d0->info.cc_minor, d0->info.sm_count,
              ce->comm == CUDA_COMM_VIRTUAL ? (e->dcp > 1 ? "virtual ranks on one GPU" : "ranks on one GPU")
                                            : (e->dcp > 1 ? "one GPU per rank, NCCL" : "one GPU per rank"),
-             multi_process ? " (one process per GPU)" : "", ce->attn->entry, dcp_module_report(d0->module));
+             multi_process ? " (one process per GPU)" : "", ce->attn->entry, attn_arithmetic(ce->attn, e),
+             dcp_module_report(d0->module));
     describe_libraries(ce, caps->libraries, sizeof(caps->libraries));
     return DCP_OK;
 }

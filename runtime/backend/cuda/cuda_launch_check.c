@@ -40,6 +40,8 @@ static const char *attn_problem(const struct dcpk_attn_variant *v, uint32_t thre
     if (!aligned(p->q | p->out | p->lse | p->ws_o | p->ws_lse, 4) ||
         !aligned(p->block_table | p->seq_lens | p->q_start, 4))
         return "misaligned buffer";
+    if (p->precision > DCPK_PRECISION_EXACT)
+        return "unknown precision";
     if (p->num_splits > 1 && (!p->ws_o || !p->ws_lse))
         return "split-KV without a workspace";
     return NULL;

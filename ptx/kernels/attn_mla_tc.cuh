@@ -1,0 +1,419 @@
+/*
+ * attn_mla_tc.cuh: MLA decode attention (576 K / 512 V, one latent KV head, V =
+ * the first 512 values of each K row) on tensor cores: mma.sync m16n8k16 with
+ * bf16 or fp16 inputs (the cache dtype) and fp32 accumulators, operands from
+ * shared memory through ldmatrix. Same params (struct dcpk_attn_params), work
+ * items, passes and results as attn.cuh; the entries are DCPK_ATTN_TC_VARIANTS.
+ *
+ * A pass serves ROWS = 32 query rows (rows = head x query token, token-major) in
+ * two m16 row groups; each row group has Q = 4 warps ("quarters"). Per KV tile of
+ * TK = 32 tokens (16-byte cp.async copies, double-buffered):
+ *   1. S = Q . K^T: warp (row group, quarter q) multiplies its 16 rows by the
+ *      tile over depth [144 q, 144 q + 144): 9 k-steps x 4 n-tiles of 8 keys.
+ *      Its Q fragments are made once per pass from global memory (scaled by
+ *      scale * log2(e), rounded, and the residues for exact) and wait in shared
+ *      memory, each thread's own registers' worth (no ldmatrix, no barrier). The 4 partial S of a row group
+ *      meet in shared memory and every warp of the group sums them in the same
+ *      order, so all 4 hold the same S (and so the same softmax state).
+ *   2. online softmax on the S accumulators in registers (each row's values live
+ *      in the 4 lanes of a quad: two shuffles for a max), masked per row from the
+ *      lengths as in attn.cuh;
+ *   3. O += P . V: the S accumulators of two n-tiles are exactly an A fragment
+ *      (P stays in registers), V comes from the same shared tile through
+ *      ldmatrix.trans; warp quarter q owns output columns [128 q, 128 q + 128).
+ * precision (params.h): fast rounds Q and P once to the MMA input type; exact
+ * adds a second mma with the rounding residues (x = hi + lo, |x - hi - lo| <=
+ * 2^-18 |x| for bf16), so every product is exact to about fp32 accumulation. The
+ * softmax denominator sums the P values the MMA used (hi, or hi + lo).
+ * fp16 caches multiply fp16 queries: |q * scale * log2(e)| must stay below 65504.
+ */
+#ifndef DCPK_ATTN_MLA_TC_CUH
+#define DCPK_ATTN_MLA_TC_CUH
+
+#include "attn.cuh"
+#include "mma.cuh"
+
+namespace dcpk {
+
+/**
+ * Deliberate bugs for tests/kernels_build to prove that its emulated tests catch
+ * them (test_mla_tc_mutants); the fatbin instantiates none only.
+ */
+enum class TcMutant { none, no_wait, no_barrier, swap_rows };
+
+/** Compile-time plan of one tensor-core MLA entry (DCPK_ATTN_TC_VARIANTS row). */
+template <uint32_t DT, int NT, int ROWS, int TK, TcMutant MUT = TcMutant::none>
+struct MlaTcCfg {
+    static constexpr int kQK = 576, kDV = 512, kShared = 1, kNT = NT, kRows = ROWS, kTK = TK;
+    static constexpr uint32_t kDtype = DT;
+    static constexpr int kEsize = elem_bytes<DT>();
+    static constexpr TcMutant kMutant = MUT;
+    static constexpr MmaIn kIn = DT == DCPK_BF16 ? MmaIn::bf16 : MmaIn::fp16;
+    static constexpr int kQuarters = DCPK_ATTN_TC_QUARTERS(NT, ROWS);
+    static constexpr int kKSteps = kQK / kQuarters / 16; // S depth steps of a warp
+    static constexpr int kSTiles = TK / 8;               // S n-tiles (8 keys)
+    static constexpr int kCols = kDV / kQuarters;        // O columns of a warp
+    static constexpr int kOTiles = kCols / 8;            // O n-tiles
+    static constexpr int kChunks = DCPK_ATTN_CHUNKS(kQK, kEsize);
+    static constexpr int kRowBytes = DCPK_ATTN_TC_ROW_CHUNKS(kQK, kEsize) * 16;
+    static constexpr uint32_t kOffX = DCPK_ATTN_TC_SMEM_K(kQK, kEsize, TK);
+    static constexpr uint32_t kOffQ = kOffX + DCPK_ATTN_TC_SMEM_X(NT, ROWS, TK);
+    static constexpr uint32_t kSmem = DCPK_ATTN_TC_SMEM_BYTES(kQK, kEsize, NT, ROWS, TK);
+
+    static_assert(DT == DCPK_BF16 || DT == DCPK_FP16, "the MMA takes bf16 or fp16 inputs");
+    static_assert(ROWS % 16 == 0 && NT == 32 * kQuarters * (ROWS / 16), "row groups of whole warps");
+    static_assert(kQK % (16 * kQuarters) == 0 && kDV % (16 * kQuarters) == 0, "quarters of whole k-steps / n-tile pairs");
+    static_assert(TK % 16 == 0, "P.V takes keys 16 at a time");
+    static_assert(TK * kChunks % NT == 0, "every thread copies the same number of chunks");
+    static_assert(kOffX % 16 == 0, "exchange buffer of float4s");
+};
+
+template <class C>
+class MlaTcBlock {
+  public:
+    __device__ MlaTcBlock(const dcpk_attn_params &p, const AttnItem &it)
+        : p_(p), it_(it), lane_((int)threadIdx.x % 32), rg_((int)threadIdx.x / 32 / C::kQuarters),
+          qd_((int)threadIdx.x / 32 % C::kQuarters), exact_(p.precision == DCPK_PRECISION_EXACT)
+    {
+    }
+
+    /** Runs every pass of the work item. */
+    __device__ void run()
+    {
+        const uint32_t nrows = it_.nheads * it_.nq;
+        for (uint32_t first = 0; first < nrows; first += C::kRows)
+            pass(first, min(nrows - first, (uint32_t)C::kRows));
+    }
+
+  private:
+    const dcpk_attn_params &p_;
+    const AttnItem &it_;
+    const int lane_, rg_, qd_;
+    const bool exact_;
+
+    float o_[C::kOTiles][4];                           // C fragments of this warp's O columns
+    float m_[2], l_[2];    // rows g and g + 8: running max (log2 domain), this lane's share of the sum
+    uint32_t vis_[2];      // keys of the split rows g and g + 8 see
+
+    __device__ static unsigned char *k_tile(int buf)
+    {
+        return dcpk_smem + buf * C::kTK * C::kRowBytes;
+    }
+    /** Partial scores of (row group, quarter, n-tile j), one float4 per lane. */
+    __device__ static float4 *x_slot(int rg, int qd, int j)
+    {
+        return reinterpret_cast<float4 *>(dcpk_smem + C::kOffX) + ((rg * C::kQuarters + qd) * C::kSTiles + j) * 32;
+    }
+
+    /**
+     * This thread's register quad of the Q A fragment of k-step ks (part 0: the
+     * rounded values, 1: the residues), written and read by this thread only.
+     */
+    __device__ static uint4 *q_frag(int part, int ks)
+    {
+        return reinterpret_cast<uint4 *>(dcpk_smem + C::kOffQ) + (part * C::kKSteps + ks) * C::kNT + threadIdx.x;
+    }
+
+    /** x, y rounded to the MMA input type, packed (x low). */
+    __device__ static uint32_t pack(float x, float y)
+    {
+        if constexpr (C::kIn == MmaIn::bf16)
+            return pack_bf16(x, y);
+        else
+            return pack_fp16(x, y);
+    }
+    /** The two values of a packed pair (exact). */
+    __device__ static float2 unpack(uint32_t u)
+    {
+        if constexpr (C::kIn == MmaIn::bf16)
+            return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+        else
+            return __half22float2(half2_bits(u));
+    }
+    /** hi = (x, y) rounded, lo = the residues rounded; returns hi.x + lo.x + hi.y + lo.y as used. */
+    __device__ static float split(float x, float y, uint32_t &hi, uint32_t &lo, bool with_lo)
+    {
+        hi = pack(x, y);
+        const float2 h = unpack(hi);
+        lo = pack(x - h.x, y - h.y);
+        if (!with_lo)
+            return h.x + h.y;
+        const float2 l = unpack(lo);
+        return (h.x + l.x) + (h.y + l.y);
+    }
+
+    __device__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) const
+    {
+        mma_16816<C::kIn>(d, a, b);
+    }
+
+    /** Loads this warp's Q fragments of the pass (rows past nvalid are 0) and the rows' key counts. */
+    __device__ void stage(uint32_t first, uint32_t nvalid)
+    {
+        const float qscale = p_.scale * kLog2e;
+        const int g = lane_ / 4, t = lane_ % 4;
+        uint32_t hi[C::kKSteps][4], lo[C::kKSteps][4];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint32_t r = (uint32_t)(rg_ * 16 + g + 8 * h);
+            const bool valid = r < nvalid;
+            const float *q = valid ? reinterpret_cast<const float *>(attn_row_addr<C::kQK, C::kDV>(p_, it_, first + r).q)
+                                   : nullptr;
+            vis_[h] = valid ? attn_visible_count(p_, it_, first + r) : 0u;
+#pragma unroll
+            for (int ks = 0; ks < C::kKSteps; ks++)
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int d = qd_ * (C::kQK / C::kQuarters) + 16 * ks + 8 * half + 2 * t;
+                    const float x = valid ? q[d] * qscale : 0.f, y = valid ? q[d + 1] * qscale : 0.f;
+                    split(x, y, hi[ks][h + 2 * half], lo[ks][h + 2 * half], true);
+                }
+        }
+#pragma unroll
+        for (int ks = 0; ks < C::kKSteps; ks++) {
+            smem_store(q_frag(0, ks), make_uint4(hi[ks][0], hi[ks][1], hi[ks][2], hi[ks][3]));
+            smem_store(q_frag(1, ks), make_uint4(lo[ks][0], lo[ks][1], lo[ks][2], lo[ks][3]));
+        }
+    }
+
+    /** Issues the cp.async copies of tile `tile` (keys lo + tile * TK ...) into buffer buf. */
+    __device__ void load_tile(uint32_t tile, uint32_t ntok, int buf) const
+    {
+        const uint32_t base = (uint32_t)it_.lo + tile * C::kTK;
+        const uint32_t nload = min(ntok - tile * C::kTK, (uint32_t)C::kTK);
+        unsigned char *kt = k_tile(buf);
+#pragma unroll
+        for (int i = 0; i < C::kTK * C::kChunks / C::kNT; i++) {
+            const int idx = (int)threadIdx.x + i * C::kNT;
+            const int j = idx / C::kChunks, ch = idx % C::kChunks;
+            const bool valid = (uint32_t)j < nload;
+            const uint64_t row = valid ? attn_key_row(p_, it_, base + j) : 0;
+            const char *src = reinterpret_cast<const char *>(p_.k_cache) + (row * C::kQK * C::kEsize + ch * 16);
+            cp_async16(kt + j * C::kRowBytes + ch * 16, src, valid);
+        }
+    }
+
+    /** Phase 1: this warp's partial S over its depth slice. */
+    __device__ void scores(int buf, float (&s)[C::kSTiles][4]) const
+    {
+        const unsigned char *kt = k_tile(buf);
+        const int tok = 8 * (lane_ / 16) + lane_ % 8, dsub = 8 * (lane_ / 8 % 2);
+#pragma unroll
+        for (int ks = 0; ks < C::kKSteps; ks++) {
+            const int d = qd_ * (C::kQK / C::kQuarters) + 16 * ks + dsub;
+            const uint4 h4 = smem_load(q_frag(0, ks));
+            uint32_t a[4] = {h4.x, h4.y, h4.z, h4.w}, lo[4] = {0, 0, 0, 0};
+            if (exact_) {
+                const uint4 l4 = smem_load(q_frag(1, ks));
+                lo[0] = l4.x;
+                lo[1] = l4.y;
+                lo[2] = l4.z;
+                lo[3] = l4.w;
+            }
+            if constexpr (C::kMutant == TcMutant::swap_rows) {
+                a[0] = h4.y;
+                a[1] = h4.x;
+            }
+#pragma unroll
+            for (int jp = 0; jp < C::kSTiles / 2; jp++) {
+                uint32_t b[4];
+                ldmatrix<4>(b, kt + (16 * jp + tok) * C::kRowBytes + d * 2);
+                const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+                mma(s[2 * jp], a, b0);
+                mma(s[2 * jp + 1], a, b1);
+                if (exact_) {
+                    mma(s[2 * jp], lo, b0);
+                    mma(s[2 * jp + 1], lo, b1);
+                }
+            }
+        }
+    }
+
+    /**
+     * Phase 2: masks the tile's scores, updates the running max, rescales O, and
+     * turns S into the P fragments of the P.V product (hi, and lo when exact).
+     */
+    __device__ void softmax(uint32_t tile, float (&s)[C::kSTiles][4], uint32_t (&phi)[C::kTK / 16][4],
+                            uint32_t (&plo)[C::kTK / 16][4])
+    {
+        const int t = lane_ % 4;
+        const uint32_t done = tile * C::kTK;
+        float alpha[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint32_t vis = vis_[h] > done ? min(vis_[h] - done, (uint32_t)C::kTK) : 0u;
+            float mx = neg_inf();
+#pragma unroll
+            for (int j = 0; j < C::kSTiles; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const uint32_t key = (uint32_t)(8 * j + 2 * t + e);
+                    s[j][2 * h + e] = key < vis ? s[j][2 * h + e] : neg_inf();
+                    mx = fmaxf(mx, s[j][2 * h + e]);
+                }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m_[h], mx);
+            const bool none = m_new == neg_inf();
+            alpha[h] = none ? 1.f : exp2f(m_[h] - m_new);
+#pragma unroll
+            for (int j = 0; j < C::kSTiles; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    s[j][2 * h + e] = none ? 0.f : exp2f(s[j][2 * h + e] - m_new);
+            m_[h] = m_new;
+            l_[h] *= alpha[h];
+        }
+#pragma unroll
+        for (int n = 0; n < C::kOTiles; n++) {
+            o_[n][0] *= alpha[0];
+            o_[n][1] *= alpha[0];
+            o_[n][2] *= alpha[1];
+            o_[n][3] *= alpha[1];
+        }
+        // A fragment of keys [16 kk, 16 kk + 16): a[i] = rows g + 8 (i % 2), keys 2t + 8 (i / 2).
+#pragma unroll
+        for (int kk = 0; kk < C::kTK / 16; kk++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float *c = s[2 * kk + i / 2] + 2 * (i % 2);
+                l_[i % 2] += split(c[0], c[1], phi[kk][i], plo[kk][i], exact_);
+            }
+    }
+
+    /** Phase 3: O += P . V, V = the first 512 columns of the tile's K rows. */
+    __device__ void accumulate(int buf, const uint32_t (&phi)[C::kTK / 16][4], const uint32_t (&plo)[C::kTK / 16][4])
+    {
+        const unsigned char *kt = k_tile(buf);
+        const int mat = lane_ / 8;
+        const int tok = 8 * (mat % 2) + lane_ % 8, csub = 8 * (mat / 2);
+#pragma unroll
+        for (int kk = 0; kk < C::kTK / 16; kk++)
+#pragma unroll
+            for (int np = 0; np < C::kOTiles / 2; np++) {
+                const int col = qd_ * C::kCols + 16 * np + csub;
+                uint32_t b[4];
+                ldmatrix<4, true>(b, kt + (16 * kk + tok) * C::kRowBytes + col * 2);
+                const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+                mma(o_[2 * np], phi[kk], b0);
+                mma(o_[2 * np + 1], phi[kk], b1);
+                if (exact_) {
+                    mma(o_[2 * np], plo[kk], b0);
+                    mma(o_[2 * np + 1], plo[kk], b1);
+                }
+            }
+    }
+
+    /** Writes the pass's LSEs (quarter 0) and this warp's output columns; empty rows get -inf and 0. */
+    __device__ void finish(uint32_t first, uint32_t nvalid)
+    {
+        const int g = lane_ / 4, t = lane_ % 4;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float l = l_[h];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const uint32_t r = (uint32_t)(rg_ * 16 + g + 8 * h);
+            if (r >= nvalid)
+                continue;
+            const bool empty = vis_[h] == 0;
+            const RowAddr a = attn_row_addr<C::kQK, C::kDV>(p_, it_, first + r);
+            if (qd_ == 0 && t == 0)
+                *reinterpret_cast<float *>(a.lse) = empty ? neg_inf() : (m_[h] + log2f(l)) * kLn2;
+            const float f = empty ? 0.f : 1.f / l;
+            float *o = reinterpret_cast<float *>(a.o) + qd_ * C::kCols + 2 * t;
+#pragma unroll
+            for (int n = 0; n < C::kOTiles; n++) {
+                o[8 * n] = empty ? 0.f : o_[n][2 * h] * f;
+                o[8 * n + 1] = empty ? 0.f : o_[n][2 * h + 1] * f;
+            }
+        }
+    }
+
+    /** One pass: rows [first, first + nvalid) of the work item against the split's keys. */
+    __device__ void pass(uint32_t first, uint32_t nvalid)
+    {
+        m_[0] = m_[1] = neg_inf();
+        l_[0] = l_[1] = 0.f;
+#pragma unroll
+        for (int n = 0; n < C::kOTiles; n++)
+            o_[n][0] = o_[n][1] = o_[n][2] = o_[n][3] = 0.f;
+        stage(first, nvalid);
+        // Rows are token-major, so the pass's last row sees the most keys.
+        const uint32_t ntok = attn_visible_count(p_, it_, first + nvalid - 1);
+        const uint32_t ntiles = (ntok + C::kTK - 1) / C::kTK;
+        const bool live = (uint32_t)rg_ * 16 < nvalid; // warp-uniform: some row of the group is live
+        if (ntiles > 0)
+            load_tile(0, ntok, 0);
+        cp_async_commit();
+        for (uint32_t tile = 0; tile < ntiles; tile++) {
+            const int buf = tile & 1;
+            if (tile + 1 < ntiles)
+                load_tile(tile + 1, ntok, buf ^ 1);
+            cp_async_commit();
+            if constexpr (C::kMutant != TcMutant::no_wait)
+                cp_async_wait<1>();
+            if constexpr (C::kMutant != TcMutant::no_barrier)
+                __syncthreads(); // tile `tile` landed for every thread's copies
+            float s[C::kSTiles][4] = {};
+            if (live) {
+                scores(buf, s);
+#pragma unroll
+                for (int j = 0; j < C::kSTiles; j++)
+                    smem_store(x_slot(rg_, qd_, j) + lane_, make_float4(s[j][0], s[j][1], s[j][2], s[j][3]));
+            }
+            __syncthreads(); // partial scores of the row group visible
+            if (live) {
+#pragma unroll
+                for (int j = 0; j < C::kSTiles; j++) {
+                    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+                    for (int q = 0; q < C::kQuarters; q++) { // the same order in every warp of the group
+                        const float4 x = smem_load(x_slot(rg_, q, j) + lane_);
+                        sum.x += x.x;
+                        sum.y += x.y;
+                        sum.z += x.z;
+                        sum.w += x.w;
+                    }
+                    s[j][0] = sum.x;
+                    s[j][1] = sum.y;
+                    s[j][2] = sum.z;
+                    s[j][3] = sum.w;
+                }
+                uint32_t phi[C::kTK / 16][4], plo[C::kTK / 16][4];
+                softmax(tile, s, phi, plo);
+                accumulate(buf, phi, plo);
+            }
+            __syncthreads(); // buffer buf and the exchange slots free for the next tile
+        }
+        if (live)
+            finish(first, nvalid);
+    }
+};
+
+/** The entry body: decodes the work item (attn_item: same launch checks as attn.cuh) and runs it. */
+template <class C>
+__device__ __forceinline__ void mla_tc_kernel(const dcpk_attn_params &p)
+{
+    AttnItem it;
+    if (p.precision > DCPK_PRECISION_EXACT || !attn_item<C>(p, it))
+        return;
+    MlaTcBlock<C> block(p, it);
+    block.run();
+}
+
+} // namespace dcpk
+
+#define DCPK_ATTN_TC_ENTRY(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize)                 \
+    static_assert(dcpk::elem_bytes<dtype>() == (esize) && (qk) == 576 && (v) == 512 && (shared) == 1,  \
+                  "variants.h: " #layout "_" #dt " is not what attn_mla_tc.cuh computes");             \
+    static_assert(dcpk::MlaTcCfg<dtype, threads, rows, tile>::kSmem ==                                 \
+                      DCPK_ATTN_TC_SMEM_BYTES(qk, esize, threads, rows, tile), "smem plan");            \
+    extern "C" __global__ void __launch_bounds__(threads, 1) dcpk_attn__##layout##_##dt(const dcpk_attn_params p) \
+    {                                                                                                  \
+        dcpk::mla_tc_kernel<dcpk::MlaTcCfg<dtype, threads, rows, tile>>(p);                            \
+    }
+DCPK_ATTN_TC_VARIANTS(DCPK_ATTN_TC_ENTRY)
+#undef DCPK_ATTN_TC_ENTRY
+
+#endif /* DCPK_ATTN_MLA_TC_CUH */
