@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -50,6 +51,16 @@ static inline uint64_t test_seed(void)
 {
     const char *s = getenv("DCP_TEST_SEED");
     return s ? strtoull(s, NULL, 0) : 20261129u;
+}
+
+/**
+ * DCP_TEST_QUICK set (and not "0"): property tests run fewer random cases. The
+ * valgrind test setup sets it (tests/meson.build), where every case costs ~50x.
+ */
+static inline int test_quick(void)
+{
+    const char *s = getenv("DCP_TEST_QUICK");
+    return s && *s && strcmp(s, "0") != 0;
 }
 
 #endif /* DCP_TEST_UTIL_H */
