@@ -56,9 +56,15 @@ void oracle_merge(uint32_t n, uint32_t v_dim, const double *o, const double *lse
                   double *out_lse)
 {
     double max = -INFINITY;
-    for (uint32_t s = 0; s < n; s++)
-        if (isfinite(lse[s]) && lse[s] > max)
-            max = lse[s];
+    for (uint32_t s = 0; s < n; s++) {
+        if (isnan(lse[s]) || lse[s] == INFINITY) {
+            for (uint32_t d = 0; d < v_dim; d++)
+                out[d] = NAN;
+            *out_lse = NAN;
+            return;
+        }
+        max = lse[s] > max ? lse[s] : max;
+    }
     for (uint32_t d = 0; d < v_dim; d++)
         out[d] = 0.0;
     if (max == -INFINITY) {
@@ -67,11 +73,11 @@ void oracle_merge(uint32_t n, uint32_t v_dim, const double *o, const double *lse
     }
     double sum = 0.0;
     for (uint32_t s = 0; s < n; s++)
-        if (isfinite(lse[s]))
+        if (lse[s] != -INFINITY)
             sum += exp(lse[s] - max);
     const double total = max + log(sum);
     for (uint32_t s = 0; s < n; s++)
-        if (isfinite(lse[s]))
+        if (lse[s] != -INFINITY) /* an empty source's output is never read */
             for (uint32_t d = 0; d < v_dim; d++)
                 out[d] += exp(lse[s] - total) * o[(size_t)s * v_dim + d];
     *out_lse = total;

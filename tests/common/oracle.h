@@ -29,9 +29,11 @@ void oracle_attention(const struct oracle_attn_shape *shape, const double *q, co
                       const double *v, double *out, double *lse);
 
 /**
- * Exact merge of n partial results: o [n][v_dim] with lse [n]. Sources whose LSE
- * is not finite (NaN, +-inf) contribute nothing; with none left, out = 0 and
- * out_lse = -inf. Otherwise out_lse = log sum exp(lse_s), out = sum exp(lse_s - out_lse) o_s.
+ * Exact merge of n partial results: o [n][v_dim] with lse [n]. A source whose LSE
+ * is -inf is empty: it contributes nothing and its o is not read; with none left,
+ * out = 0 and out_lse = -inf. Any LSE NaN or +inf: out and out_lse are NaN.
+ * Otherwise out_lse = log sum exp(lse_s), out = sum exp(lse_s - out_lse) o_s (a NaN
+ * in a non-empty o_s shows in out).
  */
 void oracle_merge(uint32_t n, uint32_t v_dim, const double *o, const double *lse, double *out,
                   double *out_lse);

@@ -96,6 +96,12 @@ bool close_to(double got, double want, double tol)
     return std::fabs(got - want) <= tol * (1.0 + std::fabs(want));
 }
 
+/** close_to, where a NaN wanted must be a NaN got. */
+bool same_or_nan(double got, double want, double tol)
+{
+    return std::isnan(want) ? std::isnan(got) : close_to(got, want, tol);
+}
+
 /* ---- attention ------------------------------------------------------------- */
 
 struct AttnCase {
@@ -590,25 +596,32 @@ void test_mutants_caught(void **state)
 
 /* ---- merge and lse_scale edge cases --------------------------------------- */
 
-/* Rows whose LSEs are all -inf, mixed with NaN/+inf, or ordinary. */
-const float kLseRows[][3] = {
+/* Rows of three sources' LSEs: all -inf (empty), with a NaN or a +inf (the row is
+ * NaN), ordinary with an empty source, and with a weight that underflows to 0. */
+constexpr uint32_t kEdgeRows = 6;
+const float kLseRows[kEdgeRows][3] = {
     {-INFINITY, -INFINITY, -INFINITY},
     {NAN, 1.5f, -INFINITY},
     {INFINITY, -2.f, 0.25f},
-    {3.f, 2.f, -1.f},
+    {3.f, -INFINITY, -1.f},
+    {-200.f, 80.f, -INFINITY},
+    {80.f, -200.f, -INFINITY},
 };
 
+/** Lambda by docs/design.md §4: NaN if any LSE is NaN or +inf, -inf if all are -inf. */
 double ref_lambda(const float *lse, int n)
 {
     double m = -INFINITY;
-    for (int i = 0; i < n; i++)
-        if (std::isfinite(lse[i]))
-            m = std::max(m, (double)lse[i]);
+    for (int i = 0; i < n; i++) {
+        if (std::isnan(lse[i]) || lse[i] == INFINITY)
+            return NAN;
+        m = std::max(m, (double)lse[i]);
+    }
     if (std::isinf(m))
         return -INFINITY;
     double s = 0;
     for (int i = 0; i < n; i++)
-        if (std::isfinite(lse[i]))
+        if (lse[i] != -INFINITY)
             s += std::exp(lse[i] - m);
     return m + std::log(s);
 }
@@ -616,15 +629,17 @@ double ref_lambda(const float *lse, int n)
 void test_merge_edge_cases(void **state)
 {
     (void)state;
-    const uint32_t rows = 4, n = 3, vd = 300;
-    std::vector<float> o(n * rows * vd), lse(n * rows), out(2 * 1000, 7.f), out_lse(2 * 10, 7.f);
+    const uint32_t rows = kEdgeRows, n = 3, vd = 300, nan_d = 7;
+    std::vector<float> o(n * rows * vd), lse(n * rows), out(3 * 1000, 7.f), out_lse(3 * 10, 7.f);
     for (uint32_t s = 0; s < n; s++)
         for (uint32_t r = 0; r < rows; r++) {
             lse[s * rows + r] = kLseRows[r][s];
             for (uint32_t d = 0; d < vd; d++)
-                // A source whose LSE is -inf/NaN carries NaN: it must not leak.
-                o[(s * rows + r) * vd + d] = std::isfinite(kLseRows[r][s]) ? (float)(s + 1) * (d + 1) : NAN;
+                // An empty source (LSE -inf) carries NaN: it must not leak.
+                o[(s * rows + r) * vd + d] = kLseRows[r][s] == -INFINITY ? NAN : (float)(s + 1) * (d + 1);
         }
+    // Row 4's source 0 has weight exp(-280) = 0 in fp32: its NaN still shows.
+    o[(0 * rows + 4) * vd + nan_d] = NAN;
     dcpk_merge_params m{};
     m.src_o = addr(o.data());
     m.src_lse = addr(lse.data());
@@ -641,29 +656,33 @@ void test_merge_edge_cases(void **state)
     launch(dcpk_merge, m, dim3(2), dim3(dcpk::kBlock_merge)); // fewer blocks than rows: grid-stride
     for (uint32_t r = 0; r < rows; r++) {
         const double lam = ref_lambda(kLseRows[r], n);
-        assert_true(close_to(out_lse[(r / 2) * 10 + r % 2], lam, 1e-6));
+        assert_true(same_or_nan(out_lse[(r / 2) * 10 + r % 2], lam, 1e-6));
         for (uint32_t d = 0; d < vd; d++) {
-            double want = 0;
-            for (uint32_t s = 0; s < n; s++)
-                if (std::isfinite(kLseRows[r][s]))
-                    want += std::exp(kLseRows[r][s] - lam) * (s + 1) * (d + 1);
+            double want = std::isnan(lam) ? NAN : 0;
+            for (uint32_t s = 0; s < n && !std::isnan(lam); s++)
+                if (kLseRows[r][s] != -INFINITY)
+                    want += std::exp(kLseRows[r][s] - lam) * o[(s * rows + r) * vd + d];
             const float got = out[(r / 2) * 1000 + (r % 2) * vd + d];
-            if (!close_to(got, want, 1e-6))
+            if (!same_or_nan(got, want, 1e-6))
                 fail_msg("merge row %u [%u] = %g, want %g", r, d, got, want);
         }
     }
+    assert_true(std::isnan(out[(4 / 2) * 1000 + nan_d]) && !std::isnan(out[(4 / 2) * 1000 + nan_d + 1]));
 }
 
 void test_lse_scale(void **state)
 {
     (void)state;
-    const uint32_t rows = 4, n = 3, vd = 130, self = 1;
+    const uint32_t rows = kEdgeRows, n = 3, vd = 130, self = 1;
     std::vector<float> lse(n * rows), o(rows * vd, 2.f), out_lse(2, 7.f);
     for (uint32_t s = 0; s < n; s++)
         for (uint32_t r = 0; r < rows; r++)
             lse[s * rows + r] = kLseRows[r][s];
-    o[1 * vd + 5] = NAN; // row 1's own LSE is 1.5: the NaN stays (it is real data)
-    o[0 * vd + 3] = NAN; // row 0's weight is 0: the row becomes 0, NaN included
+    o[0 * vd + 3] = NAN; // row 0: this rank is empty (LSE -inf): the row becomes 0, NaN included
+    o[3 * vd + 4] = NAN; // row 3: the same
+    o[4 * vd + 5] = NAN; // row 4: weight 1, the NaN stays (it is real data)
+    o[5 * vd + 6] = NAN; // row 5: weight exp(-280) = 0, the NaN still shows
+    const std::vector<float> o0 = o;
     dcpk_lse_scale_params p{};
     p.lse_all = addr(lse.data());
     p.o = addr(o.data());
@@ -677,18 +696,17 @@ void test_lse_scale(void **state)
     launch(dcpk_lse_scale, p, dim3(rows), dim3(dcpk::kBlock_lse_scale));
     for (uint32_t r = 0; r < rows; r++) {
         const double lam = ref_lambda(kLseRows[r], n);
-        const double w = std::isfinite(kLseRows[r][self]) && !std::isinf(lam) ? std::exp(kLseRows[r][self] - lam) : 0;
+        const float own = kLseRows[r][self];
         for (uint32_t d = 0; d < vd; d++) {
-            if (r == 1 && d == 5) {
-                assert_true(std::isnan(o[r * vd + d]));
-                continue;
-            }
-            if (!close_to(o[r * vd + d], 2 * w, 1e-6))
-                fail_msg("lse_scale row %u [%u] = %g, want %g", r, d, o[r * vd + d], 2 * w);
+            const double want = own == -INFINITY ? 0 : std::exp(own - lam) * o0[r * vd + d];
+            if (!same_or_nan(o[r * vd + d], want, 1e-6))
+                fail_msg("lse_scale row %u [%u] = %g, want %g", r, d, o[r * vd + d], want);
         }
-        if (r >= 2)
-            assert_true(close_to(out_lse[r - 2], lam, 1e-6));
+        if (r == 2 || r == 3)
+            assert_true(same_or_nan(out_lse[r - 2], lam, 1e-6));
     }
+    assert_true(std::isnan(o[1 * vd]) && std::isnan(o[2 * vd]) && o[0 * vd + 3] == 0.f && o[3 * vd + 4] == 0.f);
+    assert_true(std::isnan(o[4 * vd + 5]) && std::isnan(o[5 * vd + 6]) && o[5 * vd + 7] == 0.f);
 }
 
 /* ---- kv_append, fill, reduce ------------------------------------------------ */

@@ -110,9 +110,10 @@ DCPK_STATIC_ASSERT(sizeof(struct dcpk_attn_params) == 192, "attn ABI");
 /**
  * Exact merge of n_src partial results by their LSEs (split-KV combine and the a2a
  * DCP merge). For each row r (< rows) with sources s:
- *   m = max_s lse_s (0 if every lse_s is -inf), Lambda = m + log sum_s exp(lse_s - m),
- *   out_r = sum_s w_s * o_s with w_s = exp(lse_s - Lambda), w_s = 0 where lse_s is -inf;
- *   NaN and +inf LSEs count as -inf. All -inf: out_r = 0, out_lse_r = -inf.
+ *   m = max_s lse_s, Lambda = m + log sum_s exp(lse_s - m),
+ *   out_r = sum_s w_s * o_s with w_s = exp(lse_s - Lambda) over the sources whose
+ *   lse_s is not -inf (empty: skipped, their o_s never read). All -inf (or n_src = 0):
+ *   out_r = 0, out_lse_r = -inf. Any lse_s NaN or +inf: out_lse_r and all of out_r NaN.
  * Source row r: src_o + s * src_stride_o + r * v_dim, src_lse + s * src_stride_lse + r.
  * out must not overlap the sources (the merge accumulates in out). Helpers with
  * these rules for both backends: dcp_kernels/merge.h.
@@ -141,7 +142,8 @@ DCPK_STATIC_ASSERT(sizeof(struct dcpk_merge_params) == 80, "merge ABI");
  * The ag_rs correction: with every rank's LSEs gathered as lse_all[n_src][rows]
  * (rows in this rank's chunked order), computes Lambda_r as in dcpk_merge and scales
  * this rank's partial output row r (o + r * v_dim) in place by exp(lse_all[self][r] - Lambda_r)
- * (the row is set to 0, not multiplied, where that LSE is -inf/NaN/+inf). Rows of chunk own_chunk (rows
+ * (the row is set to 0, not multiplied, where that LSE is -inf; NaN where Lambda_r is,
+ * i.e. where any rank's LSE is NaN or +inf). Rows of chunk own_chunk (rows
  * [own_chunk * rows_per_chunk, +rows_per_chunk)) also get out_lse[i] = Lambda (if out_lse != 0).
  * A ReduceScatter (sum) of o then yields the merged output. Work item = row.
  */
