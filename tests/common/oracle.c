@@ -33,6 +33,8 @@ void oracle_attention(const struct oracle_attn_shape *sh, const double *q, const
                 s *= sh->scale;
                 max = s > max ? s : max;
             }
+            /* Every score -inf: shift by 0, so each weight is exp(-inf) = 0, not NaN. */
+            const double shift = max == -INFINITY ? 0.0 : max;
             double sum = 0.0;
             for (uint32_t j = 0; j < visible; j++) {
                 const double *krow = k + ((size_t)j * sh->kv_heads + kvh) * sh->qk_dim;
@@ -40,10 +42,24 @@ void oracle_attention(const struct oracle_attn_shape *sh, const double *q, const
                 double s = 0.0;
                 for (uint32_t d = 0; d < sh->qk_dim; d++)
                     s += qrow[d] * krow[d];
-                const double p = exp(s * sh->scale - max);
+                const double p = exp(s * sh->scale - shift);
                 sum += p;
                 for (uint32_t d = 0; d < sh->v_dim; d++)
                     orow[d] += p * vrow[d];
+            }
+            /* Not finite anywhere (a NaN or an infinity reached the row): all NaN. */
+            int finite = isfinite(sum);
+            for (uint32_t d = 0; d < sh->v_dim; d++)
+                finite = finite && isfinite(orow[d]);
+            if (!finite) {
+                for (uint32_t d = 0; d < sh->v_dim; d++)
+                    orow[d] = NAN;
+                *lrow = NAN;
+                continue;
+            }
+            if (sum == 0.0) { /* every visible score -inf: as if no key were visible */
+                *lrow = -INFINITY;
+                continue;
             }
             for (uint32_t d = 0; d < sh->v_dim; d++)
                 orow[d] /= sum;

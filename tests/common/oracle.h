@@ -23,7 +23,9 @@ struct oracle_attn_shape {
  * Causal attention of one sequence: q [q_len][heads][qk_dim], k [len][kv_heads][qk_dim],
  * v [len][kv_heads][v_dim] -> out [q_len][heads][v_dim] and lse [q_len][heads]
  * (natural log of the softmax denominator). Query i sees keys 0..len-q_len+i; a
- * query that sees no key gets out = 0 and lse = -inf.
+ * query that sees no key, or whose visible scores are all -inf, gets out = 0 and
+ * lse = -inf; one whose result is not finite anywhere (a NaN or an infinity in its
+ * query or in a visible key or value) gets NaN as its LSE and every output element.
  */
 void oracle_attention(const struct oracle_attn_shape *shape, const double *q, const double *k,
                       const double *v, double *out, double *lse);

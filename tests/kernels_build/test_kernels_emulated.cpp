@@ -262,7 +262,10 @@ void run_attn(const AttnCase &c, AttnSetup &s)
     launch(dcpk_merge, m, dim3(m.rows), dim3(dcpk::kBlock_merge));
 }
 
-/** float64 attention of one query row (b, t, g) from params.h's definitions. */
+/**
+ * float64 attention of one query row (b, t, g) from params.h's definitions: a row
+ * whose result is not finite is NaN in its LSE and every element.
+ */
 void reference_row(const AttnSetup &s, uint32_t b, uint32_t t, uint32_t g, std::vector<double> &o, double &lse)
 {
     const dcpk_attn_params &p = s.p;
@@ -301,34 +304,43 @@ void reference_row(const AttnSetup &s, uint32_t b, uint32_t t, uint32_t g, std::
         for (uint32_t d = 0; d < p.v_dim; d++)
             o[d] += w * decode(vbase, rows[i] * p.v_row_stride + d, p.dtype) * kscale;
     }
+    bool finite = std::isfinite(lse);
+    for (uint32_t d = 0; d < p.v_dim; d++)
+        finite = finite && std::isfinite(o[d]);
+    if (!finite) {
+        lse = NAN;
+        o.assign(p.v_dim, NAN);
+    }
 }
 
-/** Compares every output row and LSE with the reference; counts rows with no key. */
-void check_attn(const AttnCase &c, const AttnSetup &s)
+/** Compares every output row and LSE with the reference; returns the NaN rows. */
+uint32_t check_attn(const AttnCase &c, const AttnSetup &s)
 {
     const dcpk_attn_params &p = s.p;
     std::vector<double> ref;
     double ref_lse;
-    uint32_t empty = 0;
+    uint32_t empty = 0, nan_rows = 0;
     for (uint32_t b = 0; b < p.batch; b++)
         for (uint32_t t = (uint32_t)s.q_start[b]; t < (uint32_t)s.q_start[b + 1]; t++)
             for (uint32_t g = 0; g < p.num_heads; g++) {
                 reference_row(s, b, t, g, ref, ref_lse);
                 empty += std::isinf(ref_lse);
+                nan_rows += std::isnan(ref_lse);
                 const uint32_t ch = g / p.heads_per_chunk, h = g % p.heads_per_chunk;
                 const uint64_t in_chunk = (uint64_t)t * p.heads_per_chunk + h;
                 const float got_lse = s.lse[ch * p.lse_chunk_stride + in_chunk];
-                if (!close_to(got_lse, ref_lse, 2e-5))
+                if (!same_or_nan(got_lse, ref_lse, 2e-5))
                     fail_msg("%s/%u: LSE of (seq %u, token %u, head %u) = %.7g, want %.7g", s.v->entry,
                              c.num_splits, b, t, g, got_lse, ref_lse);
                 const float *o = s.out.data() + ch * p.out_chunk_stride + in_chunk * p.v_dim;
                 for (uint32_t d = 0; d < p.v_dim; d++)
-                    if (!close_to(o[d], ref[d], 2e-5))
+                    if (!same_or_nan(o[d], ref[d], 2e-5))
                         fail_msg("%s/%u: out[%u] of (seq %u, token %u, head %u) = %.7g, want %.7g", s.v->entry,
                                  c.num_splits, d, b, t, g, o[d], ref[d]);
             }
-    print_message("%-30s splits %u: %u rows (%u without keys) match\n", s.v->entry, c.num_splits,
-                  p.num_q_tokens * p.num_heads, empty);
+    print_message("%-30s splits %u: %u rows (%u without keys, %u NaN) match\n", s.v->entry, c.num_splits,
+                  p.num_q_tokens * p.num_heads, empty, nan_rows);
+    return nan_rows;
 }
 
 void attn_case(const AttnCase &c)
@@ -378,6 +390,84 @@ void test_mla_shapes(void **state)
     // 40 heads in tiles of 32 (+8), 2 tokens: 64 rows = two passes; two DCP chunks; splits.
     attn_case({"mla", DCPK_BF16, {20, 90}, {2, 1}, 1, 40, 2, 1, 2, 4, 16, 32, 2});
     attn_case({"mla", DCPK_FP8_E4M3, {33}, {1}, 1, 16, 1, 0, 1, 1, 64, 16, 1});
+}
+
+/* ---- NaN (docs/design.md §4) ------------------------------------------------ */
+
+/** Where the one NaN of a case goes, in sequence 0. */
+enum class NanSite {
+    key,         // a key every query token of the sequence sees
+    value,       // its value (MLA: the latent part of the K row)
+    query,       // one query row
+    masked_value // the value of a key the sequence's first query token does not see
+};
+
+/** Writes the NaN of `site` into the case's cache or queries (a place for it must exist). */
+void poison_case(AttnSetup &s, NanSite site, test_rng *rng)
+{
+    const dcpk_attn_params &p = s.p;
+    const int64_t nq = s.q_start[1] - s.q_start[0];
+    if (site == NanSite::query) {
+        const uint32_t t = (uint32_t)test_rng_range(rng, 0, (uint64_t)nq - 1);
+        const uint32_t g = (uint32_t)test_rng_range(rng, 0, p.num_heads - 1);
+        const uint32_t c = g / p.heads_per_chunk, h = g % p.heads_per_chunk;
+        s.q[c * p.q_chunk_stride + ((uint64_t)t * p.heads_per_chunk + h) * p.qk_dim +
+            test_rng_range(rng, 0, p.qk_dim - 1)] = NAN;
+        return;
+    }
+    // Local keys at a global position every query token sees (<= len - nq), or not.
+    std::vector<uint64_t> keys;
+    for (uint64_t l = 0; l < s.local_len[0]; l++) {
+        const bool all_see = (int64_t)dcpk_global_position(l, p.rank, p.group_size, p.interleave) <=
+                             s.seq_lens[0] - nq;
+        if (all_see == (site != NanSite::masked_value))
+            keys.push_back(l);
+    }
+    assert_false(keys.empty());
+    const uint64_t l = keys[test_rng_range(rng, 0, keys.size() - 1)];
+    const uint64_t page = (uint64_t)s.block_table[l / p.block_size];
+    const uint32_t kvh = (uint32_t)test_rng_range(rng, 0, p.num_kv_heads - 1);
+    const uint64_t row = (page * p.num_kv_heads + kvh) * p.block_size + l % p.block_size;
+    if (site == NanSite::key)
+        poison(s.k_cache.data(), row * p.qk_dim + test_rng_range(rng, 0, p.qk_dim - 1), p.dtype);
+    else if (p.v_cache == p.k_cache)
+        poison(s.k_cache.data(), row * p.qk_dim + test_rng_range(rng, 0, p.v_dim - 1), p.dtype);
+    else
+        poison(s.v_cache.data(), row * p.v_dim + test_rng_range(rng, 0, p.v_dim - 1), p.dtype);
+}
+
+/*
+ * One NaN in sequence 0 (a visible key or value, a query, a value under the causal
+ * mask of its first query token), with and without split-KV: the rows it reaches
+ * are NaN in their LSE and every output element (the flags of finish() meet across
+ * the threads of a row), the others match the reference, the masked rows included
+ * (a row never adds 0 * NaN of a key it does not see).
+ */
+void test_nan_rows(void **state)
+{
+    (void)state;
+    const AttnCase cases[] = {
+        // Rank 1 of 2, interleave 2: positions 38 and 39 of sequence 0 live here.
+        {"gqa_d64", DCPK_BF16, {40, 23}, {3, 1}, 2, 4, 2, 1, 2, 2, 8, 3, 1},
+        {"gqa_d128", DCPK_FP8_E4M3, {40, 23}, {3, 1}, 1, 8, 1, 0, 1, 1, 16, 8, 1},
+        {"mla", DCPK_BF16, {40, 9}, {3, 1}, 1, 8, 2, 1, 2, 2, 16, 8, 1},
+    };
+    const char *const names[] = {"key", "value", "query", "masked value"};
+    for (const AttnCase &base : cases)
+        for (uint32_t splits : {1u, 3u})
+            for (int site = 0; site < 4; site++) {
+                AttnCase c = base;
+                c.num_splits = splits;
+                test_rng rng;
+                test_rng_seed(&rng, test_seed() ^ 0x4a4eu ^ (uint64_t)site << 8 ^ splits);
+                AttnSetup s;
+                setup_attn(c, s, &rng);
+                poison_case(s, (NanSite)site, &rng);
+                run_attn(c, s);
+                print_message("NaN in a %s: ", names[site]);
+                if (check_attn(c, s) == 0)
+                    fail_msg("%s: the NaN in a %s reached no row", s.v->entry, names[site]);
+            }
 }
 
 /* ---- the emulator's tensor-core model and its checks ------------------------ */
@@ -831,6 +921,7 @@ int main()
         cmocka_unit_test(test_every_entry_small),
         cmocka_unit_test(test_gqa_shapes),
         cmocka_unit_test(test_mla_shapes),
+        cmocka_unit_test(test_nan_rows),
         cmocka_unit_test(test_merge_edge_cases),
         cmocka_unit_test(test_lse_scale),
         cmocka_unit_test(test_kv_append),

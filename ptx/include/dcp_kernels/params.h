@@ -67,7 +67,13 @@ DCPK_STATIC_ASSERT(sizeof(struct dcpk_kv_append_params) == 72, "kv_append ABI");
  *   ws_lse + s * ws_split_stride_lse, in the chunked layout with chunk strides
  *   T * heads_per_chunk * v_dim and T * heads_per_chunk; dcpk_merge then combines them.
  * Empty range (no visible key): LSE = -INFINITY and output row = 0, decided from the
- * lengths, never from arithmetic on an empty set.
+ * lengths, never from arithmetic on an empty set (and so is a row whose visible
+ * scores are all -inf: its softmax denominator is 0).
+ * NaN (docs/design.md §4): a row whose result is not finite (a NaN in its query or
+ * in a visible key or value; an infinity there that makes a score +inf or an output
+ * element infinite or NaN) gets NaN as its LSE and as every element of its output,
+ * so every split count and both DCP merges give the same NaN row. Keys a row does
+ * not see (causal mask, other sequences, pages past the length) never reach it.
  */
 struct dcpk_attn_params {
     uint64_t q;                 ///< fp32 queries, chunked layout, row length qk_dim.
