@@ -429,6 +429,84 @@ static void test_uploads_ordered(void **state)
     dcp_deployment_destroy(&cd);
 }
 
+/*
+ * The pinned staging buffer of small uploads is reused only once the copies out
+ * of it ran (EV_STAGED, cuda_upload in cuda_memory.c): many small dcp_rank_upload
+ * calls, each with its own data and together several times what the buffer
+ * holds, with nothing waiting in between, all land. The doubles' streams run a
+ * copy only when something waits for it, so a reuse that did not wait would
+ * overwrite the staged bytes of copies still queued, and the download shows it.
+ */
+#define STAGING_PIECE 16 /* floats per upload: 64 bytes, one staging slot */
+
+struct staging_io {
+    float *dev[8];
+    float *back[8];
+    size_t floats;
+};
+
+/** The value piece data puts at float k of rank i's buffer (exact in fp32). */
+static float staged_value(uint32_t i, size_t k)
+{
+    return (float)((i << 20) + k);
+}
+
+static int staging_rank_fn(dcp_rank *r, void *arg)
+{
+    struct staging_io *io = arg;
+    const uint32_t i = dcp_rank_tp_rank(r);
+    float piece[STAGING_PIECE]; /* reused at once: the upload copies it before returning */
+    for (size_t k0 = 0; k0 < io->floats; k0 += STAGING_PIECE) {
+        for (size_t j = 0; j < STAGING_PIECE; j++)
+            piece[j] = staged_value(i, k0 + j);
+        const int err = dcp_rank_upload(r, io->dev[i] + k0, piece, sizeof(piece));
+        if (err)
+            return err;
+    }
+    return dcp_rank_download(r, io->back[i], io->dev[i], io->floats * sizeof(float));
+}
+
+static void test_staging_reuse_waits(void **state)
+{
+    (void)state;
+    if (dcp_embedded_module_count == 0)
+        skip();
+    const struct shape s = {DCP_ATTN_GQA, 2, 2, 4, 1, 64, DCP_COMM_AG_RS, DCP_DTYPE_BF16};
+    dcp_deployment *cd = deployment(&s, DCP_BACKEND_CUDA, 0);
+    static const char *const devices[] = {"1", "2"};
+    for (int d = 0; d < 2; d++) {
+        fake_env_reset();
+        fake_env_set("FAKE_CUDA_DEVICES", devices[d]);
+        dcp_engine *ce = NULL;
+        assert_int_equal(create(cd, &ce), DCP_OK);
+        struct dcp_engine_info in;
+        dcp_engine_get_info(ce, &in);
+        const size_t staging = CR(dcp_engine_rank(ce, 0))->staging_bytes;
+        struct staging_io io = {.floats = (4 * staging / sizeof(float) + STAGING_PIECE - 1) / STAGING_PIECE * STAGING_PIECE};
+        assert_true(io.floats < (1u << 20));
+        for (uint32_t i = 0; i < in.tp; i++) {
+            assert_int_equal(dcp_rank_alloc(dcp_engine_rank(ce, i), io.floats * sizeof(float), (void **)&io.dev[i]),
+                             DCP_OK);
+            io.back[i] = calloc(io.floats, sizeof(float));
+            assert_non_null(io.back[i]);
+        }
+        assert_int_equal(dcp_engine_run(ce, staging_rank_fn, &io), DCP_OK);
+        for (uint32_t i = 0; i < in.tp; i++) {
+            for (size_t k = 0; k < io.floats; k++)
+                if (io.back[i][k] != staged_value(i, k))
+                    fail_msg("%s device(s), rank %u: float %zu of %zu (%zu-byte staging) is %g, uploaded %g", devices[d],
+                             i, k, io.floats, staging, io.back[i][k], staged_value(i, k));
+            dcp_rank_free(dcp_engine_rank(ce, i), io.dev[i]);
+            free(io.back[i]);
+        }
+        print_message("staging: %zu uploads of %d bytes per rank through %zu bytes of staging, all landed\n",
+                      io.floats / STAGING_PIECE, (int)(STAGING_PIECE * sizeof(float)), staging);
+        dcp_engine_destroy(&ce);
+    }
+    fake_env_reset();
+    dcp_deployment_destroy(&cd);
+}
+
 /* One step's launch on an H200-shaped double (132 SMs, the attention entries'
  * real shared memory), and its results against the host engine's. */
 static struct dcp_step_launch launch_of(const struct shape *s, uint32_t nseq, uint32_t len)
@@ -985,6 +1063,7 @@ int main(void)
         cmocka_unit_test(test_matches_host),
         cmocka_unit_test(test_uploads_ordered),
         cmocka_unit_test(test_nan_in_cache),
+        cmocka_unit_test(test_staging_reuse_waits),
         cmocka_unit_test(test_split_kv_follows_occupancy),
         cmocka_unit_test(test_launch_checks),
         cmocka_unit_test(test_unservable_launch_refused),
