@@ -548,7 +548,20 @@ DCPK_INLINE void tile_accumulate(float *restrict ot, const float *restrict s, co
     }
 }
 
-/** Writes each row's normalised output and LSE; rows that saw no key get 0 and -inf. */
+/** True when row i's accumulators (ot[.][i], nrp apart) and denominator l are all finite. */
+static int row_finite(const float *ot, uint32_t v, uint32_t nrp, float l)
+{
+    int finite = !dcpk_f32_is_nonfinite(l);
+    for (uint32_t d = 0; d < v; d++)
+        finite &= !dcpk_f32_is_nonfinite(ot[(size_t)d * nrp]);
+    return finite;
+}
+
+/**
+ * Writes each row's normalised output and LSE: 0 and -inf for a row that saw no
+ * key (decided from the lengths) or whose visible scores were all -inf (l = 0);
+ * NaN everywhere for a row whose result is not finite (docs/design.md §4).
+ */
 static void write_rows(const struct dcpk_attn_params *p, const struct attn_shape *sh,
                        const struct attn_group *gr, const struct attn_scratch *w, uint32_t nrp)
 {
@@ -557,7 +570,14 @@ static void write_rows(const struct dcpk_attn_params *p, const struct attn_shape
     for (uint32_t i = 0; i < gr->nrows; i++) {
         float *out, *lse;
         group_row_dst(p, sh, gr, i, &out, &lse);
-        if (w->row_end[i] == gr->lo) {
+        const int empty = w->row_end[i] == gr->lo; /* then ot and l were never set */
+        if (!empty && !row_finite(w->ot + i, p->v_dim, nrp, w->l[i])) {
+            for (uint32_t d = 0; d < p->v_dim; d++)
+                out[d] = dcpk_qnan();
+            *lse = dcpk_qnan();
+            continue;
+        }
+        if (empty || w->l[i] == 0.0f) {
             memset(out, 0, (size_t)p->v_dim * sizeof(float));
             *lse = dcpk_neg_inf();
             continue;
@@ -567,6 +587,43 @@ static void write_rows(const struct dcpk_attn_params *p, const struct attn_shape
         for (uint32_t d = 0; d < p->v_dim; d++)
             out[dcpk_decode_source(p->dtype, vdec, d)] = w->ot[(size_t)d * nrp + i] * inv;
         *lse = w->m[i] + logf(w->l[i]);
+    }
+}
+
+/**
+ * True when a value some row must not see is not finite: V rows [first, nt) of
+ * the tile (rows v_stride apart, v values used), the keys past the first row's
+ * visible end. 0 * NaN (or 0 * inf) would carry it into rows that mask the key.
+ */
+static int masked_values_nonfinite(const float *vt, uint32_t vstride, uint32_t v, uint64_t first,
+                                   uint32_t nt)
+{
+    for (uint64_t t = first; t < nt; t++)
+        for (uint32_t d = 0; d < v; d++)
+            if (dcpk_f32_is_nonfinite(vt[t * vstride + d]))
+                return 1;
+    return 0;
+}
+
+/**
+ * tile_accumulate for a tile where a masked value is not finite: each row sums
+ * only the keys it sees (the products are skipped, not multiplied by P = 0), so a
+ * NaN in a key masked for a row never reaches it. Scalar and slow, and only such
+ * tiles (a NaN or infinity in the cache under the causal mask) take it.
+ */
+static void tile_accumulate_masked(float *restrict ot, const float *restrict s, const float *restrict vt,
+                                   uint32_t vstride, const float *restrict alpha, uint32_t v, uint32_t nrp,
+                                   uint32_t nt, const uint64_t *restrict row_end, uint64_t c0)
+{
+    for (uint32_t i = 0; i < nrp; i++) {
+        const uint64_t seen = row_end[i] > c0 ? row_end[i] - c0 : 0;
+        const uint32_t n = seen < nt ? (uint32_t)seen : nt;
+        for (uint32_t d = 0; d < v; d++) {
+            float acc = ot[(size_t)d * nrp + i] * alpha[i];
+            for (uint32_t t = 0; t < n; t++)
+                acc += vt[(size_t)t * vstride + d] * s[(size_t)t * nrp + i];
+            ot[(size_t)d * nrp + i] = acc;
+        }
     }
 }
 
@@ -602,10 +659,14 @@ DCPK_INLINE void run_tiles(const struct dcpk_attn_params *p, const struct attn_s
         struct prefetch_cursor pc;
         prefetch_start(&pc, kn, vn, row_vectors(nrp, wide) * (ntp / SCORE_TOKENS + accumulate_blocks(p->v_dim)));
         tile_scores(w->s, w->kt, w->qt, p->qk_dim, nrp, ntp, &pc, wide);
-        if (c0 + nt > end_min)
+        const int masked = c0 + nt > end_min;
+        if (masked)
             mask_tile(w->s, w->row_end, c0, nt, nrp);
         tile_softmax(w->s, w->m, w->l, w->alpha, nrp, nt);
-        tile_accumulate(w->ot, w->s, vt, vstride, w->alpha, p->v_dim, nrp, nt, &pc, wide);
+        if (masked && masked_values_nonfinite(vt, vstride, p->v_dim, end_min > c0 ? end_min - c0 : 0, nt))
+            tile_accumulate_masked(w->ot, w->s, vt, vstride, w->alpha, p->v_dim, nrp, nt, w->row_end, c0);
+        else
+            tile_accumulate(w->ot, w->s, vt, vstride, w->alpha, p->v_dim, nrp, nt, &pc, wide);
     }
 }
 

@@ -29,11 +29,12 @@ void dcpk_lse_scale_cpu(const void *params, uint64_t begin, uint64_t end, void *
     (void)scratch;
     for (uint64_t r = begin; r < end; r++) {
         const float lambda = dcpk_merge_lambda(lse_all + r, p->n_src, p->rows);
-        const float w = dcpk_merge_weight(lse_all[(uint64_t)p->self * p->rows + r], lambda);
+        const float own = lse_all[(uint64_t)p->self * p->rows + r];
+        const float w = dcpk_merge_weight(own, lambda);
         float *o = (float *)(uintptr_t)p->o + r * p->v_dim;
-        if (w == 0.0f)
-            memset(o, 0, (size_t)p->v_dim * sizeof(float)); /* o may hold NaN: never 0 * o */
-        else
+        if (dcpk_lse_empty(own))
+            memset(o, 0, (size_t)p->v_dim * sizeof(float)); /* o may hold anything: never 0 * o */
+        else /* even at weight 0 (underflow), so a NaN in o shows */
             for (uint32_t d = 0; d < p->v_dim; d++)
                 o[d] *= w;
         if (p->out_lse && r >= own_lo && r - own_lo < p->rows_per_chunk)

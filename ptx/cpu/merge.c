@@ -35,9 +35,10 @@ void dcpk_merge_cpu(const void *params, uint64_t begin, uint64_t end, void *scra
         /* Accumulates in place: out must not overlap the sources. */
         memset(out, 0, (size_t)p->v_dim * sizeof(float));
         for (uint32_t s = 0; s < p->n_src; s++) {
-            const float w = dcpk_merge_weight(src_lse[s * p->src_stride_lse + r], lambda);
-            if (w == 0.0f)
-                continue; /* never 0 * o: o may hold NaN where its LSE is -inf */
+            const float lse = src_lse[s * p->src_stride_lse + r];
+            if (dcpk_lse_empty(lse))
+                continue; /* never 0 * o: an empty source's o may hold anything */
+            const float w = dcpk_merge_weight(lse, lambda); /* used even when 0: NaN in o shows */
             const float *o = src_o + s * p->src_stride_o + r * p->v_dim;
             for (uint32_t d = 0; d < p->v_dim; d++)
                 out[d] += w * o[d];

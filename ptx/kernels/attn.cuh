@@ -15,13 +15,18 @@
  *              into Q when it is staged), masked per row in local indices: local key
  *              c is visible to a query at global position p iff
  *              c < dcpk_local_length(p + 1) (global positions grow with c);
- *   3. P . V   each thread accumulates OR rows x one 16-byte V chunk in registers.
- * A row that sees no key of the split (decided from the lengths) gets LSE -inf and
- * output 0. LSE leaves in natural log: (m2 + log2 l) * ln 2.
+ *   3. P . V   each thread accumulates OR rows x one 16-byte V chunk in registers;
+ *              a row adds only the keys it sees (never 0 * V of a masked key).
+ * A row that sees no key of the split (decided from the lengths), or whose visible
+ * scores are all -inf, gets LSE -inf and output 0; a row whose accumulators or sum
+ * are not finite (a NaN or an infinity reached it) gets NaN in its LSE and in every
+ * output element (params.h, docs/design.md §4). LSE leaves in natural log:
+ * (m2 + log2 l) * ln 2.
  */
 #ifndef DCPK_ATTN_CUH
 #define DCPK_ATTN_CUH
 
+#include "dcp_kernels/convert.h"
 #include "dcp_kernels/params.h"
 #include "dcp_kernels/placement.h"
 #include "dcp_kernels/variants.h"
@@ -171,6 +176,8 @@ class AttnBlock {
     __device__ static float *s_smem() { return reinterpret_cast<float *>(dcpk_smem + C::kOffS); }
     __device__ static uint32_t *vis_smem() { return reinterpret_cast<uint32_t *>(dcpk_smem + C::kOffRows); }
     __device__ static float *alpha_smem() { return reinterpret_cast<float *>(dcpk_smem + C::kOffRows) + C::kRows; }
+    /** Per-row "not finite" flags of finish(), in alpha's place (alpha is dead by then). */
+    __device__ static uint32_t *bad_smem() { return reinterpret_cast<uint32_t *>(dcpk_smem + C::kOffRows) + C::kRows; }
     __device__ static float *l_smem() { return reinterpret_cast<float *>(dcpk_smem + C::kOffRows) + 2 * C::kRows; }
 
     __device__ RowAddr row_addr(uint32_t row) const { return attn_row_addr<C::kQK, C::kDV>(p_, it_, row); }
@@ -303,11 +310,14 @@ class AttnBlock {
         const float m_new = fmaxf(m_run_, mx);
         const bool none = m_new == neg_inf();
         const float alpha = none ? 1.f : exp2f(m_run_ - m_new);
+        // Nothing above -inf yet: shift by 0, so a -inf score gives P = 0 (not
+        // exp2(-inf - -inf) = NaN) while a NaN score stays NaN.
+        const float shift = none ? 0.f : m_new;
         float sum = 0.f;
 #pragma unroll
         for (int j = 0; j < C::kTK / C::kTPR; j++) {
             const int t = sub + C::kTPR * j;
-            const float pv = t < vis ? exp2f(s[t] - m_new) : 0.f;
+            const float pv = t < vis ? exp2f(s[t] - shift) : 0.f;
             s[t] = pv;
             sum += pv;
         }
@@ -318,24 +328,14 @@ class AttnBlock {
             alpha_smem()[row] = alpha;
     }
 
-    /** Phase 3: acc = acc * alpha + P . V over the tile's first ntile keys. */
-    __device__ void accumulate(int buf, uint32_t ntile, uint32_t nvalid)
+    /** acc += P . V for the keys [0, t_end) of the tile in buffer buf (a multiple of 4), every row. */
+    __device__ void pv_all_rows(int buf, uint32_t t_end)
     {
         const int dg = threadIdx.x % C::kDG, rg = threadIdx.x / C::kDG;
-        if (rg >= C::kRG || (uint32_t)rg * C::kOR >= nvalid)
-            return;
-        const float *alpha = alpha_smem() + rg * C::kOR;
-#pragma unroll
-        for (int r = 0; r < C::kOR; r++) {
-            const float a = alpha[r];
-#pragma unroll
-            for (int e = 0; e < C::kCE; e++)
-                acc_[r][e] *= a;
-        }
         const uint4 *vt = v_tile(buf) + dg;
         const float4 *p4 = reinterpret_cast<const float4 *>(s_smem()) + rg * C::kOR * (C::kSS / 4);
 #pragma unroll 1
-        for (uint32_t t4 = 0; t4 < ntile; t4 += 4) {
+        for (uint32_t t4 = 0; t4 < t_end; t4 += 4) {
             uint4 vr[4];
 #pragma unroll
             for (int u = 0; u < 4; u++)
@@ -362,19 +362,103 @@ class AttnBlock {
         }
     }
 
-    /** Writes the pass's LSEs and outputs; rows that see no key get -inf and 0. */
+    /**
+     * acc += P . V for the keys [t_lo, t_hi) of the tile in buffer buf, each row
+     * only over the keys it sees (the tile starts at key `done`): a key masked for
+     * a row is skipped, so its P = 0 never meets a NaN value (0 * NaN). One key
+     * and one row at a time; only the keys past some row's visible end come here.
+     */
+    __device__ void pv_own_keys(int buf, uint32_t t_lo, uint32_t t_hi, uint32_t done)
+    {
+        const int dg = threadIdx.x % C::kDG, rg = threadIdx.x / C::kDG;
+        const uint4 *vt = v_tile(buf) + dg;
+#pragma unroll
+        for (int r = 0; r < C::kOR; r++) {
+            const uint32_t prow = rg * C::kOR + r, seen = vis_smem()[prow];
+            const uint32_t end = min(t_hi, seen > done ? seen - done : 0u);
+            const float *pr = s_smem() + prow * C::kSS;
+#pragma unroll 1
+            for (uint32_t t = t_lo; t < end; t++) {
+                const uint4 vr = vt[t * C::kRowV];
+                const float w = pr[t];
+#pragma unroll
+                for (int pc = 0; pc < C::kPieces; pc++) {
+                    const float4 v = unpack4<C::kDtype>(vr, pc);
+                    acc_[r][pc * 4 + 0] = fmaf(w, v.x, acc_[r][pc * 4 + 0]);
+                    acc_[r][pc * 4 + 1] = fmaf(w, v.y, acc_[r][pc * 4 + 1]);
+                    acc_[r][pc * 4 + 2] = fmaf(w, v.z, acc_[r][pc * 4 + 2]);
+                    acc_[r][pc * 4 + 3] = fmaf(w, v.w, acc_[r][pc * 4 + 3]);
+                }
+            }
+        }
+    }
+
+    /**
+     * Phase 3: acc = acc * alpha + P . V over the first ntile keys of tile `tile`
+     * (a multiple of 4; keys past the loaded ones are zero). The keys every row of
+     * the thread sees take the plain loop; past the first row's visible end (only
+     * multi-token queries have one inside the tile) each row takes its own.
+     */
+    __device__ void accumulate(uint32_t tile, int buf, uint32_t ntile, uint32_t nvalid)
+    {
+        const int rg = threadIdx.x / C::kDG;
+        if (rg >= C::kRG || (uint32_t)rg * C::kOR >= nvalid)
+            return;
+        const float *alpha = alpha_smem() + rg * C::kOR;
+        const uint32_t done = tile * C::kTK;
+        uint32_t common = ntile;
+#pragma unroll
+        for (int r = 0; r < C::kOR; r++) {
+            const float a = alpha[r];
+#pragma unroll
+            for (int e = 0; e < C::kCE; e++)
+                acc_[r][e] *= a;
+            const uint32_t prow = rg * C::kOR + r, seen = vis_smem()[prow];
+            if (prow < nvalid) // rows past nvalid are never written out
+                common = min(common, seen > done ? seen - done : 0u);
+        }
+        const uint32_t plain = common & ~3u;
+        pv_all_rows(buf, plain);
+        if (plain < ntile)
+            pv_own_keys(buf, plain, ntile, done);
+    }
+
+    /**
+     * Writes the pass's LSEs and outputs. A row that sees no key, or whose visible
+     * scores were all -inf (l = 0), gets -inf and 0; a row whose sum or any of its
+     * accumulators (spread over kDG threads) is not finite gets NaN everywhere:
+     * the flags meet in shared memory.
+     */
     __device__ void finish(uint32_t first, uint32_t nvalid)
     {
         const int row = threadIdx.x / C::kTPR, sub = threadIdx.x % C::kTPR;
+        uint32_t *bad = bad_smem();
         if (sub == 0 && (uint32_t)row < nvalid) {
             const bool empty = vis_smem()[row] == 0;
             l_smem()[row] = empty ? 0.f : l_run_;
-            const float lse = empty ? neg_inf() : (m_run_ + log2f(l_run_)) * kLn2;
+            bad[row] = !empty && dcpk_f32_is_nonfinite(l_run_);
+            const float lse = empty || l_run_ == 0.f ? neg_inf() : (m_run_ + log2f(l_run_)) * kLn2;
             *reinterpret_cast<float *>(row_addr(first + row).lse) = lse;
         }
         __syncthreads();
         const int dg = threadIdx.x % C::kDG, rg = threadIdx.x / C::kDG;
-        if (rg >= C::kRG)
+        const bool pv = rg < C::kRG;
+#pragma unroll
+        for (int r = 0; r < C::kOR; r++) {
+            const uint32_t prow = rg * C::kOR + r;
+            if (!pv || prow >= nvalid || vis_smem()[prow] == 0)
+                continue;
+            bool finite = true;
+#pragma unroll
+            for (int e = 0; e < C::kCE; e++)
+                finite = finite && !dcpk_f32_is_nonfinite(acc_[r][e]);
+            if (!finite)
+                atomicOr(&bad[prow], 1u);
+        }
+        __syncthreads();
+        if (sub == 0 && (uint32_t)row < nvalid && bad[row]) // the same thread wrote it above
+            *reinterpret_cast<float *>(row_addr(first + row).lse) = dcpk_qnan();
+        if (!pv)
             return;
         const float vscale = C::kScaled ? p_.kv_scale : 1.f;
 #pragma unroll
@@ -383,11 +467,12 @@ class AttnBlock {
             if (prow >= nvalid)
                 break;
             const float l = l_smem()[prow];
-            const float f = l > 0.f ? vscale / l : 0.f;
+            const bool nan = bad[prow] != 0;
+            const float f = l != 0.f ? vscale / l : 0.f;
             float *o = reinterpret_cast<float *>(row_addr(first + prow).o) + dg * C::kCE;
 #pragma unroll
             for (int e = 0; e < C::kCE; e++)
-                o[e] = l > 0.f ? acc_[r][e] * f : 0.f;
+                o[e] = nan ? dcpk_qnan() : l != 0.f ? acc_[r][e] * f : 0.f;
         }
     }
 
@@ -422,7 +507,7 @@ class AttnBlock {
             softmax(tile);
             __syncthreads();
             const uint32_t ntile = min(ntok - tile * C::kTK, (uint32_t)C::kTK);
-            accumulate(buf, (ntile + 3) & ~3u, nvalid);
+            accumulate(tile, buf, (ntile + 3) & ~3u, nvalid);
             __syncthreads();
         }
         finish(first, nvalid);

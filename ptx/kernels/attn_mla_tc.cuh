@@ -94,6 +94,7 @@ class MlaTcBlock {
     float o_[C::kOTiles][4];                           // C fragments of this warp's O columns
     float m_[2], l_[2];    // rows g and g + 8: running max (log2 domain), this lane's share of the sum
     uint32_t vis_[2];      // keys of the split rows g and g + 8 see
+    bool bad_[2];          // rows g and g + 8 met a NaN or +inf score: their result is NaN (design.md §4)
 
     __device__ static unsigned char *k_tile(int buf)
     {
@@ -243,16 +244,21 @@ class MlaTcBlock {
         for (int h = 0; h < 2; h++) {
             const uint32_t vis = vis_[h] > done ? min(vis_[h] - done, (uint32_t)C::kTK) : 0u;
             float mx = neg_inf();
+            uint32_t bad = 0; // a visible score that is NaN or +inf (fmaxf would drop a NaN)
 #pragma unroll
             for (int j = 0; j < C::kSTiles; j++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     const uint32_t key = (uint32_t)(8 * j + 2 * t + e);
                     s[j][2 * h + e] = key < vis ? s[j][2 * h + e] : neg_inf();
+                    bad |= s[j][2 * h + e] < __uint_as_float(0x7f800000u) ? 0u : 1u;
                     mx = fmaxf(mx, s[j][2 * h + e]);
                 }
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            bad |= __shfl_xor_sync(0xffffffffu, bad, 1);
+            bad |= __shfl_xor_sync(0xffffffffu, bad, 2);
+            bad_[h] = bad_[h] || bad != 0;
             const float m_new = fmaxf(m_[h], mx);
             const bool none = m_new == neg_inf();
             alpha[h] = none ? 1.f : exp2f(m_[h] - m_new);
@@ -304,7 +310,40 @@ class MlaTcBlock {
             }
     }
 
-    /** Writes the pass's LSEs (quarter 0) and this warp's output columns; empty rows get -inf and 0. */
+    /**
+     * Zeroes the non-finite values (V: the first 512 columns) of the tile's keys
+     * [lo, hi), the keys some rows of the pass see and others do not (the causal mask
+     * of a multi-token query). A row that sees such a key already has its NaN in S
+     * (V is inside K), so its result is NaN whatever P.V adds; a row that does not
+     * see it must not get 0 * NaN from the P.V product (docs/design.md §4).
+     */
+    __device__ void sanitize_values(int buf, uint32_t lo, uint32_t hi) const
+    {
+        unsigned char *kt = k_tile(buf);
+        constexpr int kVChunks = C::kDV * C::kEsize / 16;
+        constexpr uint32_t kExp = C::kDtype == DCPK_BF16 ? 0x7f80u : 0x7c00u; // exponent bits of one half
+        for (uint32_t i = threadIdx.x; i < (hi - lo) * kVChunks; i += C::kNT) {
+            uint4 *c = reinterpret_cast<uint4 *>(kt + (lo + i / kVChunks) * C::kRowBytes) + i % kVChunks;
+            const uint4 v = smem_load(c);
+            uint32_t w[4] = {v.x, v.y, v.z, v.w};
+            bool changed = false;
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const uint32_t m = kExp << (16 * half);
+                    if ((w[k] & m) == m) {
+                        w[k] &= ~(0xffffu << (16 * half));
+                        changed = true;
+                    }
+                }
+            if (changed)
+                smem_store(c, make_uint4(w[0], w[1], w[2], w[3]));
+        }
+    }
+
+    /** Writes the pass's LSEs (quarter 0) and this warp's output columns; empty rows get -inf and 0,
+     *  rows that met a NaN or +inf score NaN in both. */
     __device__ void finish(uint32_t first, uint32_t nvalid)
     {
         const int g = lane_ / 4, t = lane_ % 4;
@@ -317,15 +356,17 @@ class MlaTcBlock {
             if (r >= nvalid)
                 continue;
             const bool empty = vis_[h] == 0;
+            // Every warp of the row group holds the same S, so the same bad_ flag.
+            const bool bad = bad_[h];
             const RowAddr a = attn_row_addr<C::kQK, C::kDV>(p_, it_, first + r);
             if (qd_ == 0 && t == 0)
-                *reinterpret_cast<float *>(a.lse) = empty ? neg_inf() : (m_[h] + log2f(l)) * kLn2;
+                *reinterpret_cast<float *>(a.lse) = bad ? quiet_nan() : empty ? neg_inf() : (m_[h] + log2f(l)) * kLn2;
             const float f = empty ? 0.f : 1.f / l;
             float *o = reinterpret_cast<float *>(a.o) + qd_ * C::kCols + 2 * t;
 #pragma unroll
             for (int n = 0; n < C::kOTiles; n++) {
-                o[8 * n] = empty ? 0.f : o_[n][2 * h] * f;
-                o[8 * n + 1] = empty ? 0.f : o_[n][2 * h + 1] * f;
+                o[8 * n] = bad ? quiet_nan() : empty ? 0.f : o_[n][2 * h] * f;
+                o[8 * n + 1] = bad ? quiet_nan() : empty ? 0.f : o_[n][2 * h + 1] * f;
             }
         }
     }
@@ -335,12 +376,14 @@ class MlaTcBlock {
     {
         m_[0] = m_[1] = neg_inf();
         l_[0] = l_[1] = 0.f;
+        bad_[0] = bad_[1] = false;
 #pragma unroll
         for (int n = 0; n < C::kOTiles; n++)
             o_[n][0] = o_[n][1] = o_[n][2] = o_[n][3] = 0.f;
         stage(first, nvalid);
         // Rows are token-major, so the pass's last row sees the most keys.
         const uint32_t ntok = attn_visible_count(p_, it_, first + nvalid - 1);
+        const uint32_t nmin = attn_visible_count(p_, it_, first); // and the first row the fewest
         const uint32_t ntiles = (ntok + C::kTK - 1) / C::kTK;
         const bool live = (uint32_t)rg_ * 16 < nvalid; // warp-uniform: some row of the group is live
         if (ntiles > 0)
@@ -363,6 +406,11 @@ class MlaTcBlock {
                     smem_store(x_slot(rg_, qd_, j) + lane_, make_float4(s[j][0], s[j][1], s[j][2], s[j][3]));
             }
             __syncthreads(); // partial scores of the row group visible
+            const uint32_t done = tile * C::kTK;
+            if (nmin < ntok && nmin < done + C::kTK) { // keys some rows see and some do not (block-uniform)
+                sanitize_values(buf, (nmin > done ? nmin : done) - done, min(ntok - done, (uint32_t)C::kTK));
+                __syncthreads(); // the values P.V reads
+            }
             if (live) {
 #pragma unroll
                 for (int j = 0; j < C::kSTiles; j++) {

@@ -21,6 +21,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 __device__ __forceinline__ float neg_inf() { return __uint_as_float(0xff800000u); }
+__device__ __forceinline__ float quiet_nan() { return __uint_as_float(0x7fc00000u); }
 
 /* ---- element types ------------------------------------------------------ */
 

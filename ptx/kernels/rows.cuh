@@ -81,14 +81,15 @@ extern "C" __global__ void __launch_bounds__(dcpk::kBlock_fill) dcpk_fill(const 
 }
 
 /**
- * Work item = row: out = sum over sources of weight * o_s, sources of weight 0
- * skipped, in source order. Lambda and the weights are computed once per row
- * (dcpk_merge_lambda / dcpk_merge_weight), the weights a batch at a time.
+ * Work item = row: out = sum over sources of weight * o_s, empty sources (LSE
+ * -inf) skipped, in source order. Lambda and the weights are computed once per
+ * row (dcpk_merge_lambda / dcpk_merge_weight), the weights a batch at a time.
  */
 extern "C" __global__ void __launch_bounds__(dcpk::kBlock_merge) dcpk_merge(const dcpk_merge_params p)
 {
     constexpr uint32_t kBatch = dcpk::kBlock_merge;
     static __shared__ float weight[kBatch];
+    static __shared__ bool empty[kBatch];
     static __shared__ float lambda;
     if (p.rows_per_chunk == 0)
         return;
@@ -104,13 +105,16 @@ extern "C" __global__ void __launch_bounds__(dcpk::kBlock_merge) dcpk_merge(cons
         // Batches of sources: the first starts from 0, later ones add to what is there.
         for (uint32_t s0 = 0; s0 == 0 || s0 < p.n_src; s0 += kBatch) {
             const uint32_t n = p.n_src > s0 ? min(p.n_src - s0, kBatch) : 0u;
-            if (threadIdx.x < n)
-                weight[threadIdx.x] = dcpk_merge_weight(src_lse[(s0 + threadIdx.x) * p.src_stride_lse + row], total);
+            if (threadIdx.x < n) {
+                const float lse = src_lse[(s0 + threadIdx.x) * p.src_stride_lse + row];
+                empty[threadIdx.x] = dcpk_lse_empty(lse);
+                weight[threadIdx.x] = dcpk_merge_weight(lse, total);
+            }
             __syncthreads();
             for (uint32_t d = threadIdx.x; d < p.v_dim; d += blockDim.x) {
                 float acc = s0 == 0 ? 0.f : out[d];
                 for (uint32_t s = 0; s < n; s++)
-                    if (weight[s] != 0.f)
+                    if (!empty[s]) // even at weight 0: a NaN in o_s shows
                         acc += weight[s] * src_o[(s0 + s) * p.src_stride_o + row * p.v_dim + d];
                 out[d] = acc;
             }
@@ -123,25 +127,30 @@ extern "C" __global__ void __launch_bounds__(dcpk::kBlock_merge) dcpk_merge(cons
 
 /**
  * Work item = row: scales this rank's partial output row by exp(lse_self - Lambda)
- * (sets it to 0 where that weight is 0) and records Lambda for its own chunk.
+ * (sets it to 0 where this rank's LSE is -inf: an empty shard) and records Lambda
+ * for its own chunk.
  */
 extern "C" __global__ void __launch_bounds__(dcpk::kBlock_lse_scale) dcpk_lse_scale(const dcpk_lse_scale_params p)
 {
     static __shared__ float shared_w;
+    static __shared__ bool shared_empty;
     const float *lse_all = reinterpret_cast<const float *>(p.lse_all);
     for (uint64_t row = dcpk::block_linear(); row < p.rows; row += dcpk::grid_blocks()) {
         if (threadIdx.x == 0) {
             const float total = dcpk_merge_lambda(lse_all + row, p.n_src, p.rows);
-            shared_w = dcpk_merge_weight(lse_all[(uint64_t)p.self * p.rows + row], total);
+            const float own = lse_all[(uint64_t)p.self * p.rows + row];
+            shared_empty = dcpk_lse_empty(own);
+            shared_w = dcpk_merge_weight(own, total);
             const uint64_t own_first = (uint64_t)p.own_chunk * p.rows_per_chunk;
             if (p.out_lse != 0 && row >= own_first && row < own_first + p.rows_per_chunk)
                 reinterpret_cast<float *>(p.out_lse)[row - own_first] = total;
         }
         __syncthreads();
         const float w = shared_w;
+        const bool none = shared_empty;
         float *o = reinterpret_cast<float *>(p.o) + row * p.v_dim;
         for (uint32_t d = threadIdx.x; d < p.v_dim; d += blockDim.x)
-            o[d] = w != 0.f ? o[d] * w : 0.f;
+            o[d] = none ? 0.f : o[d] * w; // even at weight 0: a NaN in o shows
         __syncthreads();
     }
 }

@@ -33,6 +33,8 @@ void oracle_attention(const struct oracle_attn_shape *sh, const double *q, const
                 s *= sh->scale;
                 max = s > max ? s : max;
             }
+            /* Every score -inf: shift by 0, so each weight is exp(-inf) = 0, not NaN. */
+            const double shift = max == -INFINITY ? 0.0 : max;
             double sum = 0.0;
             for (uint32_t j = 0; j < visible; j++) {
                 const double *krow = k + ((size_t)j * sh->kv_heads + kvh) * sh->qk_dim;
@@ -40,10 +42,24 @@ void oracle_attention(const struct oracle_attn_shape *sh, const double *q, const
                 double s = 0.0;
                 for (uint32_t d = 0; d < sh->qk_dim; d++)
                     s += qrow[d] * krow[d];
-                const double p = exp(s * sh->scale - max);
+                const double p = exp(s * sh->scale - shift);
                 sum += p;
                 for (uint32_t d = 0; d < sh->v_dim; d++)
                     orow[d] += p * vrow[d];
+            }
+            /* Not finite anywhere (a NaN or an infinity reached the row): all NaN. */
+            int finite = isfinite(sum);
+            for (uint32_t d = 0; d < sh->v_dim; d++)
+                finite = finite && isfinite(orow[d]);
+            if (!finite) {
+                for (uint32_t d = 0; d < sh->v_dim; d++)
+                    orow[d] = NAN;
+                *lrow = NAN;
+                continue;
+            }
+            if (sum == 0.0) { /* every visible score -inf: as if no key were visible */
+                *lrow = -INFINITY;
+                continue;
             }
             for (uint32_t d = 0; d < sh->v_dim; d++)
                 orow[d] /= sum;
@@ -56,9 +72,15 @@ void oracle_merge(uint32_t n, uint32_t v_dim, const double *o, const double *lse
                   double *out_lse)
 {
     double max = -INFINITY;
-    for (uint32_t s = 0; s < n; s++)
-        if (isfinite(lse[s]) && lse[s] > max)
-            max = lse[s];
+    for (uint32_t s = 0; s < n; s++) {
+        if (isnan(lse[s]) || lse[s] == INFINITY) {
+            for (uint32_t d = 0; d < v_dim; d++)
+                out[d] = NAN;
+            *out_lse = NAN;
+            return;
+        }
+        max = lse[s] > max ? lse[s] : max;
+    }
     for (uint32_t d = 0; d < v_dim; d++)
         out[d] = 0.0;
     if (max == -INFINITY) {
@@ -67,11 +89,11 @@ void oracle_merge(uint32_t n, uint32_t v_dim, const double *o, const double *lse
     }
     double sum = 0.0;
     for (uint32_t s = 0; s < n; s++)
-        if (isfinite(lse[s]))
+        if (lse[s] != -INFINITY)
             sum += exp(lse[s] - max);
     const double total = max + log(sum);
     for (uint32_t s = 0; s < n; s++)
-        if (isfinite(lse[s]))
+        if (lse[s] != -INFINITY) /* an empty source's output is never read */
             for (uint32_t d = 0; d < v_dim; d++)
                 out[d] += exp(lse[s] - total) * o[(size_t)s * v_dim + d];
     *out_lse = total;

@@ -23,15 +23,19 @@ struct oracle_attn_shape {
  * Causal attention of one sequence: q [q_len][heads][qk_dim], k [len][kv_heads][qk_dim],
  * v [len][kv_heads][v_dim] -> out [q_len][heads][v_dim] and lse [q_len][heads]
  * (natural log of the softmax denominator). Query i sees keys 0..len-q_len+i; a
- * query that sees no key gets out = 0 and lse = -inf.
+ * query that sees no key, or whose visible scores are all -inf, gets out = 0 and
+ * lse = -inf; one whose result is not finite anywhere (a NaN or an infinity in its
+ * query or in a visible key or value) gets NaN as its LSE and every output element.
  */
 void oracle_attention(const struct oracle_attn_shape *shape, const double *q, const double *k,
                       const double *v, double *out, double *lse);
 
 /**
- * Exact merge of n partial results: o [n][v_dim] with lse [n]. Sources whose LSE
- * is not finite (NaN, +-inf) contribute nothing; with none left, out = 0 and
- * out_lse = -inf. Otherwise out_lse = log sum exp(lse_s), out = sum exp(lse_s - out_lse) o_s.
+ * Exact merge of n partial results: o [n][v_dim] with lse [n]. A source whose LSE
+ * is -inf is empty: it contributes nothing and its o is not read; with none left,
+ * out = 0 and out_lse = -inf. Any LSE NaN or +inf: out and out_lse are NaN.
+ * Otherwise out_lse = log sum exp(lse_s), out = sum exp(lse_s - out_lse) o_s (a NaN
+ * in a non-empty o_s shows in out).
  */
 void oracle_merge(uint32_t n, uint32_t v_dim, const double *o, const double *lse, double *out,
                   double *out_lse);

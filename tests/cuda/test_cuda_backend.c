@@ -91,6 +91,8 @@ struct run_io {
     const uint32_t *lens;    /* [nseq] prefill lengths */
     uint32_t decode_q;       /* query tokens per sequence in the decode step */
     struct dcp_step_launch launch; /* what the decode step launched */
+    bool poison;             /* a NaN in K at position 0 of sequence 0 (every KV head and layer) */
+    bool poison_now;         /* this step appends that position */
 };
 
 #define MAX_SEQS 32
@@ -127,6 +129,10 @@ static int rank_fn(dcp_rank *r, void *arg)
                                    .rows = io->tokens, .heads = in.kv_heads_per_rank, .dim = in.qk_dim,
                                    .head_offset = kv0, .amplitude = 1.0f};
         int err = dcp_rank_fill_synthetic(r, io->k[i], &d);
+        /* Token 0 of the step: one element of its K row, every KV head of the rank. */
+        const float nan = NAN;
+        for (uint32_t h = 0; io->poison_now && h < in.kv_heads_per_rank && !err; h++)
+            err = dcp_rank_upload(r, (float *)io->k[i] + (size_t)h * in.qk_dim + 3, &nan, sizeof(nan));
         if (!err && !mla) {
             d.seed += 1000;
             d.dim = in.v_dim;
@@ -189,6 +195,7 @@ static int run_engine(dcp_engine *e, struct run_io *io)
             const struct dcp_batch b = {.num_seqs = 1, .seq_ids = &ids[s], .q_lens = &q[s]};
             io->tokens = q[s];
             io->decode = false;
+            io->poison_now = io->poison && s == 0 && done == 0;
             if (!err)
                 err = dcp_engine_begin_step(e, &b);
             if (!err)
@@ -202,6 +209,7 @@ static int run_engine(dcp_engine *e, struct run_io *io)
     const struct dcp_batch b = {.num_seqs = n, .seq_ids = ids, .q_lens = q};
     io->tokens = (uint32_t)rows;
     io->decode = true;
+    io->poison_now = false;
     if (!err)
         err = dcp_engine_begin_step(e, &b);
     if (!err)
@@ -304,6 +312,81 @@ static void test_matches_host(void **state)
 }
 
 /*
+ * A NaN in the KV cache (docs/design.md §4) through the CUDA backend's whole path
+ * on the doubles (append, attention, split-KV merge, virtual-rank or NCCL
+ * collectives, lse_scale/reduce or the a2a merge): a NaN in position 0 of sequence
+ * 0 makes every decode row of that sequence NaN in its LSE and every output
+ * element, on every rank, with the engine's split-KV choice and with 1 and 3
+ * splits forced; the other sequences' rows are finite and equal the host engine's.
+ */
+static void check_nan_rows(const struct run_io *c, const struct run_io *h, const struct dcp_engine_info *in,
+                           const char *what)
+{
+    const size_t rows = (size_t)c->tokens * in->q_heads_per_rank;
+    for (uint32_t i = 0; i < in->tp; i++)
+        for (size_t row = 0; row < rows; row++) {
+            const bool want_nan = row / in->q_heads_per_rank / c->decode_q == 0; /* sequence 0 */
+            if ((bool)isnan(c->lse[i][row]) != want_nan ||
+                (!want_nan && fabs((double)c->lse[i][row] - h->lse[i][row]) > 1e-5))
+                fail_msg("%s: rank %u row %zu: lse %g, host %g", what, i, row, c->lse[i][row], h->lse[i][row]);
+            for (uint32_t d = 0; d < in->v_dim; d++) {
+                const float got = c->out[i][row * in->v_dim + d], host = h->out[i][row * in->v_dim + d];
+                if ((bool)isnan(got) != want_nan || (bool)isnan(host) != want_nan ||
+                    (!want_nan && fabs((double)got - host) > 1e-5))
+                    fail_msg("%s: rank %u row %zu dim %u: %g, host %g", what, i, row, d, got, host);
+            }
+        }
+}
+
+static void test_nan_in_cache(void **state)
+{
+    (void)state;
+    if (dcp_embedded_module_count == 0)
+        skip();
+    const struct shape shapes[] = {
+        {DCP_ATTN_MLA, 4, 4, 8, 1, 0, DCP_COMM_A2A, DCP_DTYPE_BF16},
+        {DCP_ATTN_MLA, 4, 2, 8, 1, 0, DCP_COMM_AG_RS, DCP_DTYPE_FP8_E4M3},
+        {DCP_ATTN_GQA, 4, 2, 8, 2, 64, DCP_COMM_AG_RS, DCP_DTYPE_FP16},
+        {DCP_ATTN_GQA, 2, 2, 4, 1, 128, DCP_COMM_A2A, DCP_DTYPE_FP32},
+        {DCP_ATTN_MHA, 2, 1, 4, 4, 128, DCP_COMM_A2A, DCP_DTYPE_BF16},
+    };
+    static const char *const devices[] = {"1", "8"};
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
+        for (int dev = 0; dev < 2; dev++)
+            for (int k = 0; k < 3; k++) {
+                static const uint32_t split_choices[] = {0, 1, 3}; /* 0: the engine's */
+                const uint32_t splits = split_choices[k];
+                const struct shape *s = &shapes[si];
+                fake_env_reset();
+                fake_env_set("FAKE_CUDA_DEVICES", devices[dev]);
+                dcp_deployment *hd = deployment(s, DCP_BACKEND_HOST, 0), *cd = deployment(s, DCP_BACKEND_CUDA, 0);
+                dcp_engine *he = NULL, *ce = NULL;
+                assert_int_equal(create(hd, &he), DCP_OK);
+                assert_int_equal(create(cd, &ce), DCP_OK);
+                he->split_override = ce->split_override = splits;
+                struct run_io h = {.poison = true}, c = {.poison = true};
+                assert_int_equal(run_engine(he, &h), DCP_OK);
+                assert_int_equal(run_engine(ce, &c), DCP_OK);
+                struct dcp_engine_info in;
+                dcp_engine_get_info(ce, &in);
+                char what[160];
+                snprintf(what, sizeof(what), "shape %zu, %s device(s), splits %u (step used %u)", si, devices[dev],
+                         splits, c.launch.num_splits);
+                check_nan_rows(&c, &h, &in, what);
+                if (splits)
+                    assert_int_equal(c.launch.num_splits, splits);
+                print_message("NaN in the cache: %s: NaN rows match the host engine's\n", what);
+                free_io(&h, in.tp);
+                free_io(&c, in.tp);
+                dcp_engine_destroy(&he);
+                dcp_engine_destroy(&ce);
+                dcp_deployment_destroy(&hd);
+                dcp_deployment_destroy(&cd);
+            }
+    fake_env_reset();
+}
+
+/*
  * Copies are ordered on the stream of the kernels that read them: queries
  * uploaded with dcp_rank_upload give the host engine's results, on virtual ranks
  * and with NCCL. The same upload deliberately misplaced on the legacy stream
@@ -347,6 +430,84 @@ static void test_uploads_ordered(void **state)
     free_io(&h, in.tp);
     dcp_engine_destroy(&he);
     dcp_deployment_destroy(&hd);
+    dcp_deployment_destroy(&cd);
+}
+
+/*
+ * The pinned staging buffer of small uploads is reused only once the copies out
+ * of it ran (EV_STAGED, cuda_upload in cuda_memory.c): many small dcp_rank_upload
+ * calls, each with its own data and together several times what the buffer
+ * holds, with nothing waiting in between, all land. The doubles' streams run a
+ * copy only when something waits for it, so a reuse that did not wait would
+ * overwrite the staged bytes of copies still queued, and the download shows it.
+ */
+#define STAGING_PIECE 16 /* floats per upload: 64 bytes, one staging slot */
+
+struct staging_io {
+    float *dev[8];
+    float *back[8];
+    size_t floats;
+};
+
+/** The value piece data puts at float k of rank i's buffer (exact in fp32). */
+static float staged_value(uint32_t i, size_t k)
+{
+    return (float)((i << 20) + k);
+}
+
+static int staging_rank_fn(dcp_rank *r, void *arg)
+{
+    struct staging_io *io = arg;
+    const uint32_t i = dcp_rank_tp_rank(r);
+    float piece[STAGING_PIECE]; /* reused at once: the upload copies it before returning */
+    for (size_t k0 = 0; k0 < io->floats; k0 += STAGING_PIECE) {
+        for (size_t j = 0; j < STAGING_PIECE; j++)
+            piece[j] = staged_value(i, k0 + j);
+        const int err = dcp_rank_upload(r, io->dev[i] + k0, piece, sizeof(piece));
+        if (err)
+            return err;
+    }
+    return dcp_rank_download(r, io->back[i], io->dev[i], io->floats * sizeof(float));
+}
+
+static void test_staging_reuse_waits(void **state)
+{
+    (void)state;
+    if (dcp_embedded_module_count == 0)
+        skip();
+    const struct shape s = {DCP_ATTN_GQA, 2, 2, 4, 1, 64, DCP_COMM_AG_RS, DCP_DTYPE_BF16};
+    dcp_deployment *cd = deployment(&s, DCP_BACKEND_CUDA, 0);
+    static const char *const devices[] = {"1", "2"};
+    for (int d = 0; d < 2; d++) {
+        fake_env_reset();
+        fake_env_set("FAKE_CUDA_DEVICES", devices[d]);
+        dcp_engine *ce = NULL;
+        assert_int_equal(create(cd, &ce), DCP_OK);
+        struct dcp_engine_info in;
+        dcp_engine_get_info(ce, &in);
+        const size_t staging = CR(dcp_engine_rank(ce, 0))->staging_bytes;
+        struct staging_io io = {.floats = (4 * staging / sizeof(float) + STAGING_PIECE - 1) / STAGING_PIECE * STAGING_PIECE};
+        assert_true(io.floats < (1u << 20));
+        for (uint32_t i = 0; i < in.tp; i++) {
+            assert_int_equal(dcp_rank_alloc(dcp_engine_rank(ce, i), io.floats * sizeof(float), (void **)&io.dev[i]),
+                             DCP_OK);
+            io.back[i] = calloc(io.floats, sizeof(float));
+            assert_non_null(io.back[i]);
+        }
+        assert_int_equal(dcp_engine_run(ce, staging_rank_fn, &io), DCP_OK);
+        for (uint32_t i = 0; i < in.tp; i++) {
+            for (size_t k = 0; k < io.floats; k++)
+                if (io.back[i][k] != staged_value(i, k))
+                    fail_msg("%s device(s), rank %u: float %zu of %zu (%zu-byte staging) is %g, uploaded %g", devices[d],
+                             i, k, io.floats, staging, io.back[i][k], staged_value(i, k));
+            dcp_rank_free(dcp_engine_rank(ce, i), io.dev[i]);
+            free(io.back[i]);
+        }
+        print_message("staging: %zu uploads of %d bytes per rank through %zu bytes of staging, all landed\n",
+                      io.floats / STAGING_PIECE, (int)(STAGING_PIECE * sizeof(float)), staging);
+        dcp_engine_destroy(&ce);
+    }
+    fake_env_reset();
     dcp_deployment_destroy(&cd);
 }
 
@@ -905,6 +1066,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_host),
         cmocka_unit_test(test_uploads_ordered),
+        cmocka_unit_test(test_nan_in_cache),
+        cmocka_unit_test(test_staging_reuse_waits),
         cmocka_unit_test(test_split_kv_follows_occupancy),
         cmocka_unit_test(test_launch_checks),
         cmocka_unit_test(test_unservable_launch_refused),

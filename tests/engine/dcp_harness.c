@@ -63,6 +63,10 @@ struct harness {
     uint32_t tokens;
     bool attend, with_lse;
     uint64_t steps;
+    /* the planted NaN (harness_poison) */
+    bool poison_on, poison_value;
+    uint32_t poison_seq;
+    uint64_t poison_pos;
     struct mirror seqs[MAX_SEQ_HANDLES];
     uint32_t nseqs;
 };
@@ -342,6 +346,16 @@ static void free_mirror(struct mirror *m)
     m->live = false;
 }
 
+void harness_poison(struct harness *h, uint32_t seq, uint64_t pos, bool value)
+{
+    assert_true(pos >= live_seq(h, seq)->len); /* appended by a later step */
+    assert_true(pos < h->cfg.max_context);
+    h->poison_on = true;
+    h->poison_seq = seq;
+    h->poison_pos = pos;
+    h->poison_value = value;
+}
+
 uint32_t harness_seq_create(struct harness *h)
 {
     const uint32_t seq = new_mirror(h);
@@ -395,6 +409,21 @@ uint64_t harness_seq_length(const struct harness *h, uint32_t seq)
 
 /* ---- one step -------------------------------------------------------------- */
 
+/* The planted NaN, if token t of the step (position pos of seq) is its place: one
+ * element of the K or V row of every KV head of one layer's inputs k and v. */
+static void plant_nan(const struct harness *h, uint32_t seq, uint64_t pos, float *k, float *v, uint32_t t)
+{
+    if (!h->poison_on || seq != h->poison_seq || pos != h->poison_pos)
+        return;
+    const uint32_t d = (uint32_t)(pos % (h->poison_value ? h->vd : h->qk)); /* MLA: below vd, the latent part */
+    for (uint32_t kvh = 0; kvh < h->kvh; kvh++) {
+        if (h->poison_value && !h->mla)
+            v[t * v_stride(h) + (size_t)kvh * h->vd + d] = NAN;
+        else
+            k[t * k_stride(h) + (size_t)kvh * h->qk + d] = NAN;
+    }
+}
+
 /* Fresh K/V (and queries) for the step's tokens; the mirror takes the cached values. */
 static void generate_step(struct harness *h, uint32_t count, const uint32_t *seqs, const uint32_t *grow)
 {
@@ -414,6 +443,7 @@ static void generate_step(struct harness *h, uint32_t count, const uint32_t *seq
         for (uint32_t i = 0; i < count; i++) {
             struct mirror *m = &h->seqs[seqs[i]];
             for (uint64_t pos = m->len - grow[i]; pos < m->len; pos++, t++) {
+                plant_nan(h, seqs[i], pos, k, v, t);
                 const size_t row = (size_t)l * h->cfg.max_context + pos;
                 double *mk = m->k + row * k_stride(h), *mv = m->v + row * v_stride(h);
                 oracle_quantize_array(mk, k + t * k_stride(h), k_stride(h), h->dtype, inv_scale, h->kv_scale);
@@ -442,17 +472,43 @@ static void gather_side(const struct harness *h, const struct side *sd, uint32_t
         }
 }
 
-static void check_finite(const struct harness *h, const char *what, const double *out, const double *lse,
-                         size_t rows)
+/* Marks the rows the oracle makes NaN (a planted NaN reached them) and sets them
+ * to 0, so the error measures compare the finite rows only. Returns their count. */
+static size_t mask_nan_rows(const struct harness *h, double *ref, double *ref_lse, bool *nan, size_t rows)
 {
-    for (size_t i = 0; i < rows * h->vd; i++)
-        if (isnan(out[i]))
-            fail_msg("%s: %s: NaN output at row %zu (step %llu)", h->label, what, i / h->vd,
-                     (unsigned long long)h->steps);
-    for (size_t i = 0; h->with_lse && i < rows; i++)
-        if (!isfinite(lse[i])) /* every query sees at least its own key */
-            fail_msg("%s: %s: lse %g at row %zu (step %llu)", h->label, what, lse[i], i,
-                     (unsigned long long)h->steps);
+    size_t count = 0;
+    for (size_t i = 0; i < rows; i++) {
+        nan[i] = isnan(ref_lse[i]);
+        if (!nan[i])
+            continue;
+        count++;
+        ref_lse[i] = 0.0;
+        for (size_t d = 0; d < h->vd; d++)
+            ref[i * h->vd + d] = 0.0;
+    }
+    return count;
+}
+
+/* A side's result has NaN exactly in the marked rows, in the LSE and every output
+ * element, and is finite elsewhere; its NaN rows are then set to 0 like the oracle's. */
+static void check_nan_rows(const struct harness *h, const char *what, double *out, double *lse, const bool *nan,
+                           size_t rows)
+{
+    for (size_t i = 0; i < rows; i++) {
+        for (size_t d = 0; d < h->vd; d++)
+            if ((bool)isnan(out[i * h->vd + d]) != nan[i])
+                fail_msg("%s: %s: output %g at row %zu dim %zu where the oracle's row is %s (step %llu)", h->label,
+                         what, out[i * h->vd + d], i, d, nan[i] ? "NaN" : "finite", (unsigned long long)h->steps);
+        /* Every query sees at least its own key, so its LSE is finite unless NaN. */
+        if (h->with_lse && (nan[i] ? !isnan(lse[i]) : !isfinite(lse[i])))
+            fail_msg("%s: %s: lse %g at row %zu where the oracle's row is %s (step %llu)", h->label, what, lse[i],
+                     i, nan[i] ? "NaN" : "finite", (unsigned long long)h->steps);
+        if (!nan[i])
+            continue;
+        lse[i] = 0.0;
+        for (size_t d = 0; d < h->vd; d++)
+            out[i * h->vd + d] = 0.0;
+    }
 }
 
 static double worst_lse_error(const double *ref, const double *got, size_t rows)
@@ -467,6 +523,7 @@ static double worst_lse_error(const double *ref, const double *got, size_t rows)
 struct check_buffers {
     double *q;
     double *ref, *ref_lse;
+    bool *nan;               /* rows the oracle makes NaN */
     double *out[2], *lse[2]; /* DCP engine, baseline */
 };
 
@@ -484,12 +541,13 @@ static void check_sequence(struct harness *h, const struct mirror *m, uint32_t l
     };
     const size_t row0 = (size_t)layer * h->cfg.max_context;
     oracle_attention(&shape, b->q, m->k + row0 * k_stride(h), m->v + row0 * v_stride(h), b->ref, b->ref_lse);
+    stats.nan_rows += mask_nan_rows(h, b->ref, b->ref_lse, b->nan, rows);
     const double tol = out_tolerance(h->dtype);
     for (uint32_t s = 0; s < h->nsides; s++) {
         const char *what = s ? "baseline" : "dcp";
         double *o = b->out[s], *l = b->lse[s];
         gather_side(h, &h->side[s], layer, t0, n, o, l);
-        check_finite(h, what, o, l, rows);
+        check_nan_rows(h, what, o, l, b->nan, rows);
         const double err = oracle_rel_l2(b->ref, o, rows * h->vd);
         if (!(err <= tol))
             fail_msg("%s: %s layer %u: relative L2 error %.3g > %.3g (len %llu, q_len %u, step %llu)", h->label,
@@ -528,6 +586,7 @@ static void check_step(struct harness *h, uint32_t count, const uint32_t *seqs, 
         .q = xcalloc(rows * h->qk, sizeof(double)),
         .ref = xcalloc(rows * h->vd, sizeof(double)),
         .ref_lse = xcalloc(rows, sizeof(double)),
+        .nan = xcalloc(rows, sizeof(bool)),
     };
     for (int s = 0; s < 2; s++) {
         b.out[s] = xcalloc(rows * h->vd, sizeof(double));
@@ -543,6 +602,7 @@ static void check_step(struct harness *h, uint32_t count, const uint32_t *seqs, 
     free(b.q);
     free(b.ref);
     free(b.ref_lse);
+    free(b.nan);
     for (int s = 0; s < 2; s++) {
         free(b.out[s]);
         free(b.lse[s]);
@@ -609,9 +669,11 @@ const struct harness_stats *harness_get_stats(void)
 void harness_print_stats(FILE *f)
 {
     static const char *const names[4] = {"fp32", "bf16", "fp16", "fp8_e4m3"};
-    fprintf(f, "engine DCP checks: %llu empty-shard, %llu multi-token, %llu vs baseline, %llu split-KV steps\n",
+    fprintf(f, "engine DCP checks: %llu empty-shard, %llu multi-token, %llu vs baseline, %llu split-KV steps, "
+               "%llu NaN rows\n",
             (unsigned long long)stats.empty_shard_checks, (unsigned long long)stats.multi_query_checks,
-            (unsigned long long)stats.baseline_checks, (unsigned long long)stats.split_steps);
+            (unsigned long long)stats.baseline_checks, (unsigned long long)stats.split_steps,
+            (unsigned long long)stats.nan_rows);
     for (int d = 0; d < 4; d++)
         fprintf(f, "  %-8s %6llu results (%8llu rows): worst rel L2 %.3g (tol %.0e), worst LSE %.3g, "
                    "DCP vs baseline %.3g\n",

@@ -3,7 +3,9 @@
  * public API on the same seeded data, with a dense float64 host copy of every
  * sequence's cached K/V (the values the cache holds, quantized like the cache),
  * and every attention result of every rank checked against the oracle over the
- * whole sequence and against the baseline.
+ * whole sequence and against the baseline. A NaN can be planted in a token's K or
+ * V (harness_poison): the rows that see it must be NaN in their LSE and every
+ * output element, exactly where the oracle has them NaN (docs/design.md §4).
  *
  * A step grows some sequences by a few tokens each: the engine appends their K/V
  * (uploaded by every rank for its own KV heads) and, when the step's tokens fit
@@ -40,6 +42,7 @@ struct harness_stats {
     uint64_t multi_query_checks; ///< Checks with q_len > 1.
     uint64_t baseline_checks;   ///< Results compared with the TP baseline.
     uint64_t split_steps;       ///< Attended steps whose DCP engine used split-KV (splits > 1).
+    uint64_t nan_rows;          ///< (token, head) rows a planted NaN reached (NaN in the oracle), found NaN.
     uint32_t most_splits;       ///< Largest split-KV factor an attended step used.
     double worst_out[4];        ///< Worst relative L2 error of an output vs the oracle, per dtype.
     double worst_lse[4];        ///< Worst |lse - oracle| / (1 + |oracle|), per dtype.
@@ -80,6 +83,14 @@ uint64_t harness_seq_length(const struct harness *h, uint32_t seq);
  * batch order. Returns whether the step attended (and was checked).
  */
 bool harness_step(struct harness *h, uint32_t count, const uint32_t *seqs, const uint32_t *grow);
+
+/**
+ * Plants a NaN in position pos of sequence seq, for the step that appends it: in
+ * one element of its K row (value: of its V row; MLA: of the latent part of its K
+ * row) for every KV head and layer. The mirror holds the NaN too, so the oracle
+ * makes NaN every row that sees the position. One planted position at a time.
+ */
+void harness_poison(struct harness *h, uint32_t seq, uint64_t pos, bool value);
 
 /** Tokens one logical block of the DCP engine holds (block_size * dcp). */
 uint64_t harness_tokens_per_block(const struct harness *h);

@@ -6,7 +6,7 @@
  * every attention result of every rank is checked against the float64 oracle over
  * the whole sequence and against the TP baseline (the same deployment at dcp = 1).
  * Plus targeted cases: empty shards, the real 512+64 MLA latent, split-KV, block
- * reuse, forks that diverge, speculative rejection.
+ * reuse, forks that diverge, speculative rejection, a NaN in the KV cache.
  *
  * DCP_TEST_SEED reseeds; DCP_TEST_QUICK (or valgrind) runs fewer, smaller cases;
  * DCP_TEST_BACKEND picks the backend (see engine_fixture.h).
@@ -424,6 +424,60 @@ static void test_every_split_count(void **state)
     assert_true(harness_get_stats()->most_splits >= 9);
 }
 
+/*
+ * A NaN in the KV cache (docs/design.md §4): one element of one position of
+ * sequence A (in its K row, or its V row; MLA: the latent part) makes every row of
+ * A that sees the position NaN in its LSE and every output element, for every
+ * split-KV factor from 1 to 9, DCP 1, 2 and 4 and both merge schemes, on MLA and
+ * GQA, as the oracle says; the rows that do not see it (the earlier tokens of the
+ * multi-token step that appends it) and sequence B, in the same batches, keep the
+ * oracle's finite result, and the TP baseline agrees.
+ */
+static void test_nan_in_cache(void **state)
+{
+    (void)state;
+    static const uint32_t dcps[] = {1, 2, 4};
+    const uint64_t before = harness_get_stats()->nan_rows;
+    for (uint32_t di = 0; di < 3; di++)
+        for (uint32_t comm = 0; comm < (dcps[di] == 1 ? 1u : 2u); comm++)
+            for (uint32_t splits = 1; splits <= 9; splits++) {
+                struct test_rng rng;
+                test_rng_seed(&rng, test_seed() + 1000u * di + 100u * comm + splits);
+                struct harness_config c = base_config();
+                c.shape.host_threads = 5;
+                c.shape.dcp = c.shape.tp = dcps[di];
+                c.shape.comm = comm ? DCP_COMM_A2A : DCP_COMM_AG_RS;
+                c.shape.interleave = splits % 2 ? 1 : 16;
+                c.shape.q_heads = 2 * c.shape.tp;
+                if (splits % 2 == 0) {
+                    c.shape.kind = DCP_ATTN_GQA;
+                    c.shape.kv_heads = 1;
+                    c.shape.head_dim = 32;
+                    c.shape.dtype = DCP_DTYPE_BF16;
+                } else {
+                    c.shape.kv_lora_rank = 32;
+                    c.shape.rope_dim = 16;
+                }
+                c.max_context = 96;
+                c.splits = splits;
+                const bool value = splits % 3 == 0;
+                char label[256];
+                describe(label, sizeof(label), value ? "NaN in a value" : "NaN in a key", &c.shape);
+                const uint64_t nan_before = harness_get_stats()->nan_rows;
+                struct harness *h = harness_create(&c, test_seed() + 500u + splits, label);
+                uint32_t seqs[2] = {harness_seq_create(h), harness_seq_create(h)};
+                const uint64_t target[2] = {c.max_context - 16, 30};
+                harness_poison(h, seqs[0], test_rng_range(&rng, 0, target[0] - 1), value);
+                prefill(h, &rng, 2, seqs, target, c.max_step_tokens);
+                decode(h, &rng, 2, seqs, 2);
+                harness_destroy(&h);
+                if (harness_get_stats()->nan_rows == nan_before)
+                    fail_msg("%s: the NaN reached no row", label);
+            }
+    print_message("NaN in the cache: %llu NaN rows checked\n",
+                  (unsigned long long)(harness_get_stats()->nan_rows - before));
+}
+
 /* A full pool, released and refilled: new sequences land on pages that hold old
  * tokens (and on the released sequence's slot); nothing stale may show in their results. */
 static void test_block_reuse(void **state)
@@ -577,6 +631,7 @@ int main(void)
         cmocka_unit_test(test_real_mla),
         cmocka_unit_test(test_split_kv),
         cmocka_unit_test(test_every_split_count),
+        cmocka_unit_test(test_nan_in_cache),
         cmocka_unit_test(test_block_reuse),
         cmocka_unit_test(test_fork_diverge),
         cmocka_unit_test(test_truncate_regrow),

@@ -24,7 +24,8 @@
 #   (4) the time split of a DCP step, merge and collectives included (gpu_check --breakdown);
 #   (5) dcp-run run on the default deployment, with its correctness check.
 # Clocks, temperature, power and throttle reasons are printed before and after
-# (nvidia-smi, when present).
+# (nvidia-smi, when present; each call under a 10 s timeout cut to what the
+# deadline leaves, so a hung driver query cannot overrun it).
 # For CI: DCP_GPU_STEPS="check reference ..." runs only those steps;
 # DCP_GPU_DEADLINE_S replaces the 420 s deadline; DCP_GPU_CHECK_PERTURB=x makes
 # gpu_check change one output by x (relative) so that its checks fail.
@@ -76,12 +77,30 @@ fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-# Clocks and throttle reasons: newer drivers call them "clocks_event_reasons".
+# smi ARGS...: nvidia-smi under `timeout 10`, cut to what the deadline leaves (3 s
+# kept), so that a hung driver query cannot overrun the deadline; 124 when it timed
+# out (or no time was left).
+smi() {
+    t=$((DEADLINE_S - ($(date +%s) - start) - 3))
+    [ $t -gt 10 ] && t=10
+    [ $t -lt 1 ] && return 124
+    timeout -k 1 "$t" nvidia-smi "$@"
+}
+
+# Clocks and throttle reasons: newer drivers call them "clocks_event_reasons". (The
+# output is taken whole: in `smi ... | sed` the status would be sed's.)
 gpu_state() {
     command -v nvidia-smi >/dev/null 2>&1 || { echo "  (no nvidia-smi: clocks not shown)"; return 0; }
     for reasons in clocks_event_reasons.active clocks_throttle_reasons.active; do
-        if nvidia-smi --query-gpu=index,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,$reasons \
-            --format=csv 2>/dev/null | sed 's/^/  /'; then
+        state=$(smi --query-gpu=index,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,$reasons \
+            --format=csv 2>/dev/null)
+        rc=$?
+        if [ $rc -eq 0 ]; then
+            printf '%s\n' "$state" | sed 's/^/  /'
+            return 0
+        fi
+        if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+            echo "  (nvidia-smi timed out: clocks not shown)"
             return 0
         fi
     done
@@ -113,7 +132,9 @@ step() {
 }
 
 echo "== GPU state before"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/  /'
+if command -v nvidia-smi >/dev/null 2>&1; then
+    smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/  /'
+fi
 gpu_state
 # Per-step budgets add up to 400 s, under the 420 s deadline.
 step check 150 "$B/tests/gpu/gpu_check" $quick

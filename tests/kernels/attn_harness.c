@@ -307,12 +307,25 @@ double check_against_oracle(const struct attn_problem *pb, uint32_t head0, uint3
                 const float gl = res->lse[c * res->lse_chunk_stride + (uint64_t)t * hpc + h];
                 const double *ro = o + ((size_t)i * pb->heads + g) * v_dim;
                 const double rl = l[(size_t)i * pb->heads + g];
+                if (isnan(rl)) { /* a NaN reached the row: NaN everywhere (docs/design.md §4) */
+                    if (!isnan(gl))
+                        fail_msg("%s: token %u head %u should be NaN but lse = %g", desc, t, g, (double)gl);
+                    for (uint32_t d = 0; d < v_dim; d++) {
+                        if (!isnan(go[d]))
+                            fail_msg("%s: token %u head %u should be NaN but out[%u] = %g", desc, t, g, d,
+                                     (double)go[d]);
+                        got[row * v_dim + d] = ref[row * v_dim + d] = 0.0; /* out of the L2 error */
+                    }
+                    continue;
+                }
                 for (uint32_t d = 0; d < v_dim; d++) {
                     if (isnan(go[d]))
                         fail_msg("%s: NaN at token %u head %u dim %u", desc, t, g, d);
                     got[row * v_dim + d] = go[d];
                     ref[row * v_dim + d] = ro[d];
                 }
+                if (isnan(gl))
+                    fail_msg("%s: token %u head %u lse NaN, oracle %.9g", desc, t, g, rl);
                 if (isinf(rl)) { /* nothing visible: exactly 0 and -inf, decided from lengths */
                     if (!(isinf(gl) && gl < 0))
                         fail_msg("%s: token %u head %u sees no key but lse = %g", desc, t, g, (double)gl);

@@ -82,9 +82,11 @@ void run_kernel_with(enum dcpk_kernel_id id, dcpk_cpu_fn fn, const void *params,
 /**
  * Checks a result against the oracle: heads [head0, head0 + nheads) of every
  * query token, laid out in chunks of hpc heads as res says. Fails the test on a
- * NaN, on a row that sees no key but is not exactly 0 / -inf, on an LSE off by
- * more than 1e-4 * (1 + |lse|), or on a relative L2 error of the outputs above
- * tol. Returns that error. desc names the case in failure messages.
+ * NaN where the oracle has none, on a row the oracle makes NaN (a NaN reached it)
+ * that is not NaN in its LSE and every output element, on a row that sees no key
+ * but is not exactly 0 / -inf, on an LSE off by more than 1e-4 * (1 + |lse|), or on
+ * a relative L2 error of the other rows' outputs above tol. Returns that error.
+ * desc names the case in failure messages.
  */
 double check_against_oracle(const struct attn_problem *pb, uint32_t head0, uint32_t nheads, uint32_t hpc,
                             const struct attn_output *res, double tol, const char *desc);

@@ -122,12 +122,16 @@ static void random_problem(struct attn_problem *pb, uint32_t n, uint32_t il, uin
     problem_fill(pb, rng, 2.0f);
 }
 
-static void run_case(uint32_t n, uint32_t il, uint32_t block, struct test_rng *rng)
+/**
+ * Runs a problem over a group of n ranks with interleave il, each rank with
+ * `splits` split-KV (0: 1 to 3 at random), merges it both ways and checks every
+ * destination against the oracle.
+ */
+static void run_problem(const struct attn_problem *pb, uint32_t n, uint32_t il, uint32_t splits,
+                        struct test_rng *rng)
 {
-    struct attn_problem pb;
-    random_problem(&pb, n, il, block, rng);
-    const uint32_t hpc = pb.heads / n, v = pb.v_dim;
-    struct partials pt = {.ranks = n, .rows_per_chunk = (uint64_t)problem_tokens(&pb) * hpc};
+    const uint32_t hpc = pb->heads / n, v = pb->v_dim;
+    struct partials pt = {.ranks = n, .rows_per_chunk = (uint64_t)problem_tokens(pb) * hpc};
     pt.rank_stride_o = n * pt.rows_per_chunk * v;
     pt.rank_stride_lse = n * pt.rows_per_chunk;
     pt.o = xcalloc(n * pt.rank_stride_o, sizeof(float));
@@ -137,35 +141,35 @@ static void run_case(uint32_t n, uint32_t il, uint32_t block, struct test_rng *r
     char desc[512];
     for (uint32_t r = 0; r < n; r++) {
         run.rank = r;
-        run.num_splits = (uint32_t)test_rng_range(rng, 1, 3);
-        run.head_tile = (uint32_t)test_rng_range(rng, 0, pb.heads / pb.kv_heads);
+        run.num_splits = splits ? splits : (uint32_t)test_rng_range(rng, 1, 3);
+        run.head_tile = (uint32_t)test_rng_range(rng, 0, pb->heads / pb->kv_heads);
         run.variant = (int)test_rng_range(rng, 0, DCPK_CPU_ISA_COUNT); /* 0: the default pick */
         const struct attn_output dst = rank_output(&pt, r, v);
-        rank_attention(&pb, &run, rng, &dst);
+        rank_attention(pb, &run, rng, &dst);
     }
     run.rank = 0;
-    problem_describe(&pb, &run, desc, sizeof(desc));
+    problem_describe(pb, &run, desc, sizeof(desc));
 
     /* ag_rs works on a copy: the a2a path reads the unscaled partials. */
     float *scaled = xcalloc(n * pt.rank_stride_o, sizeof(float));
     memcpy(scaled, pt.o, n * pt.rank_stride_o * sizeof(float));
     float *rs_lse = xcalloc(n * pt.rows_per_chunk, sizeof(float));
     for (uint32_t r = 0; r < n; r++)
-        scale_ag_rs(&pb, &pt, r, rng, scaled + r * pt.rank_stride_o, rs_lse + r * pt.rows_per_chunk);
+        scale_ag_rs(pb, &pt, r, rng, scaled + r * pt.rank_stride_o, rs_lse + r * pt.rows_per_chunk);
 
     float *out = xcalloc(pt.rows_per_chunk * v, sizeof(float));
     float *lse = xcalloc(pt.rows_per_chunk, sizeof(float));
     for (uint32_t d = 0; d < n; d++) {
         const struct attn_output res = {.out = out, .lse = lse};
         char what[600];
-        merge_a2a(&pb, &pt, d, rng, out, lse);
+        merge_a2a(pb, &pt, d, rng, out, lse);
         snprintf(what, sizeof(what), "a2a dest %u: %s", d, desc);
-        check_against_oracle(&pb, d * hpc, hpc, hpc, &res, DCP_TOLERANCE, what);
+        check_against_oracle(pb, d * hpc, hpc, hpc, &res, DCP_TOLERANCE, what);
 
-        reduce_ag_rs(&pb, &pt, scaled, d, rng, out);
+        reduce_ag_rs(pb, &pt, scaled, d, rng, out);
         memcpy(lse, rs_lse + d * pt.rows_per_chunk, pt.rows_per_chunk * sizeof(float));
         snprintf(what, sizeof(what), "ag_rs dest %u: %s", d, desc);
-        check_against_oracle(&pb, d * hpc, hpc, hpc, &res, DCP_TOLERANCE, what);
+        check_against_oracle(pb, d * hpc, hpc, hpc, &res, DCP_TOLERANCE, what);
     }
     free(out);
     free(lse);
@@ -173,7 +177,25 @@ static void run_case(uint32_t n, uint32_t il, uint32_t block, struct test_rng *r
     free(rs_lse);
     free(pt.o);
     free(pt.lse);
+}
+
+static void run_case(uint32_t n, uint32_t il, uint32_t block, struct test_rng *rng)
+{
+    struct attn_problem pb;
+    random_problem(&pb, n, il, block, rng);
+    run_problem(&pb, n, il, 0, rng);
     problem_free(&pb);
+}
+
+/** A page size interleave il fits (I <= B, B % I == 0; il 0: I = B), at random. */
+static uint32_t random_block(struct test_rng *rng, uint32_t il)
+{
+    static const uint32_t blocks[] = {1, 4, 16, 64};
+    uint32_t block;
+    do
+        block = blocks[test_rng_range(rng, 0, 3)];
+    while (il && (block < il || block % il));
+    return block;
 }
 
 static void test_dcp_groups(void **state)
@@ -181,25 +203,114 @@ static void test_dcp_groups(void **state)
     (void)state;
     static const uint32_t groups[] = {1, 2, 3, 4, 8};
     static const uint32_t interleaves[] = {1, 2, 16, 0}; /* 0: I = B */
-    static const uint32_t blocks[] = {1, 4, 16, 64};
     struct test_rng rng;
     test_rng_seed(&rng, test_seed() ^ 0xdc9);
     for (size_t g = 0; g < 5; g++)
         for (size_t i = 0; i < 4; i++)
             for (int rep = 0; rep < 10; rep++) {
-                /* A page size the interleave fits: I <= B and B % I == 0. */
-                uint32_t block, il = interleaves[i];
-                do
-                    block = blocks[test_rng_range(&rng, 0, 3)];
-                while (il && (block < il || block % il));
+                const uint32_t il = interleaves[i], block = random_block(&rng, il);
                 run_case(groups[g], il ? il : block, block, &rng);
             }
+}
+
+/* ---- NaN (docs/design.md §4) -------------------------------------------------- */
+
+/** Where the one NaN of a problem goes. */
+enum nan_site {
+    NAN_KEY,          ///< A key of sequence 0 that all its queries see.
+    NAN_VALUE,        ///< A value of such a key (MLA: the latent part of the K row).
+    NAN_QUERY,        ///< One query row of sequence 0.
+    NAN_MASKED_VALUE, ///< The value at sequence 0's last position: only its last query token sees it.
+    NAN_SITES
+};
+
+static const char *const nan_site_names[NAN_SITES] = {"key", "value", "query", "masked value"};
+
+/**
+ * Puts the NaN of `site` into a random problem whose sequence 0 has room for it
+ * (at least 2 query tokens for NAN_MASKED_VALUE), and checks that the oracle makes
+ * some of sequence 0's rows NaN (and, for NAN_MASKED_VALUE, leaves the rows of its
+ * earlier query tokens finite).
+ */
+static void nan_problem(struct attn_problem *pb, uint32_t n, uint32_t il, uint32_t block, enum nan_site site,
+                        struct test_rng *rng)
+{
+    const uint32_t min_q = site == NAN_MASKED_VALUE ? 2 : 1;
+    for (;;) {
+        random_problem(pb, n, il, block, rng);
+        if (pb->seq_len[0] >= 2 && pb->q_len[0] >= min_q)
+            break;
+        problem_free(pb);
+    }
+    const uint32_t len = pb->seq_len[0], q_len = pb->q_len[0];
+    /* Positions [0, len - q_len] are visible to every query token of the sequence. */
+    const uint32_t pos = site == NAN_MASKED_VALUE ? len - 1 : (uint32_t)test_rng_range(rng, 0, len - q_len);
+    const uint32_t kvh = (uint32_t)test_rng_range(rng, 0, pb->kv_heads - 1);
+    const uint32_t vd = (uint32_t)test_rng_range(rng, 0, pb->v_dim - 1);
+    float *v_rows = pb->mla ? pb->k_src[0] : pb->v_src[0]; /* MLA: V is the head of the K row */
+    const size_t v_row_len = pb->mla ? pb->qk_dim : pb->v_dim;
+    switch (site) {
+    case NAN_KEY:
+        pb->k_src[0][((size_t)pos * pb->kv_heads + kvh) * pb->qk_dim + test_rng_range(rng, 0, pb->qk_dim - 1)] = NAN;
+        break;
+    case NAN_VALUE:
+    case NAN_MASKED_VALUE:
+        v_rows[((size_t)pos * pb->kv_heads + kvh) * v_row_len + vd] = NAN;
+        break;
+    default: {
+        const size_t row = (size_t)test_rng_range(rng, 0, q_len - 1) * pb->heads + test_rng_range(rng, 0, pb->heads - 1);
+        pb->q[0][row * pb->qk_dim + test_rng_range(rng, 0, pb->qk_dim - 1)] = NAN;
+        break;
+    }
+    }
+    double *o = calloc((size_t)q_len * pb->heads * pb->v_dim, sizeof(double));
+    double *l = calloc((size_t)q_len * pb->heads, sizeof(double));
+    assert_true(o && l);
+    problem_oracle(pb, 0, o, l);
+    uint32_t nan_rows = 0, nan_first_token = 0;
+    for (uint32_t i = 0; i < q_len * pb->heads; i++) {
+        nan_rows += isnan(l[i]) != 0;
+        nan_first_token += i < pb->heads && isnan(l[i]);
+    }
+    assert_true(nan_rows > 0);
+    if (site == NAN_MASKED_VALUE)
+        assert_int_equal(nan_first_token, 0);
+    free(o);
+    free(l);
+}
+
+/*
+ * One NaN in sequence 0 (in a visible key or value, a query, or a value only its
+ * last query token sees), for split-KV factors 1 to 9 and groups of 1, 2 and 4: the
+ * rows it reaches are NaN in their LSE and every output element, through both
+ * merges; every other row (the other sequences, the other heads, the query tokens
+ * that mask it) keeps the oracle's finite result.
+ */
+static void test_nan_propagates(void **state)
+{
+    (void)state;
+    static const uint32_t groups[] = {1, 2, 4};
+    static const uint32_t interleaves[] = {1, 2, 16, 0};
+    struct test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0x4a4e);
+    for (uint32_t splits = 1; splits <= 9; splits++)
+        for (size_t g = 0; g < 3; g++)
+            for (int site = 0; site < NAN_SITES; site++) {
+                const uint32_t il = interleaves[test_rng_range(&rng, 0, 3)], block = random_block(&rng, il);
+                struct attn_problem pb;
+                nan_problem(&pb, groups[g], il ? il : block, block, (enum nan_site)site, &rng);
+                run_problem(&pb, groups[g], il ? il : block, splits, &rng);
+                problem_free(&pb);
+            }
+    print_message("NaN in a %s, %s, %s and %s: NaN rows for every split count and group, both merges\n",
+                  nan_site_names[0], nan_site_names[1], nan_site_names[2], nan_site_names[3]);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dcp_groups),
+        cmocka_unit_test(test_nan_propagates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

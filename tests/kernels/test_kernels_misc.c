@@ -3,6 +3,7 @@
  * the oracle), lse_scale, reduce (ordered sums), fill (determinism and range),
  * kv_append (skipped slots, dtypes, 64-bit addressing), and the family table.
  */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +27,8 @@ static void *xmalloc(size_t bytes)
 
 /**
  * Merges one row of n sources (o [n][v_dim], lse [n]) with dcpk_merge and
- * checks it against the oracle; returns the merged LSE. out is v_dim floats.
+ * checks it against the oracle, NaN where the oracle has NaN; returns the merged
+ * LSE. out is v_dim floats.
  */
 static float merge_row(uint32_t n, uint32_t v_dim, const float *o, const float *lse, float *out)
 {
@@ -49,10 +51,12 @@ static float merge_row(uint32_t n, uint32_t v_dim, const float *o, const float *
         ld[s] = lse[s];
     oracle_merge(n, v_dim, od, ld, ref, &ref_lse);
     for (uint32_t d = 0; d < v_dim; d++) {
-        assert_false(isnan(out[d]));
-        assert_true(fabs(out[d] - ref[d]) <= 1e-6 * (1.0 + fabs(ref[d])));
+        assert_int_equal(isnan(out[d]), isnan(ref[d]));
+        assert_true(isnan(ref[d]) || fabs(out[d] - ref[d]) <= 1e-6 * (1.0 + fabs(ref[d])));
     }
-    if (isinf(ref_lse))
+    if (isnan(ref_lse))
+        assert_true(isnan(out_lse));
+    else if (isinf(ref_lse))
         assert_true(isinf(out_lse) && out_lse < 0);
     else
         assert_true(fabs(out_lse - ref_lse) <= 1e-6 * (1.0 + fabs(ref_lse)));
@@ -86,16 +90,36 @@ static void test_merge_edge_cases(void **state)
         assert_true(fabsf(l - 80.0f) < 1e-5f);
         assert_true(fabsf(out[0] - 5.0f) < 1e-5f);
     }
-    /* NaN, +inf and -inf LSEs count as -inf, and their (NaN) outputs never leak. */
+    /* -inf LSEs are empty sources: skipped, and their (NaN) outputs never leak. */
     {
-        const float o[] = {NAN, NAN, 2.0f, 4.0f, INFINITY, NAN, NAN, 1.0f};
-        const float lse[] = {NAN, 0.25f, INFINITY, -INFINITY};
-        assert_true(merge_row(4, 2, o, lse, out) == 0.25f);
+        const float o[] = {NAN, NAN, 2.0f, 4.0f, INFINITY, NAN};
+        const float lse[] = {-INFINITY, 0.25f, -INFINITY};
+        assert_true(merge_row(3, 2, o, lse, out) == 0.25f);
         assert_true(out[0] == 2.0f && out[1] == 4.0f);
     }
-    /* All -inf (or NaN): output 0 and LSE -inf, never NaN. */
+    /* A NaN LSE (a NaN reached attention) makes the whole row NaN, beside empty and
+     * finite sources alike, and so does a +inf LSE. */
     {
-        const float o[] = {NAN, 1.0f, 7.0f, NAN, INFINITY, 3.0f}, lse[] = {-INFINITY, NAN, -INFINITY};
+        const float o[] = {1.0f, 2.0f, 2.0f, 4.0f, NAN, NAN};
+        const float nan_lse[] = {0.5f, NAN, -INFINITY}, inf_lse[] = {INFINITY, 0.25f, -INFINITY};
+        assert_true(isnan(merge_row(3, 2, o, nan_lse, out)));
+        assert_true(isnan(out[0]) && isnan(out[1]));
+        assert_true(isnan(merge_row(3, 2, o, inf_lse, out)));
+        assert_true(isnan(out[0]) && isnan(out[1]));
+        const float alone[] = {NAN};
+        assert_true(isnan(merge_row(1, 2, o, alone, out)));
+        assert_true(isnan(out[0]) && isnan(out[1]));
+    }
+    /* A NaN in a non-empty source's output shows, even where its weight underflows to 0. */
+    {
+        const float o[] = {1.0f, NAN, 5.0f, 5.0f}, lse[] = {-200.0f, 80.0f};
+        const float l = merge_row(2, 2, o, lse, out);
+        assert_true(fabsf(l - 80.0f) < 1e-5f);
+        assert_true(out[0] == 5.0f && isnan(out[1]));
+    }
+    /* All -inf: output 0 and LSE -inf, never NaN, whatever the outputs hold. */
+    {
+        const float o[] = {NAN, 1.0f, 7.0f, NAN, INFINITY, 3.0f}, lse[] = {-INFINITY, -INFINITY, -INFINITY};
         const float l = merge_row(3, 2, o, lse, out);
         assert_true(isinf(l) && l < 0);
         assert_true(out[0] == 0.0f && out[1] == 0.0f);
@@ -112,24 +136,35 @@ static void test_merge_edge_cases(void **state)
 static void test_merge_helpers(void **state)
 {
     (void)state;
-    const float lse[] = {1.0f, NAN, -INFINITY, INFINITY, 1.0f};
-    assert_true(isinf(dcpk_lse_sanitize(NAN)) && dcpk_lse_sanitize(NAN) < 0);
-    assert_true(isinf(dcpk_lse_sanitize(INFINITY)) && dcpk_lse_sanitize(INFINITY) < 0);
-    assert_true(dcpk_lse_sanitize(-3.0f) == -3.0f);
-    const float lambda = dcpk_merge_lambda(lse, 5, 1);
+    assert_true(dcpk_lse_empty(-INFINITY));
+    assert_false(dcpk_lse_empty(NAN) || dcpk_lse_empty(INFINITY) || dcpk_lse_empty(-3.0f));
+    assert_true(dcpk_lse_poisoned(NAN) && dcpk_lse_poisoned(-NAN) && dcpk_lse_poisoned(INFINITY));
+    assert_false(dcpk_lse_poisoned(-INFINITY) || dcpk_lse_poisoned(-3.0f) || dcpk_lse_poisoned(FLT_MAX));
+    const float lse[] = {1.0f, -INFINITY, 1.0f};
+    const float lambda = dcpk_merge_lambda(lse, 3, 1);
     assert_true(fabsf(lambda - (1.0f + logf(2.0f))) < 1e-6f);
     assert_true(fabsf(dcpk_merge_weight(1.0f, lambda) - 0.5f) < 1e-6f);
-    assert_true(dcpk_merge_weight(NAN, lambda) == 0.0f);
     assert_true(dcpk_merge_weight(-INFINITY, lambda) == 0.0f);
-    assert_true(dcpk_merge_weight(1.0f, -INFINITY) == 0.0f);
+    assert_true(dcpk_merge_weight(-INFINITY, NAN) == 0.0f);
+    assert_true(isnan(dcpk_merge_weight(1.0f, NAN)));
+    assert_true(dcpk_merge_weight(-200.0f, 0.0f) == 0.0f); /* underflow: 0, still multiplied in */
     /* Strided sources: every other element. */
     const float strided[] = {2.0f, 99.0f, 2.0f, 99.0f};
     assert_true(fabsf(dcpk_merge_lambda(strided, 2, 2) - (2.0f + logf(2.0f))) < 1e-6f);
-    const float none[] = {-INFINITY, NAN};
-    assert_true(isinf(dcpk_merge_lambda(none, 2, 1)));
+    const float none[] = {-INFINITY, -INFINITY};
+    assert_true(isinf(dcpk_merge_lambda(none, 2, 1)) && dcpk_merge_lambda(none, 2, 1) < 0);
+    assert_true(isinf(dcpk_merge_lambda(NULL, 0, 1)));
+    /* NaN or +inf anywhere, before or after the maximum: Lambda is NaN. */
+    const float nan_first[] = {NAN, 1.0f, -INFINITY}, nan_last[] = {-INFINITY, 1.0f, NAN};
+    const float pos_inf[] = {1.0f, INFINITY}, nan_only[] = {-INFINITY, NAN};
+    assert_true(isnan(dcpk_merge_lambda(nan_first, 3, 1)));
+    assert_true(isnan(dcpk_merge_lambda(nan_last, 3, 1)));
+    assert_true(isnan(dcpk_merge_lambda(pos_inf, 2, 1)));
+    assert_true(isnan(dcpk_merge_lambda(nan_only, 2, 1)));
 }
 
-/* Random rows (some LSEs -inf) in a chunked output layout against the oracle. */
+/* Random rows (some LSEs -inf, whose outputs are garbage NaN; a few NaN) in a
+ * chunked output layout against the oracle. */
 static void test_merge_random(void **state)
 {
     (void)state;
@@ -145,10 +180,15 @@ static void test_merge_random(void **state)
         const uint64_t lse_stride = per_chunk + test_rng_range(&rng, 0, 3);
         float *o = xmalloc(n * src_stride_o * sizeof(float)), *lse = xmalloc(n * src_stride_lse * sizeof(float));
         float *out = xmalloc(chunks * out_stride * sizeof(float)), *out_lse = xmalloc(chunks * lse_stride * sizeof(float));
-        for (uint64_t i = 0; i < n * src_stride_o; i++)
-            o[i] = (float)test_rng_unit(&rng);
-        for (uint64_t i = 0; i < n * src_stride_lse; i++)
-            lse[i] = test_rng_range(&rng, 0, 4) ? (float)(test_rng_unit(&rng) * 30.0) : -INFINITY;
+        for (uint64_t i = 0; i < n * src_stride_lse; i++) {
+            const uint64_t k = test_rng_range(&rng, 0, 19);
+            lse[i] = k < 4 ? -INFINITY : k == 4 ? NAN : (float)(test_rng_unit(&rng) * 30.0);
+        }
+        for (uint32_t s = 0; s < n; s++)
+            for (uint64_t i = 0; i < src_stride_o; i++) {
+                const uint64_t row = i / v < rows ? i / v : 0;
+                o[s * src_stride_o + i] = lse[s * src_stride_lse + row] == -INFINITY ? NAN : (float)test_rng_unit(&rng);
+            }
         const struct dcpk_merge_params mp = {
             .src_o = (uint64_t)(uintptr_t)o, .src_lse = (uint64_t)(uintptr_t)lse,
             .out = (uint64_t)(uintptr_t)out, .out_lse = (uint64_t)(uintptr_t)out_lse,
@@ -168,8 +208,12 @@ static void test_merge_random(void **state)
             const float *got = out + (r / per_chunk) * out_stride + (uint64_t)(r % per_chunk) * v;
             const float got_lse = out_lse[(r / per_chunk) * lse_stride + r % per_chunk];
             for (uint32_t d = 0; d < v; d++)
-                assert_true(fabs(got[d] - ref[d]) <= 1e-5);
-            assert_true(isinf(ref_lse) ? isinf(got_lse) && got_lse < 0 : fabs(got_lse - ref_lse) <= 1e-5 * (1 + fabs(ref_lse)));
+                assert_true(isnan(ref[d]) ? isnan(got[d]) : fabs(got[d] - ref[d]) <= 1e-5);
+            if (isnan(ref_lse))
+                assert_true(isnan(got_lse));
+            else
+                assert_true(isinf(ref_lse) ? isinf(got_lse) && got_lse < 0
+                                           : fabs(got_lse - ref_lse) <= 1e-5 * (1 + fabs(ref_lse)));
         }
         free(od);
         free(ref);
@@ -212,9 +256,11 @@ static void test_lse_scale(void **state)
         float *o = xmalloc((size_t)rows * v * sizeof(float)), *o0 = xmalloc((size_t)rows * v * sizeof(float));
         float *out_lse = xmalloc(per_chunk * sizeof(float));
         for (size_t i = 0; i < (size_t)n * rows; i++) {
-            const uint64_t k = test_rng_range(&rng, 0, 5);
-            lse_all[i] = k == 0 ? -INFINITY : k == 1 ? NAN : (float)(test_rng_unit(&rng) * 20.0);
+            const uint64_t k = test_rng_range(&rng, 0, 11);
+            lse_all[i] = k < 2 ? -INFINITY : k == 2 ? NAN : k == 3 ? INFINITY : (float)(test_rng_unit(&rng) * 20.0);
         }
+        /* Some NaN outputs: garbage where this rank's LSE is -inf (empty), real
+         * data elsewhere (a NaN value that reached attention). */
         for (size_t i = 0; i < (size_t)rows * v; i++)
             o[i] = o0[i] = test_rng_range(&rng, 0, 9) ? (float)test_rng_unit(&rng) : NAN;
         for (uint32_t i = 0; i < per_chunk; i++)
@@ -226,26 +272,27 @@ static void test_lse_scale(void **state)
         };
         run_kernel(DCPK_KERNEL_lse_scale, &sp, &rng);
         for (uint32_t r = 0; r < rows; r++) {
-            double m = -INFINITY, sum = 0.0;
+            double ld[6], lambda;
             for (uint32_t s = 0; s < n; s++)
-                if (isfinite(lse_all[(size_t)s * rows + r]))
-                    m = fmax(m, lse_all[(size_t)s * rows + r]);
-            for (uint32_t s = 0; s < n; s++)
-                if (isfinite(lse_all[(size_t)s * rows + r]))
-                    sum += exp(lse_all[(size_t)s * rows + r] - m);
-            const double lambda = isinf(m) ? -INFINITY : m + log(sum);
+                ld[s] = lse_all[(size_t)s * rows + r];
+            oracle_merge(n, 0, NULL, ld, NULL, &lambda);
             const float own = lse_all[(size_t)self * rows + r];
-            const double w = isfinite(own) ? exp(own - lambda) : 0.0;
             for (uint32_t d = 0; d < v; d++) {
                 const float got = o[(size_t)r * v + d];
-                if (w == 0.0)
+                const double want = own == -INFINITY ? 0.0 : exp(own - lambda) * o0[(size_t)r * v + d];
+                if (own == -INFINITY)
                     assert_true(got == 0.0f); /* never 0 * NaN */
+                else if (isnan(want))
+                    assert_true(isnan(got)); /* NaN Lambda, or a NaN in o */
                 else
-                    assert_true(fabs(got - w * o0[(size_t)r * v + d]) <= 1e-6 || (isnan(got) && isnan(o0[(size_t)r * v + d])));
+                    assert_true(fabs(got - want) <= 1e-6);
             }
             if (r / per_chunk == self) {
                 const float got = out_lse[r % per_chunk];
-                assert_true(isinf(lambda) ? isinf(got) && got < 0 : fabs(got - lambda) <= 1e-5 * (1 + fabs(lambda)));
+                if (isnan(lambda))
+                    assert_true(isnan(got));
+                else
+                    assert_true(isinf(lambda) ? isinf(got) && got < 0 : fabs(got - lambda) <= 1e-5 * (1 + fabs(lambda)));
             }
         }
         free(lse_all);

@@ -641,6 +641,14 @@ inline void __syncwarp(unsigned mask = 0xffffffffu)
     emu::syncwarp(mask);
 }
 
+/** Threads switch only at barriers and collectives, so a read-modify-write is atomic. */
+inline unsigned atomicOr(unsigned *address, unsigned val)
+{
+    const unsigned old = *address;
+    *address = old | val;
+    return old;
+}
+
 inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask)
 {
     return __uint_as_float(emu::shfl_xor(mask, __float_as_uint(v), lane_mask));

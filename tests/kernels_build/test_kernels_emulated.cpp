@@ -96,6 +96,12 @@ bool close_to(double got, double want, double tol)
     return std::fabs(got - want) <= tol * (1.0 + std::fabs(want));
 }
 
+/** close_to, where a NaN wanted must be a NaN got. */
+bool same_or_nan(double got, double want, double tol)
+{
+    return std::isnan(want) ? std::isnan(got) : close_to(got, want, tol);
+}
+
 /* ---- attention ------------------------------------------------------------- */
 
 /* Fast tensor-core precision (bf16/fp16 Q and P): bounds of the max element error
@@ -296,7 +302,10 @@ unsigned run_attn(const AttnCase &c, AttnSetup &s, AttnKernel kernel = nullptr, 
     return errors;
 }
 
-/** float64 attention of one query row (b, t, g) from params.h's definitions. */
+/**
+ * float64 attention of one query row (b, t, g) from params.h's definitions: a row
+ * whose result is not finite is NaN in its LSE and every element.
+ */
 void reference_row(const AttnSetup &s, uint32_t b, uint32_t t, uint32_t g, std::vector<double> &o, double &lse)
 {
     const dcpk_attn_params &p = s.p;
@@ -335,6 +344,13 @@ void reference_row(const AttnSetup &s, uint32_t b, uint32_t t, uint32_t g, std::
         for (uint32_t d = 0; d < p.v_dim; d++)
             o[d] += w * decode(vbase, rows[i] * p.v_row_stride + d, p.dtype) * kscale;
     }
+    bool finite = std::isfinite(lse);
+    for (uint32_t d = 0; d < p.v_dim; d++)
+        finite = finite && std::isfinite(o[d]);
+    if (!finite) {
+        lse = NAN;
+        o.assign(p.v_dim, NAN);
+    }
 }
 
 /** How far an attention result is from the float64 reference. */
@@ -343,7 +359,7 @@ struct AttnError {
     double lse = 0;    ///< the same over LSEs
     double rel_l2 = 0; ///< ||got - want||_2 / ||want||_2 over all outputs
     bool finite = true;
-    uint32_t rows = 0, empty = 0;
+    uint32_t rows = 0, empty = 0, nan_rows = 0; ///< rows checked, without keys, NaN by the reference
 };
 
 /**
@@ -365,7 +381,8 @@ AttnTolerance attn_tolerance(const dcpk_attn_variant *v, uint32_t precision)
     return v->dtype == DCPK_BF16 ? AttnTolerance{kFastElemBf16, kFastL2Bf16} : AttnTolerance{kFastElemFp16, kFastL2Fp16};
 }
 
-/** Compares every output row and LSE with the reference. */
+/** Compares every output row and LSE with the reference; a row the reference makes NaN
+ *  (docs/design.md §4) must be NaN in its LSE and every element. */
 AttnError attn_error(const AttnSetup &s)
 {
     const dcpk_attn_params &p = s.p;
@@ -381,13 +398,21 @@ AttnError attn_error(const AttnSetup &s)
                 const uint32_t ch = g / p.heads_per_chunk, h = g % p.heads_per_chunk;
                 const uint64_t in_chunk = (uint64_t)t * p.heads_per_chunk + h;
                 const float got_lse = s.lse[ch * p.lse_chunk_stride + in_chunk];
+                const float *o = s.out.data() + ch * p.out_chunk_stride + in_chunk * p.v_dim;
+                if (std::isnan(ref_lse)) {
+                    e.nan_rows++;
+                    bool all_nan = std::isnan(got_lse);
+                    for (uint32_t d = 0; d < p.v_dim; d++)
+                        all_nan = all_nan && std::isnan(o[d]);
+                    e.finite = e.finite && all_nan;
+                    continue;
+                }
                 if (std::isinf(ref_lse))
                     e.finite = e.finite && std::isinf(got_lse) && got_lse < 0;
                 else if (!std::isfinite(got_lse))
                     e.finite = false;
                 else
                     e.lse = std::max(e.lse, std::fabs(got_lse - ref_lse) / (1 + std::fabs(ref_lse)));
-                const float *o = s.out.data() + ch * p.out_chunk_stride + in_chunk * p.v_dim;
                 for (uint32_t d = 0; d < p.v_dim; d++) {
                     if (!std::isfinite(o[d])) {
                         e.finite = false;
@@ -570,6 +595,86 @@ void test_mla_tc_mutants(void **state)
         fail_msg("mutant 'delete barrier' went unnoticed");
     if (!mla_tc_caught(mla_tc_mutant<dcpk::TcMutant::swap_rows>, "swap fragment rows"))
         fail_msg("mutant 'swap fragment rows' went unnoticed");
+}
+
+/* ---- NaN (docs/design.md §4) ------------------------------------------------ */
+
+/** Where the one NaN of a case goes, in sequence 0. */
+enum class NanSite {
+    key,         // a key every query token of the sequence sees
+    value,       // its value (MLA: the latent part of the K row)
+    query,       // one query row
+    masked_value // the value of a key the sequence's first query token does not see
+};
+
+/** Writes the NaN of `site` into the case's cache or queries (a place for it must exist). */
+void poison_case(AttnSetup &s, NanSite site, test_rng *rng)
+{
+    const dcpk_attn_params &p = s.p;
+    const int64_t nq = s.q_start[1] - s.q_start[0];
+    if (site == NanSite::query) {
+        const uint32_t t = (uint32_t)test_rng_range(rng, 0, (uint64_t)nq - 1);
+        const uint32_t g = (uint32_t)test_rng_range(rng, 0, p.num_heads - 1);
+        const uint32_t c = g / p.heads_per_chunk, h = g % p.heads_per_chunk;
+        s.q[c * p.q_chunk_stride + ((uint64_t)t * p.heads_per_chunk + h) * p.qk_dim +
+            test_rng_range(rng, 0, p.qk_dim - 1)] = NAN;
+        return;
+    }
+    // Local keys at a global position every query token sees (<= len - nq), or not.
+    std::vector<uint64_t> keys;
+    for (uint64_t l = 0; l < s.local_len[0]; l++) {
+        const bool all_see = (int64_t)dcpk_global_position(l, p.rank, p.group_size, p.interleave) <=
+                             s.seq_lens[0] - nq;
+        if (all_see == (site != NanSite::masked_value))
+            keys.push_back(l);
+    }
+    assert_false(keys.empty());
+    const uint64_t l = keys[test_rng_range(rng, 0, keys.size() - 1)];
+    const uint64_t page = (uint64_t)s.block_table[l / p.block_size];
+    const uint32_t kvh = (uint32_t)test_rng_range(rng, 0, p.num_kv_heads - 1);
+    const uint64_t row = (page * p.num_kv_heads + kvh) * p.block_size + l % p.block_size;
+    if (site == NanSite::key)
+        poison(s.k_cache.data(), row * p.qk_dim + test_rng_range(rng, 0, p.qk_dim - 1), p.dtype);
+    else if (p.v_cache == p.k_cache)
+        poison(s.k_cache.data(), row * p.qk_dim + test_rng_range(rng, 0, p.v_dim - 1), p.dtype);
+    else
+        poison(s.v_cache.data(), row * p.v_dim + test_rng_range(rng, 0, p.v_dim - 1), p.dtype);
+}
+
+/*
+ * One NaN in sequence 0 (a visible key or value, a query, a value under the causal
+ * mask of its first query token), with and without split-KV: the rows it reaches
+ * are NaN in their LSE and every output element (the flags of finish() meet across
+ * the threads of a row), the others match the reference, the masked rows included
+ * (a row never adds 0 * NaN of a key it does not see).
+ */
+void test_nan_rows(void **state)
+{
+    (void)state;
+    const AttnCase cases[] = {
+        // Rank 1 of 2, interleave 2: positions 38 and 39 of sequence 0 live here.
+        {"gqa_d64", DCPK_BF16, {40, 23}, {3, 1}, 2, 4, 2, 1, 2, 2, 8, 3, 1},
+        {"gqa_d128", DCPK_FP8_E4M3, {40, 23}, {3, 1}, 1, 8, 1, 0, 1, 1, 16, 8, 1},
+        {"mla", DCPK_BF16, {40, 9}, {3, 1}, 1, 8, 2, 1, 2, 2, 16, 8, 1},
+        {"mla_tc", DCPK_BF16, {40, 9}, {3, 1}, 1, 8, 2, 1, 2, 2, 16, 8, 1, DCPK_PRECISION_FAST},
+        {"mla_tc", DCPK_FP16, {40, 9}, {3, 1}, 1, 8, 2, 1, 2, 2, 16, 8, 1, DCPK_PRECISION_EXACT},
+    };
+    const char *const names[] = {"key", "value", "query", "masked value"};
+    for (const AttnCase &base : cases)
+        for (uint32_t splits : {1u, 3u})
+            for (int site = 0; site < 4; site++) {
+                AttnCase c = base;
+                c.num_splits = splits;
+                test_rng rng;
+                test_rng_seed(&rng, test_seed() ^ 0x4a4eu ^ (uint64_t)site << 8 ^ splits);
+                AttnSetup s;
+                setup_attn(c, s, &rng);
+                poison_case(s, (NanSite)site, &rng);
+                run_attn(c, s);
+                print_message("NaN in a %s: ", names[site]);
+                if (check_attn(c, s).nan_rows == 0)
+                    fail_msg("%s: the NaN in a %s reached no row", s.v->entry, names[site]);
+            }
 }
 
 /* ---- the emulator's tensor-core model and its checks ------------------------ */
@@ -788,25 +893,32 @@ void test_mutants_caught(void **state)
 
 /* ---- merge and lse_scale edge cases --------------------------------------- */
 
-/* Rows whose LSEs are all -inf, mixed with NaN/+inf, or ordinary. */
-const float kLseRows[][3] = {
+/* Rows of three sources' LSEs: all -inf (empty), with a NaN or a +inf (the row is
+ * NaN), ordinary with an empty source, and with a weight that underflows to 0. */
+constexpr uint32_t kEdgeRows = 6;
+const float kLseRows[kEdgeRows][3] = {
     {-INFINITY, -INFINITY, -INFINITY},
     {NAN, 1.5f, -INFINITY},
     {INFINITY, -2.f, 0.25f},
-    {3.f, 2.f, -1.f},
+    {3.f, -INFINITY, -1.f},
+    {-200.f, 80.f, -INFINITY},
+    {80.f, -200.f, -INFINITY},
 };
 
+/** Lambda by docs/design.md §4: NaN if any LSE is NaN or +inf, -inf if all are -inf. */
 double ref_lambda(const float *lse, int n)
 {
     double m = -INFINITY;
-    for (int i = 0; i < n; i++)
-        if (std::isfinite(lse[i]))
-            m = std::max(m, (double)lse[i]);
+    for (int i = 0; i < n; i++) {
+        if (std::isnan(lse[i]) || lse[i] == INFINITY)
+            return NAN;
+        m = std::max(m, (double)lse[i]);
+    }
     if (std::isinf(m))
         return -INFINITY;
     double s = 0;
     for (int i = 0; i < n; i++)
-        if (std::isfinite(lse[i]))
+        if (lse[i] != -INFINITY)
             s += std::exp(lse[i] - m);
     return m + std::log(s);
 }
@@ -814,15 +926,17 @@ double ref_lambda(const float *lse, int n)
 void test_merge_edge_cases(void **state)
 {
     (void)state;
-    const uint32_t rows = 4, n = 3, vd = 300;
-    std::vector<float> o(n * rows * vd), lse(n * rows), out(2 * 1000, 7.f), out_lse(2 * 10, 7.f);
+    const uint32_t rows = kEdgeRows, n = 3, vd = 300, nan_d = 7;
+    std::vector<float> o(n * rows * vd), lse(n * rows), out(3 * 1000, 7.f), out_lse(3 * 10, 7.f);
     for (uint32_t s = 0; s < n; s++)
         for (uint32_t r = 0; r < rows; r++) {
             lse[s * rows + r] = kLseRows[r][s];
             for (uint32_t d = 0; d < vd; d++)
-                // A source whose LSE is -inf/NaN carries NaN: it must not leak.
-                o[(s * rows + r) * vd + d] = std::isfinite(kLseRows[r][s]) ? (float)(s + 1) * (d + 1) : NAN;
+                // An empty source (LSE -inf) carries NaN: it must not leak.
+                o[(s * rows + r) * vd + d] = kLseRows[r][s] == -INFINITY ? NAN : (float)(s + 1) * (d + 1);
         }
+    // Row 4's source 0 has weight exp(-280) = 0 in fp32: its NaN still shows.
+    o[(0 * rows + 4) * vd + nan_d] = NAN;
     dcpk_merge_params m{};
     m.src_o = addr(o.data());
     m.src_lse = addr(lse.data());
@@ -839,29 +953,33 @@ void test_merge_edge_cases(void **state)
     launch(dcpk_merge, m, dim3(2), dim3(dcpk::kBlock_merge)); // fewer blocks than rows: grid-stride
     for (uint32_t r = 0; r < rows; r++) {
         const double lam = ref_lambda(kLseRows[r], n);
-        assert_true(close_to(out_lse[(r / 2) * 10 + r % 2], lam, 1e-6));
+        assert_true(same_or_nan(out_lse[(r / 2) * 10 + r % 2], lam, 1e-6));
         for (uint32_t d = 0; d < vd; d++) {
-            double want = 0;
-            for (uint32_t s = 0; s < n; s++)
-                if (std::isfinite(kLseRows[r][s]))
-                    want += std::exp(kLseRows[r][s] - lam) * (s + 1) * (d + 1);
+            double want = std::isnan(lam) ? NAN : 0;
+            for (uint32_t s = 0; s < n && !std::isnan(lam); s++)
+                if (kLseRows[r][s] != -INFINITY)
+                    want += std::exp(kLseRows[r][s] - lam) * o[(s * rows + r) * vd + d];
             const float got = out[(r / 2) * 1000 + (r % 2) * vd + d];
-            if (!close_to(got, want, 1e-6))
+            if (!same_or_nan(got, want, 1e-6))
                 fail_msg("merge row %u [%u] = %g, want %g", r, d, got, want);
         }
     }
+    assert_true(std::isnan(out[(4 / 2) * 1000 + nan_d]) && !std::isnan(out[(4 / 2) * 1000 + nan_d + 1]));
 }
 
 void test_lse_scale(void **state)
 {
     (void)state;
-    const uint32_t rows = 4, n = 3, vd = 130, self = 1;
+    const uint32_t rows = kEdgeRows, n = 3, vd = 130, self = 1;
     std::vector<float> lse(n * rows), o(rows * vd, 2.f), out_lse(2, 7.f);
     for (uint32_t s = 0; s < n; s++)
         for (uint32_t r = 0; r < rows; r++)
             lse[s * rows + r] = kLseRows[r][s];
-    o[1 * vd + 5] = NAN; // row 1's own LSE is 1.5: the NaN stays (it is real data)
-    o[0 * vd + 3] = NAN; // row 0's weight is 0: the row becomes 0, NaN included
+    o[0 * vd + 3] = NAN; // row 0: this rank is empty (LSE -inf): the row becomes 0, NaN included
+    o[3 * vd + 4] = NAN; // row 3: the same
+    o[4 * vd + 5] = NAN; // row 4: weight 1, the NaN stays (it is real data)
+    o[5 * vd + 6] = NAN; // row 5: weight exp(-280) = 0, the NaN still shows
+    const std::vector<float> o0 = o;
     dcpk_lse_scale_params p{};
     p.lse_all = addr(lse.data());
     p.o = addr(o.data());
@@ -875,18 +993,17 @@ void test_lse_scale(void **state)
     launch(dcpk_lse_scale, p, dim3(rows), dim3(dcpk::kBlock_lse_scale));
     for (uint32_t r = 0; r < rows; r++) {
         const double lam = ref_lambda(kLseRows[r], n);
-        const double w = std::isfinite(kLseRows[r][self]) && !std::isinf(lam) ? std::exp(kLseRows[r][self] - lam) : 0;
+        const float own = kLseRows[r][self];
         for (uint32_t d = 0; d < vd; d++) {
-            if (r == 1 && d == 5) {
-                assert_true(std::isnan(o[r * vd + d]));
-                continue;
-            }
-            if (!close_to(o[r * vd + d], 2 * w, 1e-6))
-                fail_msg("lse_scale row %u [%u] = %g, want %g", r, d, o[r * vd + d], 2 * w);
+            const double want = own == -INFINITY ? 0 : std::exp(own - lam) * o0[r * vd + d];
+            if (!same_or_nan(o[r * vd + d], want, 1e-6))
+                fail_msg("lse_scale row %u [%u] = %g, want %g", r, d, o[r * vd + d], want);
         }
-        if (r >= 2)
-            assert_true(close_to(out_lse[r - 2], lam, 1e-6));
+        if (r == 2 || r == 3)
+            assert_true(same_or_nan(out_lse[r - 2], lam, 1e-6));
     }
+    assert_true(std::isnan(o[1 * vd]) && std::isnan(o[2 * vd]) && o[0 * vd + 3] == 0.f && o[3 * vd + 4] == 0.f);
+    assert_true(std::isnan(o[4 * vd + 5]) && std::isnan(o[5 * vd + 6]) && o[5 * vd + 7] == 0.f);
 }
 
 /* ---- kv_append, fill, reduce ------------------------------------------------ */
@@ -1013,6 +1130,7 @@ int main()
         cmocka_unit_test(test_mla_shapes),
         cmocka_unit_test(test_mla_tc_random),
         cmocka_unit_test(test_mla_tc_mutants),
+        cmocka_unit_test(test_nan_rows),
         cmocka_unit_test(test_merge_edge_cases),
         cmocka_unit_test(test_lse_scale),
         cmocka_unit_test(test_kv_append),

@@ -53,6 +53,12 @@ DCPK_HD float dcpk_neg_inf(void)
     return dcpk_f32_from_bits(0xff800000u);
 }
 
+/** A quiet NaN (the canonical one), spelled without <math.h>. */
+DCPK_HD float dcpk_qnan(void)
+{
+    return dcpk_f32_from_bits(0x7fc00000u);
+}
+
 /** True for +-infinity and NaN, by the bits (immune to fast-math flags). */
 DCPK_HD int dcpk_f32_is_nonfinite(float f)
 {

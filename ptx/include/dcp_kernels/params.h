@@ -67,7 +67,13 @@ DCPK_STATIC_ASSERT(sizeof(struct dcpk_kv_append_params) == 72, "kv_append ABI");
  *   ws_lse + s * ws_split_stride_lse, in the chunked layout with chunk strides
  *   T * heads_per_chunk * v_dim and T * heads_per_chunk; dcpk_merge then combines them.
  * Empty range (no visible key): LSE = -INFINITY and output row = 0, decided from the
- * lengths, never from arithmetic on an empty set.
+ * lengths, never from arithmetic on an empty set (and so is a row whose visible
+ * scores are all -inf: its softmax denominator is 0).
+ * NaN (docs/design.md §4): a row whose result is not finite (a NaN in its query or
+ * in a visible key or value; an infinity there that makes a score +inf or an output
+ * element infinite or NaN) gets NaN as its LSE and as every element of its output,
+ * so every split count and both DCP merges give the same NaN row. Keys a row does
+ * not see (causal mask, other sequences, pages past the length) never reach it.
  *
  * precision (dcpk_precision) says how the tensor-core entries (variants.h,
  * tensor_core = 1) round their operands: fast multiplies bf16/fp16 copies of the
@@ -124,9 +130,10 @@ DCPK_STATIC_ASSERT(sizeof(struct dcpk_attn_params) == 200, "attn ABI");
 /**
  * Exact merge of n_src partial results by their LSEs (split-KV combine and the a2a
  * DCP merge). For each row r (< rows) with sources s:
- *   m = max_s lse_s (0 if every lse_s is -inf), Lambda = m + log sum_s exp(lse_s - m),
- *   out_r = sum_s w_s * o_s with w_s = exp(lse_s - Lambda), w_s = 0 where lse_s is -inf;
- *   NaN and +inf LSEs count as -inf. All -inf: out_r = 0, out_lse_r = -inf.
+ *   m = max_s lse_s, Lambda = m + log sum_s exp(lse_s - m),
+ *   out_r = sum_s w_s * o_s with w_s = exp(lse_s - Lambda) over the sources whose
+ *   lse_s is not -inf (empty: skipped, their o_s never read). All -inf (or n_src = 0):
+ *   out_r = 0, out_lse_r = -inf. Any lse_s NaN or +inf: out_lse_r and all of out_r NaN.
  * Source row r: src_o + s * src_stride_o + r * v_dim, src_lse + s * src_stride_lse + r.
  * out must not overlap the sources (the merge accumulates in out). Helpers with
  * these rules for both backends: dcp_kernels/merge.h.
@@ -155,7 +162,8 @@ DCPK_STATIC_ASSERT(sizeof(struct dcpk_merge_params) == 80, "merge ABI");
  * The ag_rs correction: with every rank's LSEs gathered as lse_all[n_src][rows]
  * (rows in this rank's chunked order), computes Lambda_r as in dcpk_merge and scales
  * this rank's partial output row r (o + r * v_dim) in place by exp(lse_all[self][r] - Lambda_r)
- * (the row is set to 0, not multiplied, where that LSE is -inf/NaN/+inf). Rows of chunk own_chunk (rows
+ * (the row is set to 0, not multiplied, where that LSE is -inf; NaN where Lambda_r is,
+ * i.e. where any rank's LSE is NaN or +inf). Rows of chunk own_chunk (rows
  * [own_chunk * rows_per_chunk, +rows_per_chunk)) also get out_lse[i] = Lambda (if out_lse != 0).
  * A ReduceScatter (sum) of o then yields the merged output. Work item = row.
  */
