@@ -3,7 +3,7 @@
  * the first 512 values of each K row) on tensor cores: mma.sync m16n8k16 with
  * bf16 or fp16 inputs (the cache dtype) and fp32 accumulators, operands from
  * shared memory through ldmatrix. Same params (struct dcpk_attn_params), work
- * items, passes and results as attn.cuh; the entries are DCPK_ATTN_TC_VARIANTS.
+ * items, passes and results as attn.cuh; the entries are DCPK_ATTN_MLA_TC_VARIANTS.
  *
  * A pass serves ROWS = 32 query rows (rows = head x query token, token-major) in
  * two m16 row groups; each row group has Q = 4 warps ("quarters"). Per KV tile of
@@ -34,12 +34,6 @@
 #include "mma.cuh"
 
 namespace dcpk {
-
-/**
- * Deliberate bugs for tests/kernels_build to prove that its emulated tests catch
- * them (test_mla_tc_mutants); the fatbin instantiates none only.
- */
-enum class TcMutant { none, no_wait, no_barrier, swap_rows };
 
 /** Compile-time plan of one tensor-core MLA entry (DCPK_ATTN_TC_VARIANTS row). */
 template <uint32_t DT, int NT, int ROWS, int TK, TcMutant MUT = TcMutant::none>
@@ -413,7 +407,7 @@ __device__ __forceinline__ void mla_tc_kernel(const dcpk_attn_params &p)
     {                                                                                                  \
         dcpk::mla_tc_kernel<dcpk::MlaTcCfg<dtype, threads, rows, tile>>(p);                            \
     }
-DCPK_ATTN_TC_VARIANTS(DCPK_ATTN_TC_ENTRY)
+DCPK_ATTN_MLA_TC_VARIANTS(DCPK_ATTN_TC_ENTRY)
 #undef DCPK_ATTN_TC_ENTRY
 
 #endif /* DCPK_ATTN_MLA_TC_CUH */

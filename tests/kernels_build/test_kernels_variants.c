@@ -15,12 +15,14 @@ static const char *const dtype_names[] = {"fp32", "bf16", "fp16", "fp8_e4m3"};
 static void test_names_follow_the_scheme(void **state)
 {
     (void)state;
-    assert_int_equal(DCPK_ATTN_VARIANT_COUNT, 18);
+    assert_int_equal(DCPK_ATTN_VARIANT_COUNT, 24);
     for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT; i++) {
         const struct dcpk_attn_variant *v = dcpk_attn_variant_at(i);
         char want[64];
-        if (v->tensor_core)
+        if (v->tensor_core && v->shared_kv)
             snprintf(want, sizeof(want), "dcpk_attn__mla_tc_%s", dtype_names[v->dtype]);
+        else if (v->tensor_core)
+            snprintf(want, sizeof(want), "dcpk_attn__gqa_d%u_tc_%s", v->qk_dim, dtype_names[v->dtype]);
         else if (v->shared_kv)
             snprintf(want, sizeof(want), "dcpk_attn__mla_%s", dtype_names[v->dtype]);
         else
@@ -41,6 +43,12 @@ static void test_find_supported_shapes_only(void **state)
             assert_int_equal(v->qk_dim, dims[i]);
             assert_int_equal(v->dtype, dt);
             assert_false(v->shared_kv);
+            /* Tensor cores for bf16/fp16 KV at every head dim, SIMT otherwise. */
+            char want[64];
+            snprintf(want, sizeof(want), "dcpk_attn__gqa_d%u%s_%s", dims[i],
+                     dt == DCPK_BF16 || dt == DCPK_FP16 ? "_tc" : "", dtype_names[dt]);
+            assert_string_equal(v->entry, want);
+            assert_int_equal(v->tensor_core, dt == DCPK_BF16 || dt == DCPK_FP16);
         }
         const struct dcpk_attn_variant *mla = dcpk_attn_variant_find(576, 512, 1, dt);
         assert_non_null(mla);
@@ -78,6 +86,23 @@ static void test_shared_memory_plan(void **state)
     for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT; i++) {
         const struct dcpk_attn_variant *v = dcpk_attn_variant_at(i);
         const uint32_t es = dcpk_dtype_size(v->dtype);
+        if (v->tensor_core && !v->shared_kv) {
+            /* GQA: 3-4 stages of unpadded (swizzled) K and V tiles, 16 keys per warp;
+             * Q fragments per lane; per-warp P^T tiles and softmax states; the warps'
+             * fp32 outputs fit in the KV ring at the end. */
+            const uint32_t warps = v->threads / 32, stage = 2 * v->tile_tokens * v->qk_dim * es;
+            const uint32_t stages = stage <= 16384 ? 4 : 3;
+            assert_int_equal(v->tile_tokens, 16 * warps);
+            assert_int_equal(v->rows % 8, 0);
+            assert_int_equal(v->qk_dim * es / 16 % 8, 0);
+            const uint32_t want = stages * stage + 32 * (v->qk_dim / 16) * (v->rows / 8) * 16 +
+                                  warps * (v->rows / 8) * 512 + warps * v->rows * 8;
+            assert_int_equal(v->smem_bytes, want);
+            assert_true(warps * v->rows * (v->qk_dim + 4) * 4 <= stages * stage);
+            /* Two blocks per SM on sm_90 (227 KiB), one on the A100. */
+            assert_true(2 * v->smem_bytes <= 232448);
+            continue;
+        }
         if (v->tensor_core) {
             /* K tiles with one pad chunk per row, 4 partial score tiles per row group, Q fragments. */
             const uint32_t quarters = v->threads / 32 / (v->rows / 16);
