@@ -260,10 +260,10 @@ static void check_same_as_host(const struct shape *s, const char *devices)
     assert_string_equal(in.backend, "cuda");
     if (s->dcp > 1)
         assert_contains(in.backend_detail, atoi(devices) >= (int)s->tp ? "NCCL" : "virtual ranks");
-    /* Which arithmetic runs is visible: tensor cores for bf16/fp16 KV (MLA: default precision
-     * fast; GQA: hi/lo splits whatever the precision key says), SIMT fp32 otherwise. */
-    const bool tc = s->dtype == DCP_DTYPE_BF16 || s->dtype == DCP_DTYPE_FP16;
+    /* Which arithmetic runs is visible: tensor cores for bf16/fp16 KV and MLA fp8 (MLA: default
+     * precision fast; GQA: hi/lo splits whatever the precision key says), SIMT fp32 otherwise. */
     const bool mla = s->kind == DCP_ATTN_MLA;
+    const bool tc = s->dtype == DCP_DTYPE_BF16 || s->dtype == DCP_DTYPE_FP16 || (mla && s->dtype == DCP_DTYPE_FP8_E4M3);
     assert_contains(in.backend_detail, !tc ? "SIMT fp32" : mla ? "_mla_tc_" : "_tc_");
     assert_contains(in.backend_detail, !tc ? "SIMT fp32" : mla ? "tensor cores, precision fast" : "tensor cores, hi/lo Q and P");
     struct run_io h = {0}, c = {0};

@@ -363,7 +363,8 @@ AttnTolerance attn_tolerance(const dcpk_attn_variant *v, uint32_t precision)
         return {2e-5, 2e-5};
     if (precision == DCPK_PRECISION_EXACT || !v->shared_kv)
         return {1e-4, 1e-4};
-    return v->dtype == DCPK_BF16 ? AttnTolerance{kFastElemBf16, kFastL2Bf16} : AttnTolerance{kFastElemFp16, kFastL2Fp16};
+    // fp8 KV multiplies bf16 operands (its values widened exactly), so bf16's bounds.
+    return v->dtype == DCPK_FP16 ? AttnTolerance{kFastElemFp16, kFastL2Fp16} : AttnTolerance{kFastElemBf16, kFastL2Bf16};
 }
 
 /** Compares every output row and LSE with the reference. */
@@ -489,12 +490,13 @@ void test_mla_tc_random(void **state)
     (void)state;
     test_rng rng;
     test_rng_seed(&rng, test_seed() ^ 0x6d6c6174u);
-    static const uint32_t dtypes[] = {DCPK_BF16, DCPK_FP16};
+    static const uint32_t dtypes[] = {DCPK_BF16, DCPK_FP16, DCPK_FP8_E4M3};
+    static const char *const dtype_names[] = {"bf16", "fp16", "fp8_e4m3"};
     static const uint32_t pages[] = {1, 5, 16, 64};
     static const uint32_t interleaves[] = {1, 2, 16};
-    AttnError worst[2][2];
-    for (int n = 0; n < 16; n++) {
-        const uint32_t di = (uint32_t)n % 2, prec = (uint32_t)n / 2 % 2;
+    AttnError worst[3][2];
+    for (int n = 0; n < 18; n++) {
+        const uint32_t di = (uint32_t)n % 3, prec = (uint32_t)n / 3 % 2;
         AttnCase c{"mla_tc", dtypes[di], {}, {}, 1, 1, 1, 0, 1, 1, 16, 1, 1, prec};
         const uint32_t batch = (uint32_t)test_rng_range(&rng, 1, 3);
         for (uint32_t b = 0; b < batch; b++) {
@@ -519,28 +521,29 @@ void test_mla_tc_random(void **state)
         w.lse = std::max(w.lse, e.lse);
         w.rel_l2 = std::max(w.rel_l2, e.rel_l2);
     }
-    for (int di = 0; di < 2; di++)
+    for (int di = 0; di < 3; di++)
         for (int prec = 0; prec < 2; prec++)
-            print_message("mla_tc %s %s: worst max error out %.3g, lse %.3g, rel L2 %.3g\n", di ? "fp16" : "bf16",
+            print_message("mla_tc %s %s: worst max error out %.3g, lse %.3g, rel L2 %.3g\n", dtype_names[di],
                           prec ? "exact" : "fast", worst[di][prec].out, worst[di][prec].lse, worst[di][prec].rel_l2);
 }
 
-/** The bf16 tensor-core MLA entry with a deliberate bug M (attn_mla_tc.cuh, TcMutant). */
+/** The tensor-core MLA entry of p's dtype with a deliberate bug M (attn_mla_tc.cuh, TcMutant). */
 template <dcpk::TcMutant M>
 void mla_tc_mutant(dcpk_attn_params p)
 {
+    const uint32_t cache_dtype = p.dtype;
 #define MUTANT_CFG_(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize) \
-    if (dtype == DCPK_BF16)                                                      \
+    if (cache_dtype == dtype)                                                    \
         dcpk::mla_tc_kernel<dcpk::MlaTcCfg<dtype, threads, rows, tile, M>>(p);
     DCPK_ATTN_MLA_TC_VARIANTS(MUTANT_CFG_)
 #undef MUTANT_CFG_
 }
 
-/** Whether the emulated oracle test of mla_tc_bf16 fails with kernel (errors or a wrong result). */
-bool mla_tc_caught(AttnKernel kernel, const char *what)
+/** Whether the emulated oracle test of mla_tc_<dtype> fails with kernel (errors or a wrong result). */
+bool mla_tc_caught(AttnKernel kernel, const char *what, uint32_t dtype = DCPK_BF16)
 {
     // Several tiles (double buffer reused), two passes of 32 rows, splits.
-    const AttnCase c{"mla_tc", DCPK_BF16, {130, 70}, {2, 1}, 1, 20, 1, 0, 1, 1, 16, 20, 2, DCPK_PRECISION_FAST};
+    const AttnCase c{"mla_tc", dtype, {130, 70}, {2, 1}, 1, 20, 1, 0, 1, 1, 16, 20, 2, DCPK_PRECISION_FAST};
     test_rng rng;
     test_rng_seed(&rng, test_seed() ^ 0x6d7574u);
     AttnSetup s;
@@ -552,7 +555,8 @@ bool mla_tc_caught(AttnKernel kernel, const char *what)
     emu::reset_errors();
     const AttnError e = attn_error(s);
     const bool right = within(e, attn_tolerance(s.v, c.precision));
-    print_message("mla_tc %-22s %s: %u emulator errors (%s), result %s (max error %.3g)\n", what,
+    print_message("mla_tc %-4s %-22s %s: %u emulator errors (%s), result %s (max error %.3g)\n",
+                  dtype == DCPK_FP8_E4M3 ? "fp8" : "bf16", what,
                   errors || !right ? "fails" : "passes", errors, first.c_str(), right ? "right" : "wrong",
                   std::max(e.out, e.lse));
     return errors || !right;
@@ -570,6 +574,15 @@ void test_mla_tc_mutants(void **state)
         fail_msg("mutant 'delete barrier' went unnoticed");
     if (!mla_tc_caught(mla_tc_mutant<dcpk::TcMutant::swap_rows>, "swap fragment rows"))
         fail_msg("mutant 'swap fragment rows' went unnoticed");
+    // fp8: the widening step reads the raw copies, so a missing wait or barrier shows there too.
+    if (mla_tc_caught(mla_tc_mutant<dcpk::TcMutant::none>, "unmutated", DCPK_FP8_E4M3))
+        fail_msg("the unmutated fp8 kernel fails the mutant harness");
+    if (!mla_tc_caught(mla_tc_mutant<dcpk::TcMutant::no_wait>, "delete cp.async wait", DCPK_FP8_E4M3))
+        fail_msg("fp8 mutant 'delete cp.async wait' went unnoticed");
+    if (!mla_tc_caught(mla_tc_mutant<dcpk::TcMutant::no_barrier>, "delete barrier", DCPK_FP8_E4M3))
+        fail_msg("fp8 mutant 'delete barrier' went unnoticed");
+    if (!mla_tc_caught(mla_tc_mutant<dcpk::TcMutant::swap_rows>, "swap fragment rows", DCPK_FP8_E4M3))
+        fail_msg("fp8 mutant 'swap fragment rows' went unnoticed");
 }
 
 /* ---- the tensor-core GQA entries ------------------------------------------- */

@@ -15,7 +15,7 @@ static const char *const dtype_names[] = {"fp32", "bf16", "fp16", "fp8_e4m3"};
 static void test_names_follow_the_scheme(void **state)
 {
     (void)state;
-    assert_int_equal(DCPK_ATTN_VARIANT_COUNT, 24);
+    assert_int_equal(DCPK_ATTN_VARIANT_COUNT, 25);
     for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT; i++) {
         const struct dcpk_attn_variant *v = dcpk_attn_variant_at(i);
         char want[64];
@@ -53,11 +53,11 @@ static void test_find_supported_shapes_only(void **state)
         const struct dcpk_attn_variant *mla = dcpk_attn_variant_find(576, 512, 1, dt);
         assert_non_null(mla);
         assert_true(mla->shared_kv);
-        /* Tensor cores for the MMA input types, the SIMT entry (the reference path) otherwise. */
-        assert_int_equal(mla->tensor_core, dt == DCPK_BF16 || dt == DCPK_FP16);
+        /* Tensor cores for the MMA input types and fp8 (widened to bf16), SIMT for fp32. */
+        assert_int_equal(mla->tensor_core, dt != DCPK_FP32);
         assert_string_equal(mla->entry + strlen("dcpk_attn__"),
                             dt == DCPK_BF16 ? "mla_tc_bf16" : dt == DCPK_FP16 ? "mla_tc_fp16"
-                                            : dt == DCPK_FP32 ? "mla_fp32" : "mla_fp8_e4m3");
+                                            : dt == DCPK_FP32 ? "mla_fp32" : "mla_tc_fp8_e4m3");
         assert_null(dcpk_attn_variant_find(576, 512, 0, dt)); /* MLA shape with separate V */
         assert_null(dcpk_attn_variant_find(128, 128, 1, dt));
         assert_null(dcpk_attn_variant_find(96, 96, 0, dt));
@@ -104,11 +104,14 @@ static void test_shared_memory_plan(void **state)
             continue;
         }
         if (v->tensor_core) {
-            /* K tiles with one pad chunk per row, 4 partial score tiles per row group, Q fragments. */
+            /* K tiles with one pad chunk per row (fp8: one bf16 tile and two raw fp8 ones),
+             * 4 partial score tiles per row group, Q fragments. */
             const uint32_t quarters = v->threads / 32 / (v->rows / 16);
             assert_int_equal(quarters, 4);
-            assert_int_equal((v->qk_dim * es / 16 + 1) % 2, 1);
-            const uint32_t want = 2 * v->tile_tokens * (v->qk_dim * es / 16 + 1) * 16 +
+            assert_int_equal((v->qk_dim * 2 / 16 + 1) % 2, 1);
+            const uint32_t k_bytes = es == 1 ? v->tile_tokens * (v->qk_dim * 2 / 16 + 1) * 16 + 2 * v->tile_tokens * v->qk_dim
+                                             : 2 * v->tile_tokens * (v->qk_dim * es / 16 + 1) * 16;
+            const uint32_t want = k_bytes +
                                   v->rows * v->tile_tokens * quarters * 4 + 2 * v->threads * (v->qk_dim / quarters / 16) * 16;
             assert_int_equal(v->smem_bytes, want);
             assert_true(v->smem_bytes <= 166912);

@@ -53,16 +53,18 @@
  * Tensor-core attention entries (mma.sync m16n8k16, ldmatrix), same row format;
  * only the dtypes the MMA takes as inputs. dcpk_attn_variant_find prefers them
  * over the SIMT entry of the same shape and dtype, which stays the reference
- * path for everything they do not cover (fp32 and fp8 KV).
+ * path for everything they do not cover (fp32 KV; fp8 KV for GQA).
  *   mla_tc:   rows = 32 (two m16 row groups of 4 warps each), tile_tokens = 32;
- *             operand rounding as dcpk_attn_params.precision says (params.h).
+ *             operand rounding as dcpk_attn_params.precision says (params.h);
+ *             fp8 e4m3 KV is widened (exactly) to bf16 in shared memory.
  *   gqa_dD_tc: rows (heads x query tokens) in the MMA's N, 8 per n-tile; each warp
  *             owns 16 keys of a tile (tile_tokens = 16 x warps); Q and P always
  *             split hi + lo (exact; precision is ignored: the entry is memory-bound).
  */
 #define DCPK_ATTN_MLA_TC_VARIANTS(X)                        \
     X(mla_tc, 576, 512, 1, 256, 32, 32, bf16, DCPK_BF16, 2) \
-    X(mla_tc, 576, 512, 1, 256, 32, 32, fp16, DCPK_FP16, 2)
+    X(mla_tc, 576, 512, 1, 256, 32, 32, fp16, DCPK_FP16, 2) \
+    X(mla_tc, 576, 512, 1, 256, 32, 32, fp8_e4m3, DCPK_FP8_E4M3, 1)
 #define DCPK_ATTN_GQA_TC_VARIANTS(X)                              \
     X(gqa_d64_tc, 64, 64, 0, 128, 32, 64, bf16, DCPK_BF16, 2)     \
     X(gqa_d64_tc, 64, 64, 0, 128, 32, 64, fp16, DCPK_FP16, 2)     \
@@ -118,8 +120,14 @@
  * count, so the 8 rows an ldmatrix matrix reads fall into 8 different bank groups.
  */
 #define DCPK_ATTN_TC_ROW_CHUNKS(qk, esize) (DCPK_ATTN_CHUNKS(qk, esize) + 1u)
-/** Bytes of the double-buffered K tiles (V is read from them). */
-#define DCPK_ATTN_TC_SMEM_K(qk, esize, tile) (2u * (tile) * DCPK_ATTN_TC_ROW_CHUNKS(qk, esize) * 16u)
+/**
+ * Bytes of the double-buffered K tiles (V is read from them). fp8 (esize 1): one
+ * bf16 tile the MMAs read, and the double-buffered raw fp8 rows (unpadded) the
+ * copies land in, each thread widening its own copies into the bf16 tile.
+ */
+#define DCPK_ATTN_TC_SMEM_K(qk, esize, tile)                                                  \
+    ((esize) == 1u ? (tile) * DCPK_ATTN_TC_ROW_CHUNKS(qk, 2u) * 16u + 2u * (tile) * (qk)   \
+                   : 2u * (tile) * DCPK_ATTN_TC_ROW_CHUNKS(qk, esize) * 16u)
 /** Bytes of the fp32 partial scores the warps of a row group exchange. */
 #define DCPK_ATTN_TC_SMEM_X(threads, rows, tile) ((rows) * (tile) * DCPK_ATTN_TC_QUARTERS(threads, rows) * 4u)
 /**
