@@ -66,8 +66,9 @@ enum dcp_cuda_comm {
 };
 
 /**
- * Operand precision of the CUDA backend's tensor-core attention (MLA with bf16 or
- * fp16 KV; other shapes and dtypes run fp32 SIMT kernels and ignore it).
+ * Operand precision of the CUDA backend's tensor-core MLA attention (bf16, fp16 or
+ * fp8 e4m3 KV). The tensor-core GQA/MHA kernels always split Q and P hi + lo
+ * (within 1e-4) and ignore it, as do the fp32 SIMT kernels (fp32 KV, GQA fp8 KV).
  */
 enum dcp_cuda_precision {
     DCP_CUDA_PRECISION_FAST = 0,  ///< bf16/fp16 copies of Q and P in the MMA (as FlashMLA): relative L2 error

@@ -3,7 +3,7 @@
  * the first 512 values of each K row) on tensor cores: mma.sync m16n8k16 with
  * bf16 or fp16 inputs (the cache dtype) and fp32 accumulators, operands from
  * shared memory through ldmatrix. Same params (struct dcpk_attn_params), work
- * items, passes and results as attn.cuh; the entries are DCPK_ATTN_TC_VARIANTS.
+ * items, passes and results as attn.cuh; the entries are DCPK_ATTN_MLA_TC_VARIANTS.
  *
  * A pass serves ROWS = 32 query rows (rows = head x query token, token-major) in
  * two m16 row groups; each row group has Q = 4 warps ("quarters"). Per KV tile of
@@ -26,6 +26,11 @@
  * 2^-18 |x| for bf16), so every product is exact to about fp32 accumulation. The
  * softmax denominator sums the P values the MMA used (hi, or hi + lo).
  * fp16 caches multiply fp16 queries: |q * scale * log2(e)| must stay below 65504.
+ * fp8 e4m3 caches: the copies land raw in a double buffer of their own and each
+ * thread widens the chunks it copied into the (single) bf16 tile after its wait,
+ * before the barrier that publishes the tile; e4m3 values are exact in bf16, and
+ * kv_scale is applied in fp32 to the scaled queries and to the output (the same
+ * as scaling K and V, with no extra rounding). The MMAs then run as for bf16.
  */
 #ifndef DCPK_ATTN_MLA_TC_CUH
 #define DCPK_ATTN_MLA_TC_CUH
@@ -35,32 +40,31 @@
 
 namespace dcpk {
 
-/**
- * Deliberate bugs for tests/kernels_build to prove that its emulated tests catch
- * them (test_mla_tc_mutants); the fatbin instantiates none only.
- */
-enum class TcMutant { none, no_wait, no_barrier, swap_rows };
-
 /** Compile-time plan of one tensor-core MLA entry (DCPK_ATTN_TC_VARIANTS row). */
 template <uint32_t DT, int NT, int ROWS, int TK, TcMutant MUT = TcMutant::none>
 struct MlaTcCfg {
     static constexpr int kQK = 576, kDV = 512, kShared = 1, kNT = NT, kRows = ROWS, kTK = TK;
     static constexpr uint32_t kDtype = DT;
-    static constexpr int kEsize = elem_bytes<DT>();
+    static constexpr int kEsize = elem_bytes<DT>();   // cache element bytes
+    static constexpr bool kFp8 = DT == DCPK_FP8_E4M3; // widened to bf16 in shared memory
+    static constexpr int kTEsize = kFp8 ? 2 : kEsize; // element bytes of the tile the MMAs read
     static constexpr TcMutant kMutant = MUT;
-    static constexpr MmaIn kIn = DT == DCPK_BF16 ? MmaIn::bf16 : MmaIn::fp16;
+    static constexpr MmaIn kIn = DT == DCPK_FP16 ? MmaIn::fp16 : MmaIn::bf16;
     static constexpr int kQuarters = DCPK_ATTN_TC_QUARTERS(NT, ROWS);
     static constexpr int kKSteps = kQK / kQuarters / 16; // S depth steps of a warp
     static constexpr int kSTiles = TK / 8;               // S n-tiles (8 keys)
     static constexpr int kCols = kDV / kQuarters;        // O columns of a warp
     static constexpr int kOTiles = kCols / 8;            // O n-tiles
-    static constexpr int kChunks = DCPK_ATTN_CHUNKS(kQK, kEsize);
-    static constexpr int kRowBytes = DCPK_ATTN_TC_ROW_CHUNKS(kQK, kEsize) * 16;
+    static constexpr int kChunks = DCPK_ATTN_CHUNKS(kQK, kTEsize);   // per tile row
+    static constexpr int kRawChunks = DCPK_ATTN_CHUNKS(kQK, kEsize); // per cache row
+    static constexpr int kRowBytes = DCPK_ATTN_TC_ROW_CHUNKS(kQK, kTEsize) * 16;
+    static constexpr uint32_t kOffRaw = (uint32_t)TK * kRowBytes; // fp8: raw rows after the one bf16 tile
     static constexpr uint32_t kOffX = DCPK_ATTN_TC_SMEM_K(kQK, kEsize, TK);
     static constexpr uint32_t kOffQ = kOffX + DCPK_ATTN_TC_SMEM_X(NT, ROWS, TK);
     static constexpr uint32_t kSmem = DCPK_ATTN_TC_SMEM_BYTES(kQK, kEsize, NT, ROWS, TK);
 
-    static_assert(DT == DCPK_BF16 || DT == DCPK_FP16, "the MMA takes bf16 or fp16 inputs");
+    static_assert(DT == DCPK_BF16 || DT == DCPK_FP16 || DT == DCPK_FP8_E4M3,
+                  "the MMA takes bf16 or fp16 inputs (fp8 widened to bf16)");
     static_assert(ROWS % 16 == 0 && NT == 32 * kQuarters * (ROWS / 16), "row groups of whole warps");
     static_assert(kQK % (16 * kQuarters) == 0 && kDV % (16 * kQuarters) == 0, "quarters of whole k-steps / n-tile pairs");
     static_assert(TK % 16 == 0, "P.V takes keys 16 at a time");
@@ -98,7 +102,12 @@ class MlaTcBlock {
 
     __device__ static unsigned char *k_tile(int buf)
     {
-        return dcpk_smem + buf * C::kTK * C::kRowBytes;
+        return C::kFp8 ? dcpk_smem : dcpk_smem + buf * C::kTK * C::kRowBytes;
+    }
+    /** fp8: raw cache rows of buffer buf, unpadded (only the copying thread reads them). */
+    __device__ static unsigned char *raw_tile(int buf)
+    {
+        return dcpk_smem + C::kOffRaw + buf * C::kTK * C::kQK;
     }
     /** Partial scores of (row group, quarter, n-tile j), one float4 per lane. */
     __device__ static float4 *x_slot(int rg, int qd, int j)
@@ -151,7 +160,7 @@ class MlaTcBlock {
     /** Loads this warp's Q fragments of the pass (rows past nvalid are 0) and the rows' key counts. */
     __device__ void stage(uint32_t first, uint32_t nvalid)
     {
-        const float qscale = p_.scale * kLog2e;
+        const float qscale = p_.scale * kLog2e * (C::kFp8 ? p_.kv_scale : 1.f);
         const int g = lane_ / 4, t = lane_ % 4;
         uint32_t hi[C::kKSteps][4], lo[C::kKSteps][4];
 #pragma unroll
@@ -182,15 +191,45 @@ class MlaTcBlock {
     {
         const uint32_t base = (uint32_t)it_.lo + tile * C::kTK;
         const uint32_t nload = min(ntok - tile * C::kTK, (uint32_t)C::kTK);
-        unsigned char *kt = k_tile(buf);
+        unsigned char *kt = C::kFp8 ? raw_tile(buf) : k_tile(buf);
+        constexpr int kTotal = C::kTK * C::kRawChunks;
 #pragma unroll
-        for (int i = 0; i < C::kTK * C::kChunks / C::kNT; i++) {
+        for (int i = 0; i < (kTotal + C::kNT - 1) / C::kNT; i++) {
             const int idx = (int)threadIdx.x + i * C::kNT;
-            const int j = idx / C::kChunks, ch = idx % C::kChunks;
+            if (kTotal % C::kNT != 0 && idx >= kTotal)
+                break;
+            const int j = idx / C::kRawChunks, ch = idx % C::kRawChunks;
             const bool valid = (uint32_t)j < nload;
             const uint64_t row = valid ? attn_key_row(p_, it_, base + j) : 0;
             const char *src = reinterpret_cast<const char *>(p_.k_cache) + (row * C::kQK * C::kEsize + ch * 16);
-            cp_async16(kt + j * C::kRowBytes + ch * 16, src, valid);
+            cp_async16(kt + (C::kFp8 ? j * C::kQK : j * C::kRowBytes) + ch * 16, src, valid);
+        }
+    }
+
+    /**
+     * fp8: widens the raw chunks this thread copied into buffer buf (load_tile's
+     * mapping, so its own wait suffices) into the bf16 tile, exactly.
+     */
+    __device__ void widen(int buf) const
+    {
+        constexpr int kTotal = C::kTK * C::kRawChunks;
+#pragma unroll
+        for (int i = 0; i < (kTotal + C::kNT - 1) / C::kNT; i++) {
+            const int idx = (int)threadIdx.x + i * C::kNT;
+            if (kTotal % C::kNT != 0 && idx >= kTotal)
+                break;
+            const int j = idx / C::kRawChunks, ch = idx % C::kRawChunks;
+            const uint4 raw = smem_load(reinterpret_cast<const uint4 *>(raw_tile(buf) + j * C::kQK + ch * 16));
+            uint32_t w[8];
+#pragma unroll
+            for (int pc = 0; pc < 4; pc++) {
+                const float4 f = unpack4<DCPK_FP8_E4M3>(raw, pc);
+                w[2 * pc] = pack_bf16(f.x, f.y);
+                w[2 * pc + 1] = pack_bf16(f.z, f.w);
+            }
+            uint4 *dst = reinterpret_cast<uint4 *>(k_tile(0) + j * C::kRowBytes + ch * 32);
+            smem_store(dst, make_uint4(w[0], w[1], w[2], w[3]));
+            smem_store(dst + 1, make_uint4(w[4], w[5], w[6], w[7]));
         }
     }
 
@@ -320,8 +359,9 @@ class MlaTcBlock {
     __device__ void sanitize_values(int buf, uint32_t lo, uint32_t hi) const
     {
         unsigned char *kt = k_tile(buf);
-        constexpr int kVChunks = C::kDV * C::kEsize / 16;
-        constexpr uint32_t kExp = C::kDtype == DCPK_BF16 ? 0x7f80u : 0x7c00u; // exponent bits of one half
+        // The tile P.V reads: fp8 was widened to bf16 (its NaN too), so sanitize the bf16 values.
+        constexpr int kVChunks = C::kDV * C::kTEsize / 16;
+        constexpr uint32_t kExp = C::kIn == MmaIn::bf16 ? 0x7f80u : 0x7c00u; // exponent bits of one half
         for (uint32_t i = threadIdx.x; i < (hi - lo) * kVChunks; i += C::kNT) {
             uint4 *c = reinterpret_cast<uint4 *>(kt + (lo + i / kVChunks) * C::kRowBytes) + i % kVChunks;
             const uint4 v = smem_load(c);
@@ -361,7 +401,7 @@ class MlaTcBlock {
             const RowAddr a = attn_row_addr<C::kQK, C::kDV>(p_, it_, first + r);
             if (qd_ == 0 && t == 0)
                 *reinterpret_cast<float *>(a.lse) = bad ? quiet_nan() : empty ? neg_inf() : (m_[h] + log2f(l)) * kLn2;
-            const float f = empty ? 0.f : 1.f / l;
+            const float f = empty ? 0.f : (C::kFp8 ? p_.kv_scale : 1.f) / l;
             float *o = reinterpret_cast<float *>(a.o) + qd_ * C::kCols + 2 * t;
 #pragma unroll
             for (int n = 0; n < C::kOTiles; n++) {
@@ -396,8 +436,10 @@ class MlaTcBlock {
             cp_async_commit();
             if constexpr (C::kMutant != TcMutant::no_wait)
                 cp_async_wait<1>();
+            if constexpr (C::kFp8)
+                widen(buf); // this thread's copies, into the bf16 tile the last barrier freed
             if constexpr (C::kMutant != TcMutant::no_barrier)
-                __syncthreads(); // tile `tile` landed for every thread's copies
+                __syncthreads(); // tile `tile` landed (and widened) for every thread's copies
             float s[C::kSTiles][4] = {};
             if (live) {
                 scores(buf, s);
@@ -461,7 +503,7 @@ __device__ __forceinline__ void mla_tc_kernel(const dcpk_attn_params &p)
     {                                                                                                  \
         dcpk::mla_tc_kernel<dcpk::MlaTcCfg<dtype, threads, rows, tile>>(p);                            \
     }
-DCPK_ATTN_TC_VARIANTS(DCPK_ATTN_TC_ENTRY)
+DCPK_ATTN_MLA_TC_VARIANTS(DCPK_ATTN_TC_ENTRY)
 #undef DCPK_ATTN_TC_ENTRY
 
 #endif /* DCPK_ATTN_MLA_TC_CUH */

@@ -4,6 +4,7 @@
  * argument and uses no CUDA runtime API. The list of entries is variants.h.
  */
 #include "attn.cuh"
+#include "attn_gqa_tc.cuh"
 #include "attn_mla_tc.cuh"
 #include "mma.cuh"
 #include "rows.cuh"

@@ -26,6 +26,13 @@
 
 namespace dcpk {
 
+/**
+ * Deliberate bugs of the tensor-core attention kernels, for tests/kernels_build
+ * to prove that its emulated tests catch them (test_*_tc_mutants); the fatbin
+ * instantiates none only. no_syncwarp: the GQA entry's P^T transposition.
+ */
+enum class TcMutant { none, no_wait, no_barrier, swap_rows, no_syncwarp };
+
 /** Input element type of an mma: bf16 or fp16 (fp32 accumulators either way). */
 enum class MmaIn { bf16, fp16 };
 

@@ -268,10 +268,12 @@ static void check_same_as_host(const struct shape *s, const char *devices)
     assert_string_equal(in.backend, "cuda");
     if (s->dcp > 1)
         assert_contains(in.backend_detail, atoi(devices) >= (int)s->tp ? "NCCL" : "virtual ranks");
-    /* Which arithmetic runs is visible: tensor cores (default precision fast) for MLA bf16/fp16. */
-    const bool tc = s->kind == DCP_ATTN_MLA && (s->dtype == DCP_DTYPE_BF16 || s->dtype == DCP_DTYPE_FP16);
-    assert_contains(in.backend_detail, tc ? "_mla_tc_" : "SIMT fp32");
-    assert_contains(in.backend_detail, tc ? "tensor cores, precision fast" : "SIMT fp32");
+    /* Which arithmetic runs is visible: tensor cores for bf16/fp16 KV and MLA fp8 (MLA: default
+     * precision fast; GQA: hi/lo splits whatever the precision key says), SIMT fp32 otherwise. */
+    const bool mla = s->kind == DCP_ATTN_MLA;
+    const bool tc = s->dtype == DCP_DTYPE_BF16 || s->dtype == DCP_DTYPE_FP16 || (mla && s->dtype == DCP_DTYPE_FP8_E4M3);
+    assert_contains(in.backend_detail, !tc ? "SIMT fp32" : mla ? "_mla_tc_" : "_tc_");
+    assert_contains(in.backend_detail, !tc ? "SIMT fp32" : mla ? "tensor cores, precision fast" : "tensor cores, hi/lo Q and P");
     struct run_io h = {0}, c = {0};
     err = run_engine(he, &h);
     if (err)
@@ -549,13 +551,14 @@ static struct dcp_step_launch launch_of(const struct shape *s, uint32_t nseq, ui
 
 /*
  * The split-KV factor follows each step's sequences and the device's occupancy
- * (cuOccupancyMaxActiveBlocksPerMultiprocessor: 1 MLA block or 4 GQA d128 blocks
- * per SM) and fills one whole wave, never a partial second one. MLA with 128
+ * (cuOccupancyMaxActiveBlocksPerMultiprocessor: 1 MLA block or 2 blocks of the
+ * tensor-core GQA d128 entry, 111104 B of shared memory and 214 registers, per
+ * SM) and fills one whole wave, never a partial second one. MLA with 128
  * gathered heads (4 head tiles of 32): batch 1 splits 33 ways, 132 blocks for 132
  * slots (a fixed cap of 32 splits gave 128); batch 32 already has 128 blocks and
- * is not split. GQA d128 with 8 heads per KV head, batch 32: 16 splits, 512
- * blocks for 528 slots (two blocks per SM assumed gave 17 splits, 544 blocks:
- * a second wave).
+ * is not split. GQA d128 with 8 heads per KV head, batch 32: 8 splits, 256
+ * blocks for 264 slots (the SIMT entry's 4 blocks per SM assumed gave 16 splits,
+ * 512 blocks: a second wave).
  */
 static void test_split_kv_follows_occupancy(void **state)
 {
@@ -576,13 +579,13 @@ static void test_split_kv_follows_occupancy(void **state)
     assert_int_equal(l.num_splits, 1);
     assert_int_equal(l.blocks, 128);
     l = launch_of(&gqa, 32, 256);
-    assert_int_equal(l.blocks_per_sm, 4);
-    assert_int_equal(l.slots, 528);
-    assert_int_equal(l.num_splits, 16);
-    assert_int_equal(l.grid[0], 16);
+    assert_int_equal(l.blocks_per_sm, 2);
+    assert_int_equal(l.slots, 264);
+    assert_int_equal(l.num_splits, 8);
+    assert_int_equal(l.grid[0], 8);
     assert_int_equal(l.grid[1], 1);
     assert_int_equal(l.grid[2], 32);
-    assert_int_equal(l.blocks, 512);
+    assert_int_equal(l.blocks, 256);
     l = launch_of(&gqa, 1, 256); /* 17 pages: no more splits than pages */
     assert_int_equal(l.num_splits, 17);
 }

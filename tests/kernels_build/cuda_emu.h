@@ -649,6 +649,13 @@ inline unsigned atomicOr(unsigned *address, unsigned val)
     return old;
 }
 
+inline unsigned atomicMin(unsigned *address, unsigned val)
+{
+    const unsigned old = *address;
+    *address = old < val ? old : val;
+    return old;
+}
+
 inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask)
 {
     return __uint_as_float(emu::shfl_xor(mask, __float_as_uint(v), lane_mask));

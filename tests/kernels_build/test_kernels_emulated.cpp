@@ -110,7 +110,7 @@ constexpr double kFastElemBf16 = 1e-2, kFastL2Bf16 = 5e-3;
 constexpr double kFastElemFp16 = 1e-3, kFastL2Fp16 = 1e-3;
 
 struct AttnCase {
-    const char *layout; // "gqa_d64" ... "mla", "mla_tc"
+    const char *layout; // "gqa_d64" ... "mla", "mla_tc", "gqa_d128_tc" ...
     uint32_t dtype;
     std::vector<int> seq_lens, q_tokens;
     uint32_t num_kv_heads, heads_per_kv, chunks;
@@ -363,10 +363,11 @@ struct AttnError {
 };
 
 /**
- * Bounds on AttnError a correct result keeps: fp32 arithmetic (SIMT entries and
- * exact tensor-core precision: the issue's 1e-4), or bf16/fp16 operands (fast:
- * measured fast-mode errors are printed by test_mla_tc_random; the bound has
- * margin over the worst seen).
+ * Bounds on AttnError a correct result keeps: fp32 arithmetic (SIMT entries),
+ * hi/lo operands (exact tensor-core precision, and the GQA tensor-core entries,
+ * which always split: the issue's 1e-4), or bf16/fp16 operands (fast: measured
+ * fast-mode errors are printed by test_mla_tc_random; the bound has margin over
+ * the worst seen).
  */
 struct AttnTolerance {
     double elem, rel_l2;
@@ -376,9 +377,10 @@ AttnTolerance attn_tolerance(const dcpk_attn_variant *v, uint32_t precision)
 {
     if (!v->tensor_core)
         return {2e-5, 2e-5};
-    if (precision == DCPK_PRECISION_EXACT)
+    if (precision == DCPK_PRECISION_EXACT || !v->shared_kv)
         return {1e-4, 1e-4};
-    return v->dtype == DCPK_BF16 ? AttnTolerance{kFastElemBf16, kFastL2Bf16} : AttnTolerance{kFastElemFp16, kFastL2Fp16};
+    // fp8 KV multiplies bf16 operands (its values widened exactly), so bf16's bounds.
+    return v->dtype == DCPK_FP16 ? AttnTolerance{kFastElemFp16, kFastL2Fp16} : AttnTolerance{kFastElemBf16, kFastL2Bf16};
 }
 
 /** Compares every output row and LSE with the reference; a row the reference makes NaN
@@ -443,7 +445,7 @@ AttnError check_attn(const AttnCase &c, const AttnSetup &s)
                  c.num_splits, c.precision == DCPK_PRECISION_EXACT ? "exact" : "fast",
                  e.finite ? "finite" : "NOT FINITE or wrong -inf", e.out, e.lse, e.rel_l2, tol.elem, tol.rel_l2);
     print_message("%-30s splits %u%s: %u rows (%u without keys) match (max %.2g, rel L2 %.2g)\n", s.v->entry,
-                  c.num_splits, !s.v->tensor_core ? "" : c.precision == DCPK_PRECISION_EXACT ? " exact" : " fast",
+                  c.num_splits, !s.v->tensor_core ? "" : !s.v->shared_kv ? " hi/lo" : c.precision == DCPK_PRECISION_EXACT ? " exact" : " fast",
                   e.rows, e.empty, std::max(e.out, e.lse), e.rel_l2);
     return e;
 }
@@ -513,13 +515,14 @@ void test_mla_tc_random(void **state)
     (void)state;
     test_rng rng;
     test_rng_seed(&rng, test_seed() ^ 0x6d6c6174u);
-    static const uint32_t dtypes[] = {DCPK_BF16, DCPK_FP16};
+    static const uint32_t dtypes[] = {DCPK_BF16, DCPK_FP16, DCPK_FP8_E4M3};
+    static const char *const dtype_names[] = {"bf16", "fp16", "fp8_e4m3"};
     static const uint32_t pages[] = {1, 5, 16, 64};
     static const uint32_t interleaves[] = {1, 2, 16};
-    AttnError worst[2][2];
-    const int cases = test_quick() ? 4 : 16; /* 4 still covers each dtype x precision */
+    AttnError worst[3][2];
+    const int cases = test_quick() ? 6 : 18; /* 6 still covers each dtype x precision */
     for (int n = 0; n < cases; n++) {
-        const uint32_t di = (uint32_t)n % 2, prec = (uint32_t)n / 2 % 2;
+        const uint32_t di = (uint32_t)n % 3, prec = (uint32_t)n / 3 % 2;
         AttnCase c{"mla_tc", dtypes[di], {}, {}, 1, 1, 1, 0, 1, 1, 16, 1, 1, prec};
         const uint32_t batch = (uint32_t)test_rng_range(&rng, 1, 3);
         for (uint32_t b = 0; b < batch; b++) {
@@ -544,28 +547,29 @@ void test_mla_tc_random(void **state)
         w.lse = std::max(w.lse, e.lse);
         w.rel_l2 = std::max(w.rel_l2, e.rel_l2);
     }
-    for (int di = 0; di < 2; di++)
+    for (int di = 0; di < 3; di++)
         for (int prec = 0; prec < 2; prec++)
-            print_message("mla_tc %s %s: worst max error out %.3g, lse %.3g, rel L2 %.3g\n", di ? "fp16" : "bf16",
+            print_message("mla_tc %s %s: worst max error out %.3g, lse %.3g, rel L2 %.3g\n", dtype_names[di],
                           prec ? "exact" : "fast", worst[di][prec].out, worst[di][prec].lse, worst[di][prec].rel_l2);
 }
 
-/** The bf16 tensor-core MLA entry with a deliberate bug M (attn_mla_tc.cuh, TcMutant). */
+/** The tensor-core MLA entry of p's dtype with a deliberate bug M (attn_mla_tc.cuh, TcMutant). */
 template <dcpk::TcMutant M>
 void mla_tc_mutant(dcpk_attn_params p)
 {
+    const uint32_t cache_dtype = p.dtype;
 #define MUTANT_CFG_(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize) \
-    if (dtype == DCPK_BF16)                                                      \
+    if (cache_dtype == dtype)                                                    \
         dcpk::mla_tc_kernel<dcpk::MlaTcCfg<dtype, threads, rows, tile, M>>(p);
-    DCPK_ATTN_TC_VARIANTS(MUTANT_CFG_)
+    DCPK_ATTN_MLA_TC_VARIANTS(MUTANT_CFG_)
 #undef MUTANT_CFG_
 }
 
-/** Whether the emulated oracle test of mla_tc_bf16 fails with kernel (errors or a wrong result). */
-bool mla_tc_caught(AttnKernel kernel, const char *what)
+/** Whether the emulated oracle test of mla_tc_<dtype> fails with kernel (errors or a wrong result). */
+bool mla_tc_caught(AttnKernel kernel, const char *what, uint32_t dtype = DCPK_BF16)
 {
     // Several tiles (double buffer reused), two passes of 32 rows, splits.
-    const AttnCase c{"mla_tc", DCPK_BF16, {130, 70}, {2, 1}, 1, 20, 1, 0, 1, 1, 16, 20, 2, DCPK_PRECISION_FAST};
+    const AttnCase c{"mla_tc", dtype, {130, 70}, {2, 1}, 1, 20, 1, 0, 1, 1, 16, 20, 2, DCPK_PRECISION_FAST};
     test_rng rng;
     test_rng_seed(&rng, test_seed() ^ 0x6d7574u);
     AttnSetup s;
@@ -577,7 +581,8 @@ bool mla_tc_caught(AttnKernel kernel, const char *what)
     emu::reset_errors();
     const AttnError e = attn_error(s);
     const bool right = within(e, attn_tolerance(s.v, c.precision));
-    print_message("mla_tc %-22s %s: %u emulator errors (%s), result %s (max error %.3g)\n", what,
+    print_message("mla_tc %-4s %-22s %s: %u emulator errors (%s), result %s (max error %.3g)\n",
+                  dtype == DCPK_FP8_E4M3 ? "fp8" : "bf16", what,
                   errors || !right ? "fails" : "passes", errors, first.c_str(), right ? "right" : "wrong",
                   std::max(e.out, e.lse));
     return errors || !right;
@@ -595,6 +600,120 @@ void test_mla_tc_mutants(void **state)
         fail_msg("mutant 'delete barrier' went unnoticed");
     if (!mla_tc_caught(mla_tc_mutant<dcpk::TcMutant::swap_rows>, "swap fragment rows"))
         fail_msg("mutant 'swap fragment rows' went unnoticed");
+    // fp8: the widening step reads the raw copies, so a missing wait or barrier shows there too.
+    if (mla_tc_caught(mla_tc_mutant<dcpk::TcMutant::none>, "unmutated", DCPK_FP8_E4M3))
+        fail_msg("the unmutated fp8 kernel fails the mutant harness");
+    if (!mla_tc_caught(mla_tc_mutant<dcpk::TcMutant::no_wait>, "delete cp.async wait", DCPK_FP8_E4M3))
+        fail_msg("fp8 mutant 'delete cp.async wait' went unnoticed");
+    if (!mla_tc_caught(mla_tc_mutant<dcpk::TcMutant::no_barrier>, "delete barrier", DCPK_FP8_E4M3))
+        fail_msg("fp8 mutant 'delete barrier' went unnoticed");
+    if (!mla_tc_caught(mla_tc_mutant<dcpk::TcMutant::swap_rows>, "swap fragment rows", DCPK_FP8_E4M3))
+        fail_msg("fp8 mutant 'swap fragment rows' went unnoticed");
+}
+
+/* ---- the tensor-core GQA entries ------------------------------------------- */
+
+/*
+ * Random shapes against the float64 oracle, every head dim x dtype: batches of
+ * 1-3, lengths down to the query tokens themselves (short shards, ranks with no
+ * key at all), 1-4 query tokens (causal mask on global positions), 1-3 KV heads
+ * with 1-10 query heads each (MHA to 10-way GQA, head tiles that take one or more
+ * passes), DCP groups of 1-4 with interleaves 1-16, pages of 1-64 tokens, 1-4
+ * splits merged by dcpk_merge; longer sequences for d64 and d128 so that the
+ * cp.async ring wraps. Prints the largest errors seen per entry.
+ */
+void test_gqa_tc_random(void **state)
+{
+    (void)state;
+    test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0x67716174u);
+    static const char *const layouts[] = {"gqa_d64_tc", "gqa_d128_tc", "gqa_d256_tc"};
+    static const uint32_t dtypes[] = {DCPK_BF16, DCPK_FP16};
+    static const uint32_t pages[] = {1, 3, 16, 64};
+    static const uint32_t interleaves[] = {1, 2, 16};
+    static const int max_len[] = {400, 300, 120};
+    AttnError worst[3][2];
+    const int cases = test_quick() ? 6 : 18; /* 6 still covers each head dim x dtype */
+    for (int n = 0; n < cases; n++) {
+        const uint32_t li = (uint32_t)n % 3, di = (uint32_t)n / 3 % 2;
+        AttnCase c{layouts[li], dtypes[di], {}, {}, 1, 1, 1, 0, 1, 1, 16, 1, 1, (uint32_t)n / 6 % 2};
+        const uint32_t batch = (uint32_t)test_rng_range(&rng, 1, 3);
+        for (uint32_t b = 0; b < batch; b++) {
+            const int q = (int)test_rng_range(&rng, 1, 4);
+            c.q_tokens.push_back(q);
+            c.seq_lens.push_back(q + (test_rng_range(&rng, 0, 3) == 0 ? 0 : (int)test_rng_range(&rng, 0, max_len[li])));
+        }
+        c.group_size = (uint32_t)test_rng_range(&rng, 1, 4);
+        c.rank = (uint32_t)test_rng_range(&rng, 0, c.group_size - 1);
+        c.interleave = interleaves[test_rng_range(&rng, 0, 2)];
+        c.block_size = pages[test_rng_range(&rng, 0, 3)];
+        c.num_kv_heads = (uint32_t)test_rng_range(&rng, 1, 3);
+        c.heads_per_kv = (uint32_t)test_rng_range(&rng, 1, 10);
+        c.chunks = c.heads_per_kv % 2 == 0 && test_rng_range(&rng, 0, 1) ? 2 : 1;
+        c.head_tile = (uint32_t)test_rng_range(&rng, 1, c.heads_per_kv);
+        c.num_splits = (uint32_t)test_rng_range(&rng, 1, 4);
+        AttnSetup s;
+        setup_attn(c, s, &rng);
+        run_attn(c, s);
+        const AttnError e = check_attn(c, s);
+        AttnError &w = worst[li][di];
+        w.out = std::max(w.out, e.out);
+        w.lse = std::max(w.lse, e.lse);
+        w.rel_l2 = std::max(w.rel_l2, e.rel_l2);
+    }
+    for (int li = 0; li < 3; li++)
+        for (int di = 0; di < 2; di++)
+            print_message("%s %s: worst max error out %.3g, lse %.3g, rel L2 %.3g\n", layouts[li], di ? "fp16" : "bf16",
+                          worst[li][di].out, worst[li][di].lse, worst[li][di].rel_l2);
+}
+
+/** The d128 bf16 tensor-core GQA entry with a deliberate bug M (attn_gqa_tc.cuh, TcMutant). */
+template <dcpk::TcMutant M>
+void gqa_tc_mutant(dcpk_attn_params p)
+{
+#define MUTANT_CFG_(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize) \
+    if (qk == 128 && dtype == DCPK_BF16)                                         \
+        dcpk::gqa_tc_kernel<dcpk::GqaTcCfg<qk, dtype, threads, rows, tile, M>>(p);
+    DCPK_ATTN_GQA_TC_VARIANTS(MUTANT_CFG_)
+#undef MUTANT_CFG_
+}
+
+/** Whether the emulated oracle test of gqa_d128_tc_bf16 fails with kernel (errors or a wrong result). */
+bool gqa_tc_caught(AttnKernel kernel, const char *what)
+{
+    // 5 tiles of 64 keys (the 3-stage ring wraps), two passes of 16 rows (8 heads x 3 tokens), splits.
+    const AttnCase c{"gqa_d128_tc", DCPK_BF16, {330, 90}, {3, 1}, 2, 8, 1, 0, 1, 1, 16, 8, 2, DCPK_PRECISION_FAST};
+    test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0x67757474u);
+    AttnSetup s;
+    setup_attn(c, s, &rng);
+    std::string first;
+    emu::quiet = true;
+    const unsigned errors = run_attn(c, s, kernel, &first);
+    emu::quiet = false;
+    emu::reset_errors();
+    const AttnError e = attn_error(s);
+    const bool right = within(e, attn_tolerance(s.v, c.precision));
+    print_message("gqa_tc %-22s %s: %u emulator errors (%s), result %s (max error %.3g)\n", what,
+                  errors || !right ? "fails" : "passes", errors, first.c_str(), right ? "right" : "wrong",
+                  std::max(e.out, e.lse));
+    return errors || !right;
+}
+
+/* Bugs in the tensor-core GQA kernel itself make its emulated test fail; the unmutated one passes. */
+void test_gqa_tc_mutants(void **state)
+{
+    (void)state;
+    if (gqa_tc_caught(gqa_tc_mutant<dcpk::TcMutant::none>, "unmutated"))
+        fail_msg("the unmutated kernel fails the mutant harness");
+    if (!gqa_tc_caught(gqa_tc_mutant<dcpk::TcMutant::no_wait>, "delete cp.async wait"))
+        fail_msg("mutant 'delete cp.async wait' went unnoticed");
+    if (!gqa_tc_caught(gqa_tc_mutant<dcpk::TcMutant::no_barrier>, "delete barrier"))
+        fail_msg("mutant 'delete barrier' went unnoticed");
+    if (!gqa_tc_caught(gqa_tc_mutant<dcpk::TcMutant::swap_rows>, "swap fragment rows"))
+        fail_msg("mutant 'swap fragment rows' went unnoticed");
+    if (!gqa_tc_caught(gqa_tc_mutant<dcpk::TcMutant::no_syncwarp>, "delete P^T __syncwarp"))
+        fail_msg("mutant 'delete P^T __syncwarp' went unnoticed");
 }
 
 /* ---- NaN (docs/design.md §4) ------------------------------------------------ */
@@ -658,6 +777,13 @@ void test_nan_rows(void **state)
         {"mla", DCPK_BF16, {40, 9}, {3, 1}, 1, 8, 2, 1, 2, 2, 16, 8, 1},
         {"mla_tc", DCPK_BF16, {40, 9}, {3, 1}, 1, 8, 2, 1, 2, 2, 16, 8, 1, DCPK_PRECISION_FAST},
         {"mla_tc", DCPK_FP16, {40, 9}, {3, 1}, 1, 8, 2, 1, 2, 2, 16, 8, 1, DCPK_PRECISION_EXACT},
+        // fp8: the widened bf16 tile is what P.V reads, and what is sanitized.
+        {"mla_tc", DCPK_FP8_E4M3, {40, 9}, {3, 1}, 1, 8, 2, 1, 2, 2, 16, 8, 1, DCPK_PRECISION_FAST},
+        // GQA tensor cores (V apart from K): two n-tiles of rows in one pass; and two
+        // passes of 16 rows, the first of which holds two query tokens.
+        {"gqa_d64_tc", DCPK_BF16, {40, 23}, {3, 1}, 2, 4, 2, 1, 2, 2, 8, 3, 1},
+        {"gqa_d128_tc", DCPK_FP16, {40, 23}, {3, 1}, 1, 8, 1, 0, 1, 1, 16, 8, 1},
+        {"gqa_d256_tc", DCPK_BF16, {40, 23}, {3, 1}, 1, 2, 1, 1, 2, 2, 16, 2, 1},
     };
     const char *const names[] = {"key", "value", "query", "masked value"};
     for (const AttnCase &base : cases)
@@ -1130,6 +1256,8 @@ int main()
         cmocka_unit_test(test_mla_shapes),
         cmocka_unit_test(test_mla_tc_random),
         cmocka_unit_test(test_mla_tc_mutants),
+        cmocka_unit_test(test_gqa_tc_random),
+        cmocka_unit_test(test_gqa_tc_mutants),
         cmocka_unit_test(test_nan_rows),
         cmocka_unit_test(test_merge_edge_cases),
         cmocka_unit_test(test_lse_scale),

@@ -192,9 +192,11 @@ static void test_tensor_core_entries_use_mma(void **state)
         assert_non_null(body);
         const int mma = memmem(body, len, "mma.sync.aligned.m16n8k16.row.col.f32", 37) != NULL;
         const int ldm = memmem(body, len, "ldmatrix.sync.aligned.m8n8.x4", 29) != NULL;
-        if (mma != (int)v->tensor_core || ldm != (int)v->tensor_core)
-            fail_msg("%s (tensor_core %u): mma.sync %s, ldmatrix %s in its PTX", v->entry, v->tensor_core,
-                     mma ? "present" : "absent", ldm ? "present" : "absent");
+        /* Both families read V (MLA: as B, GQA: as A of V^T . P^T) through the transposing load. */
+        const int ldt = memmem(body, len, "ldmatrix.sync.aligned.m8n8.x4.trans", 35) != NULL;
+        if (mma != (int)v->tensor_core || ldm != (int)v->tensor_core || ldt != (int)v->tensor_core)
+            fail_msg("%s (tensor_core %u): mma.sync %s, ldmatrix %s, ldmatrix .trans %s in its PTX", v->entry,
+                     v->tensor_core, mma ? "present" : "absent", ldm ? "present" : "absent", ldt ? "present" : "absent");
         tc += v->tensor_core;
     }
     assert_true(tc > 0);

@@ -15,12 +15,14 @@ static const char *const dtype_names[] = {"fp32", "bf16", "fp16", "fp8_e4m3"};
 static void test_names_follow_the_scheme(void **state)
 {
     (void)state;
-    assert_int_equal(DCPK_ATTN_VARIANT_COUNT, 18);
+    assert_int_equal(DCPK_ATTN_VARIANT_COUNT, 25);
     for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT; i++) {
         const struct dcpk_attn_variant *v = dcpk_attn_variant_at(i);
         char want[64];
-        if (v->tensor_core)
+        if (v->tensor_core && v->shared_kv)
             snprintf(want, sizeof(want), "dcpk_attn__mla_tc_%s", dtype_names[v->dtype]);
+        else if (v->tensor_core)
+            snprintf(want, sizeof(want), "dcpk_attn__gqa_d%u_tc_%s", v->qk_dim, dtype_names[v->dtype]);
         else if (v->shared_kv)
             snprintf(want, sizeof(want), "dcpk_attn__mla_%s", dtype_names[v->dtype]);
         else
@@ -41,15 +43,21 @@ static void test_find_supported_shapes_only(void **state)
             assert_int_equal(v->qk_dim, dims[i]);
             assert_int_equal(v->dtype, dt);
             assert_false(v->shared_kv);
+            /* Tensor cores for bf16/fp16 KV at every head dim, SIMT otherwise. */
+            char want[64];
+            snprintf(want, sizeof(want), "dcpk_attn__gqa_d%u%s_%s", dims[i],
+                     dt == DCPK_BF16 || dt == DCPK_FP16 ? "_tc" : "", dtype_names[dt]);
+            assert_string_equal(v->entry, want);
+            assert_int_equal(v->tensor_core, dt == DCPK_BF16 || dt == DCPK_FP16);
         }
         const struct dcpk_attn_variant *mla = dcpk_attn_variant_find(576, 512, 1, dt);
         assert_non_null(mla);
         assert_true(mla->shared_kv);
-        /* Tensor cores for the MMA input types, the SIMT entry (the reference path) otherwise. */
-        assert_int_equal(mla->tensor_core, dt == DCPK_BF16 || dt == DCPK_FP16);
+        /* Tensor cores for the MMA input types and fp8 (widened to bf16), SIMT for fp32. */
+        assert_int_equal(mla->tensor_core, dt != DCPK_FP32);
         assert_string_equal(mla->entry + strlen("dcpk_attn__"),
                             dt == DCPK_BF16 ? "mla_tc_bf16" : dt == DCPK_FP16 ? "mla_tc_fp16"
-                                            : dt == DCPK_FP32 ? "mla_fp32" : "mla_fp8_e4m3");
+                                            : dt == DCPK_FP32 ? "mla_fp32" : "mla_tc_fp8_e4m3");
         assert_null(dcpk_attn_variant_find(576, 512, 0, dt)); /* MLA shape with separate V */
         assert_null(dcpk_attn_variant_find(128, 128, 1, dt));
         assert_null(dcpk_attn_variant_find(96, 96, 0, dt));
@@ -78,12 +86,33 @@ static void test_shared_memory_plan(void **state)
     for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT; i++) {
         const struct dcpk_attn_variant *v = dcpk_attn_variant_at(i);
         const uint32_t es = dcpk_dtype_size(v->dtype);
+        if (v->tensor_core && !v->shared_kv) {
+            /* GQA: 3-4 stages of unpadded (swizzled) K and V tiles, 16 keys per warp;
+             * Q fragments per lane; per-warp P^T tiles and softmax states; the warps'
+             * fp32 outputs fit in the KV ring at the end; 16 bytes for the pass's
+             * first sanitized key (the NaN policy, docs/design.md §4). */
+            const uint32_t warps = v->threads / 32, stage = 2 * v->tile_tokens * v->qk_dim * es;
+            const uint32_t stages = stage <= 16384 ? 4 : 3;
+            assert_int_equal(v->tile_tokens, 16 * warps);
+            assert_int_equal(v->rows % 8, 0);
+            assert_int_equal(v->qk_dim * es / 16 % 8, 0);
+            const uint32_t want = stages * stage + 32 * (v->qk_dim / 16) * (v->rows / 8) * 16 +
+                                  warps * (v->rows / 8) * 512 + warps * v->rows * 8 + 16;
+            assert_int_equal(v->smem_bytes, want);
+            assert_true(warps * v->rows * (v->qk_dim + 4) * 4 <= stages * stage);
+            /* Two blocks per SM on sm_90 (227 KiB), one on the A100. */
+            assert_true(2 * v->smem_bytes <= 232448);
+            continue;
+        }
         if (v->tensor_core) {
-            /* K tiles with one pad chunk per row, 4 partial score tiles per row group, Q fragments. */
+            /* K tiles with one pad chunk per row (fp8: one bf16 tile and two raw fp8 ones),
+             * 4 partial score tiles per row group, Q fragments. */
             const uint32_t quarters = v->threads / 32 / (v->rows / 16);
             assert_int_equal(quarters, 4);
-            assert_int_equal((v->qk_dim * es / 16 + 1) % 2, 1);
-            const uint32_t want = 2 * v->tile_tokens * (v->qk_dim * es / 16 + 1) * 16 +
+            assert_int_equal((v->qk_dim * 2 / 16 + 1) % 2, 1);
+            const uint32_t k_bytes = es == 1 ? v->tile_tokens * (v->qk_dim * 2 / 16 + 1) * 16 + 2 * v->tile_tokens * v->qk_dim
+                                             : 2 * v->tile_tokens * (v->qk_dim * es / 16 + 1) * 16;
+            const uint32_t want = k_bytes +
                                   v->rows * v->tile_tokens * quarters * 4 + 2 * v->threads * (v->qk_dim / quarters / 16) * 16;
             assert_int_equal(v->smem_bytes, want);
             assert_true(v->smem_bytes <= 166912);

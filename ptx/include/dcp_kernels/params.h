@@ -75,11 +75,13 @@ DCPK_STATIC_ASSERT(sizeof(struct dcpk_kv_append_params) == 72, "kv_append ABI");
  * so every split count and both DCP merges give the same NaN row. Keys a row does
  * not see (causal mask, other sequences, pages past the length) never reach it.
  *
- * precision (dcpk_precision) says how the tensor-core entries (variants.h,
+ * precision (dcpk_precision) says how the tensor-core MLA entries (variants.h,
  * tensor_core = 1) round their operands: fast multiplies bf16/fp16 copies of the
  * scaled queries and of the probabilities, exact splits each into hi + lo parts
- * (two mma per product) and stays within 1e-4 of exact arithmetic. The SIMT
- * entries and the CPU implementation compute in fp32 and ignore it.
+ * (two mma per product) and stays within 1e-4 of exact arithmetic. The tensor-core
+ * GQA entries always split (memory-bound, the second mma is free there), the SIMT
+ * entries and the CPU implementation compute in fp32: all of them ignore it
+ * (an unknown value is still refused).
  */
 enum dcpk_precision {
     DCPK_PRECISION_FAST = 0,  ///< bf16/fp16 Q and P operands (runtime.cuda.precision: fast).

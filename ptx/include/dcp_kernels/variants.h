@@ -53,13 +53,26 @@
  * Tensor-core attention entries (mma.sync m16n8k16, ldmatrix), same row format;
  * only the dtypes the MMA takes as inputs. dcpk_attn_variant_find prefers them
  * over the SIMT entry of the same shape and dtype, which stays the reference
- * path for everything they do not cover (fp32 and fp8 KV, GQA). Their operand
- * rounding is dcpk_attn_params.precision (params.h).
- *   mla_tc: rows = 32 (two m16 row groups of 4 warps each), tile_tokens = 32.
+ * path for everything they do not cover (fp32 KV; fp8 KV for GQA).
+ *   mla_tc:   rows = 32 (two m16 row groups of 4 warps each), tile_tokens = 32;
+ *             operand rounding as dcpk_attn_params.precision says (params.h);
+ *             fp8 e4m3 KV is widened (exactly) to bf16 in shared memory.
+ *   gqa_dD_tc: rows (heads x query tokens) in the MMA's N, 8 per n-tile; each warp
+ *             owns 16 keys of a tile (tile_tokens = 16 x warps); Q and P always
+ *             split hi + lo (exact; precision is ignored: the entry is memory-bound).
  */
-#define DCPK_ATTN_TC_VARIANTS(X)                         \
+#define DCPK_ATTN_MLA_TC_VARIANTS(X)                        \
     X(mla_tc, 576, 512, 1, 256, 32, 32, bf16, DCPK_BF16, 2) \
-    X(mla_tc, 576, 512, 1, 256, 32, 32, fp16, DCPK_FP16, 2)
+    X(mla_tc, 576, 512, 1, 256, 32, 32, fp16, DCPK_FP16, 2) \
+    X(mla_tc, 576, 512, 1, 256, 32, 32, fp8_e4m3, DCPK_FP8_E4M3, 1)
+#define DCPK_ATTN_GQA_TC_VARIANTS(X)                              \
+    X(gqa_d64_tc, 64, 64, 0, 128, 32, 64, bf16, DCPK_BF16, 2)     \
+    X(gqa_d64_tc, 64, 64, 0, 128, 32, 64, fp16, DCPK_FP16, 2)     \
+    X(gqa_d128_tc, 128, 128, 0, 128, 16, 64, bf16, DCPK_BF16, 2)  \
+    X(gqa_d128_tc, 128, 128, 0, 128, 16, 64, fp16, DCPK_FP16, 2)  \
+    X(gqa_d256_tc, 256, 256, 0, 64, 8, 32, bf16, DCPK_BF16, 2)    \
+    X(gqa_d256_tc, 256, 256, 0, 64, 8, 32, fp16, DCPK_FP16, 2)
+#define DCPK_ATTN_TC_VARIANTS(X) DCPK_ATTN_MLA_TC_VARIANTS(X) DCPK_ATTN_GQA_TC_VARIANTS(X)
 
 /* ---- shared-memory plan of an attention entry ---------------------------- */
 /* The kernel carves its dynamic shared memory with these same macros.          */
@@ -107,8 +120,14 @@
  * count, so the 8 rows an ldmatrix matrix reads fall into 8 different bank groups.
  */
 #define DCPK_ATTN_TC_ROW_CHUNKS(qk, esize) (DCPK_ATTN_CHUNKS(qk, esize) + 1u)
-/** Bytes of the double-buffered K tiles (V is read from them). */
-#define DCPK_ATTN_TC_SMEM_K(qk, esize, tile) (2u * (tile) * DCPK_ATTN_TC_ROW_CHUNKS(qk, esize) * 16u)
+/**
+ * Bytes of the double-buffered K tiles (V is read from them). fp8 (esize 1): one
+ * bf16 tile the MMAs read, and the double-buffered raw fp8 rows (unpadded) the
+ * copies land in, each thread widening its own copies into the bf16 tile.
+ */
+#define DCPK_ATTN_TC_SMEM_K(qk, esize, tile)                                                  \
+    ((esize) == 1u ? (tile) * DCPK_ATTN_TC_ROW_CHUNKS(qk, 2u) * 16u + 2u * (tile) * (qk)   \
+                   : 2u * (tile) * DCPK_ATTN_TC_ROW_CHUNKS(qk, esize) * 16u)
 /** Bytes of the fp32 partial scores the warps of a row group exchange. */
 #define DCPK_ATTN_TC_SMEM_X(threads, rows, tile) ((rows) * (tile) * DCPK_ATTN_TC_QUARTERS(threads, rows) * 4u)
 /**
@@ -116,10 +135,39 @@
  * quad per k-step of its depth slice), rounded and residues, kept out of registers.
  */
 #define DCPK_ATTN_TC_SMEM_Q(qk, threads, rows) (2u * (threads) * ((qk) / DCPK_ATTN_TC_QUARTERS(threads, rows) / 16u) * 16u)
-/** Dynamic shared memory of a tensor-core entry, in bytes. */
+/** Dynamic shared memory of a tensor-core MLA entry, in bytes. */
 #define DCPK_ATTN_TC_SMEM_BYTES(qk, esize, threads, rows, tile) \
     (DCPK_ATTN_TC_SMEM_K(qk, esize, tile) + DCPK_ATTN_TC_SMEM_X(threads, rows, tile) + \
      DCPK_ATTN_TC_SMEM_Q(qk, threads, rows))
+
+/* ---- shared-memory plan of a tensor-core GQA entry ----------------------- */
+
+/**
+ * cp.async pipeline depth: 4 stages when one stage (the K and V tiles) is at most
+ * 16 KiB, else 3, so a block stays under about 110 KiB (two per H100 SM).
+ */
+#define DCPK_ATTN_GQA_TC_STAGES(d, esize, tile) ((tile) * (d) * (esize) * 2u <= 16384u ? 4u : 3u)
+/**
+ * Bytes of the K and V tiles of every stage, rows unpadded: 16-byte chunk c of
+ * row r sits at chunk c ^ (r % 8) of the row (an XOR swizzle), so the 8 rows an
+ * ldmatrix matrix reads fall into 8 different bank groups.
+ */
+#define DCPK_ATTN_GQA_TC_SMEM_KV(d, esize, tile) (DCPK_ATTN_GQA_TC_STAGES(d, esize, tile) * 2u * (tile) * (d) * (esize))
+/** Bytes of the query B fragments (hi, lo) of one pass: one 16-byte quad per lane, k-step and n-tile. */
+#define DCPK_ATTN_GQA_TC_SMEM_Q(d, rows) (32u * ((d) / 16u) * ((rows) / 8u) * 16u)
+/** Bytes of the per-warp P^T transposition tiles: 16 keys x 8 rows x (hi, lo) per n-tile. */
+#define DCPK_ATTN_GQA_TC_SMEM_P(threads, rows) ((threads) / 32u * ((rows) / 8u) * 512u)
+/** Bytes of the per-warp softmax states (running max, sum) the warps combine at the end. */
+#define DCPK_ATTN_GQA_TC_SMEM_ML(threads, rows) ((threads) / 32u * (rows) * 8u)
+/** Bytes of the pass's NaN slot: the first key whose value was sanitized (docs/design.md §4), padded. */
+#define DCPK_ATTN_GQA_TC_SMEM_NAN 16u
+/** Floats per row of the per-warp fp32 output tiles the warps combine (in the KV tiles' space). */
+#define DCPK_ATTN_GQA_TC_O_STRIDE(d) ((d) + 4u)
+/** Dynamic shared memory of a tensor-core GQA entry, in bytes. */
+#define DCPK_ATTN_GQA_TC_SMEM_BYTES(d, esize, threads, rows, tile)                                   \
+    (DCPK_ATTN_GQA_TC_SMEM_KV(d, esize, tile) + DCPK_ATTN_GQA_TC_SMEM_Q(d, rows) +                   \
+     DCPK_ATTN_GQA_TC_SMEM_P(threads, rows) + DCPK_ATTN_GQA_TC_SMEM_ML(threads, rows) +               \
+     DCPK_ATTN_GQA_TC_SMEM_NAN)
 
 /* ---- host-side view ------------------------------------------------------- */
 
@@ -147,20 +195,26 @@ static inline const struct dcpk_attn_variant *dcpk_attn_variant_at(uint32_t i)
 #define DCPK_ATTN_ROW_(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize) \
     {"dcpk_attn__" #layout "_" #dt, qk, v, shared, dtype, threads, rows, tile,       \
      DCPK_ATTN_SMEM_BYTES(qk, v, shared, esize, threads, rows, tile), 0},
-#define DCPK_ATTN_TC_ROW_(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize) \
-    {"dcpk_attn__" #layout "_" #dt, qk, v, shared, dtype, threads, rows, tile,          \
+#define DCPK_ATTN_MLA_TC_ROW_(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize) \
+    {"dcpk_attn__" #layout "_" #dt, qk, v, shared, dtype, threads, rows, tile,              \
      DCPK_ATTN_TC_SMEM_BYTES(qk, esize, threads, rows, tile), 1},
+#define DCPK_ATTN_GQA_TC_ROW_(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize) \
+    {"dcpk_attn__" #layout "_" #dt, qk, v, shared, dtype, threads, rows, tile,              \
+     DCPK_ATTN_GQA_TC_SMEM_BYTES(qk, esize, threads, rows, tile), 1},
+    /* In DCPK_ATTN_TC_VARIANTS's order: MLA, then GQA. */
     static const struct dcpk_attn_variant table[] = {DCPK_ATTN_VARIANTS(DCPK_ATTN_ROW_)
-                                                         DCPK_ATTN_TC_VARIANTS(DCPK_ATTN_TC_ROW_)};
+                                                         DCPK_ATTN_MLA_TC_VARIANTS(DCPK_ATTN_MLA_TC_ROW_)
+                                                             DCPK_ATTN_GQA_TC_VARIANTS(DCPK_ATTN_GQA_TC_ROW_)};
 #undef DCPK_ATTN_ROW_
-#undef DCPK_ATTN_TC_ROW_
+#undef DCPK_ATTN_MLA_TC_ROW_
+#undef DCPK_ATTN_GQA_TC_ROW_
     return i < DCPK_ATTN_VARIANT_COUNT ? &table[i] : (const struct dcpk_attn_variant *)0;
 }
 
 /**
  * The attention entry for a call: shared_kv selects MLA (qk 576, v 512), otherwise
  * qk_dim == v_dim must be 64, 128 or 256. A tensor-core entry when one computes the
- * shape and dtype (MLA bf16/fp16), else the SIMT one. NULL when no entry computes
+ * shape and dtype (bf16/fp16 KV, every shape), else the SIMT one. NULL when no entry computes
  * it (the caller reports the unsupported shape; the CPU backend has no such limit).
  */
 static inline const struct dcpk_attn_variant *dcpk_attn_variant_find(uint32_t qk_dim, uint32_t v_dim,

@@ -122,11 +122,15 @@ static void describe_libraries(const struct cuda_engine *ce, char *buf, size_t s
 }
 
 /* What arithmetic the attention entry does, for the detail line: the tensor-core
- * entries round their operands as runtime.cuda.precision says, the others are fp32. */
+ * MLA entry rounds its operands as runtime.cuda.precision says, the tensor-core
+ * GQA entries always split them (memory-bound: the key does not apply), the
+ * others are fp32. */
 static const char *attn_arithmetic(const struct dcpk_attn_variant *v, const struct dcp_engine *e)
 {
     if (!v->tensor_core)
         return "SIMT fp32";
+    if (!v->shared_kv)
+        return "tensor cores, hi/lo Q and P (always; runtime.cuda.precision not used)";
     return e->cfg->runtime.cuda.precision == DCP_CUDA_PRECISION_EXACT ? "tensor cores, precision exact: hi/lo Q and P"
                                                                         : "tensor cores, precision fast: bf16/fp16 Q and P";
 }
