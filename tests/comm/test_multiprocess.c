@@ -227,7 +227,7 @@ static int child_run(const char *case_name, const char *out_prefix)
     }
     dcp_engine_get_info(r.engine, &r.info);
     const uint32_t first = dcp_rank_tp_rank(dcp_engine_rank(r.engine, 0));
-    const bool launched = getenv("RANK") || getenv("SLURM_PROCID");
+    const bool launched = getenv("RANK") || getenv("SLURM_PROCID") || getenv("DCP_RANK");
     int status = 0;
     if (r.info.num_local_ranks != (launched ? 1u : n) || strcmp(r.info.backend, "cuda"))
         status = child_fail("%s: %u local ranks on %s (%s), expected %u on cuda", case_name,
