@@ -1,25 +1,39 @@
 /*
- * fake_nccl.c: the libnccl.so.2 double's configuration, unique ids,
- * communicators (non-blocking initialisation, finalize, destroy, abort),
- * asynchronous errors, error strings and the link to the fake libcuda.
+ * fake_nccl.c: the libnccl.so.2 double's configuration, unique ids (shared-memory
+ * segments), communicators (non-blocking initialisation, finalize, destroy,
+ * abort), asynchronous errors, error strings and the link to the fake libcuda.
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fake_nccl.h"
 
 pthread_mutex_t fake_nccl_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t fake_nccl_stats_lock = PTHREAD_MUTEX_INITIALIZER;
 struct fake_nccl_config fake_nccl_cfg;
 struct fake_nccl_stats fake_nccl_counters;
 
+/* What an id holds: this prefix, then the segment's name. */
+static const char id_prefix[] = "fake-nccl shm ";
+
 static int configured;
-static struct fake_clique *cliques;
-static unsigned long ids_made;
+/* Segments this process created, unlinked when the double is unloaded (the names
+ * of cliques whose ranks never all came). */
+struct created_name {
+    char name[64];
+    struct created_name *next;
+};
+static struct created_name *created;
 static _Thread_local char thread_last_error[256];
 
 /* ------------------------------------------------------------------------- */
@@ -47,6 +61,7 @@ void fake_nccl_configure_once(void)
         fake_nccl_cfg.async_error = (unsigned long)env_number("FAKE_NCCL_ASYNC_ERROR", 0, 0, 1e12);
         fake_nccl_cfg.hang = (unsigned long)env_number("FAKE_NCCL_HANG", 0, 0, 1e12);
         fake_nccl_cfg.rendezvous_timeout = env_number("FAKE_NCCL_TIMEOUT", 60, 0.001, 1e6);
+        fake_nccl_cfg.staging_bytes = (size_t)env_number("FAKE_NCCL_SHM_BYTES", 8 << 20, 4096, 1 << 30);
         configured = 1;
     }
     pthread_mutex_unlock(&fake_nccl_lock);
@@ -80,7 +95,35 @@ ncclResult_t ncclGetVersion(int *version)
 }
 
 /* ------------------------------------------------------------------------- */
-/* Waiting. */
+/* Counters, locks and waiting. */
+
+void fake_nccl_count(unsigned long *counter, long delta)
+{
+    pthread_mutex_lock(&fake_nccl_stats_lock);
+    *counter += (unsigned long)delta;
+    pthread_mutex_unlock(&fake_nccl_stats_lock);
+}
+
+void fake_nccl_break(struct fake_clique *c)
+{
+    c->broken = 1;
+    pthread_cond_broadcast(&c->changed);
+}
+
+/* A holder of the clique's lock died: what it was changing is suspect. */
+static void owner_died(struct fake_clique *c)
+{
+    pthread_mutex_consistent(&c->lock);
+    fake_nccl_break(c);
+}
+
+void fake_nccl_lock_clique(struct fake_clique *c)
+{
+    if (pthread_mutex_lock(&c->lock) == EOWNERDEAD)
+        owner_died(c);
+}
+
+void fake_nccl_unlock_clique(struct fake_clique *c) { pthread_mutex_unlock(&c->lock); }
 
 void fake_nccl_deadline(struct timespec *deadline)
 {
@@ -91,14 +134,75 @@ void fake_nccl_deadline(struct timespec *deadline)
     deadline->tv_nsec = (long)((t - (double)deadline->tv_sec) * 1e9);
 }
 
+/* Whether process pid is gone (or a zombie nobody reaped yet). */
+static int process_exited(long pid)
+{
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+        return 1;
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')');
+    return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+/* A member whose process exited without leaving: its peers would wait for it forever. */
+static int member_died(const struct fake_clique *c)
+{
+    const long self = (long)getpid();
+    for (int r = 0; r < c->nranks && r < FAKE_NCCL_MAX_RANKS; r++) {
+        const struct fake_member *m = &c->member[r];
+        if (m->present && !m->left && m->pid != self && process_exited(m->pid))
+            return 1;
+    }
+    return 0;
+}
+
+static int before(const struct timespec *a, const struct timespec *b)
+{
+    return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
 int fake_nccl_wait(struct fake_clique *c, const struct timespec *deadline)
 {
     if (c->broken)
         return -1;
-    fake_nccl_counters.waiting++;
-    int r = pthread_cond_timedwait(&c->changed, &fake_nccl_lock, deadline);
-    fake_nccl_counters.waiting--;
-    return c->broken || r == ETIMEDOUT ? -1 : 0;
+    fake_nccl_count(&fake_nccl_counters.waiting, 1);
+    int result = -1;
+    for (;;) {
+        /* Wake up every 100 ms to look for peers whose process exited. */
+        struct timespec now, slice;
+        clock_gettime(CLOCK_REALTIME, &now);
+        slice = now;
+        slice.tv_nsec += 100000000L;
+        if (slice.tv_nsec >= 1000000000L) {
+            slice.tv_sec++;
+            slice.tv_nsec -= 1000000000L;
+        }
+        const int last = !before(&slice, deadline);
+        const int r = pthread_cond_timedwait(&c->changed, &c->lock, last ? deadline : &slice);
+        if (r == EOWNERDEAD)
+            owner_died(c);
+        if (c->broken)
+            break;
+        if (r != ETIMEDOUT) {
+            result = 0;
+            break;
+        }
+        if (last)
+            break;
+        if (member_died(c)) {
+            fake_nccl_break(c);
+            break;
+        }
+    }
+    fake_nccl_count(&fake_nccl_counters.waiting, -1);
+    return result;
 }
 
 /* ------------------------------------------------------------------------- */
@@ -180,70 +284,124 @@ static void release_stalls(struct ncclComm *comm)
 }
 
 /* ------------------------------------------------------------------------- */
-/* Unique ids and cliques. */
+/* Unique ids and cliques: shared-memory segments. */
+
+static size_t segment_bytes(size_t staging)
+{
+    return FAKE_NCCL_HEADER_BYTES + staging;
+}
+
+/* Lays out a new segment (nobody else knows its name yet). */
+static int init_clique(struct fake_clique *c, size_t map_bytes, size_t staging)
+{
+    pthread_mutexattr_t ma;
+    pthread_condattr_t ca;
+    int err = pthread_mutexattr_init(&ma);
+    if (err)
+        return err;
+    if (!(err = pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED)) &&
+        !(err = pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST)))
+        err = pthread_mutex_init(&c->lock, &ma);
+    pthread_mutexattr_destroy(&ma);
+    if (err || (err = pthread_condattr_init(&ca)))
+        return err;
+    if (!(err = pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED)))
+        err = pthread_cond_init(&c->changed, &ca);
+    pthread_condattr_destroy(&ca);
+    if (err)
+        return err;
+    c->map_bytes = map_bytes;
+    c->staging_bytes = staging;
+    c->magic = FAKE_NCCL_MAGIC;
+    return 0;
+}
+
+/* Creates a segment under a new random name (exclusively, mode 0600). */
+static ncclResult_t create_segment(char *name, size_t name_size)
+{
+    unsigned char random[16];
+    if (getrandom(random, sizeof(random), 0) != (ssize_t)sizeof(random))
+        return fake_nccl_fail(NULL, ncclSystemError, "ncclGetUniqueId: getrandom: %s", strerror(errno));
+    int n = snprintf(name, name_size, "/fake-nccl-%ld-", (long)getpid());
+    for (size_t i = 0; i < sizeof(random) && n + 2 < (int)name_size; i++)
+        n += snprintf(name + n, name_size - (size_t)n, "%02x", random[i]);
+    const size_t staging = fake_nccl_cfg.staging_bytes, bytes = segment_bytes(staging);
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0)
+        return fake_nccl_fail(NULL, ncclSystemError, "ncclGetUniqueId: shm_open %s: %s", name, strerror(errno));
+    void *map = MAP_FAILED;
+    int err = ftruncate(fd, (off_t)bytes) ? errno : 0;
+    if (!err && (map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
+        err = errno;
+    close(fd);
+    if (!err)
+        err = init_clique(map, bytes, staging);
+    if (map != MAP_FAILED)
+        munmap(map, bytes);
+    if (err) {
+        shm_unlink(name);
+        return fake_nccl_fail(NULL, ncclSystemError, "ncclGetUniqueId: shared segment %s: %s", name,
+                              strerror(err));
+    }
+    return ncclSuccess;
+}
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 {
     fake_nccl_configure_once();
     if (!id)
         return fake_nccl_fail(NULL, ncclInvalidArgument, "ncclGetUniqueId: NULL");
+    struct created_name *c = calloc(1, sizeof(*c));
+    if (!c)
+        return fake_nccl_fail(NULL, ncclSystemError, "out of memory");
+    ncclResult_t r = create_segment(c->name, sizeof(c->name));
+    if (r != ncclSuccess) {
+        free(c);
+        return r;
+    }
     memset(id, 0, sizeof(*id));
+    snprintf(id->internal, sizeof(id->internal), "%s%s", id_prefix, c->name);
     pthread_mutex_lock(&fake_nccl_lock);
-    unsigned long n = ++ids_made;
+    c->next = created;
+    created = c;
     pthread_mutex_unlock(&fake_nccl_lock);
-    snprintf(id->internal, sizeof(id->internal), "fake-nccl pid %ld id %lu", (long)getpid(), n);
     return ncclSuccess;
 }
 
-static struct fake_clique *find_clique(const ncclUniqueId *id)
+/* Maps the segment an id names into comm. */
+static ncclResult_t open_clique(struct ncclComm *comm, const ncclUniqueId *id)
 {
-    for (struct fake_clique *c = cliques; c; c = c->next)
-        if (memcmp(c->key, id->internal, sizeof(c->key)) == 0)
-            return c;
-    return NULL;
+    const size_t prefix = sizeof(id_prefix) - 1;
+    if (memcmp(id->internal, id_prefix, prefix) || !memchr(id->internal, '\0', sizeof(id->internal)))
+        return fake_nccl_fail(NULL, ncclInvalidArgument, "not a unique id of the fake NCCL");
+    snprintf(comm->name, sizeof(comm->name), "%s", id->internal + prefix);
+    int fd = shm_open(comm->name, O_RDWR, 0);
+    if (fd < 0)
+        return fake_nccl_fail(NULL, ncclInvalidUsage, "fake NCCL: clique %s: %s (its ranks all joined "
+                              "already, or it is gone)", comm->name, strerror(errno));
+    struct stat st;
+    void *map = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && (size_t)st.st_size >= FAKE_NCCL_HEADER_BYTES)
+        map = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED)
+        return fake_nccl_fail(NULL, ncclSystemError, "fake NCCL: cannot map clique %s", comm->name);
+    struct fake_clique *c = map;
+    if (c->magic != FAKE_NCCL_MAGIC || c->map_bytes != (size_t)st.st_size) {
+        munmap(map, (size_t)st.st_size);
+        return fake_nccl_fail(NULL, ncclInvalidArgument, "fake NCCL: %s is not a clique", comm->name);
+    }
+    comm->clique = c;
+    return ncclSuccess;
 }
 
-static void free_clique(struct fake_clique *c)
+/* The name is needed only until every rank has the segment mapped (clique lock held). */
+static void unlink_name(struct ncclComm *comm)
 {
-    for (struct fake_clique **pc = &cliques; *pc; pc = &(*pc)->next) {
-        if (*pc == c) {
-            *pc = c->next;
-            break;
-        }
+    if (!comm->clique->unlinked) {
+        shm_unlink(comm->name);
+        comm->clique->unlinked = 1;
     }
-    while (c->messages) {
-        struct fake_message *m = c->messages;
-        c->messages = m->next;
-        free(m);
-    }
-    pthread_cond_destroy(&c->changed);
-    free(c->present);
-    free(c->slots);
-    free(c->send_seq);
-    free(c->recv_seq);
-    free(c);
-}
-
-static struct fake_clique *new_clique(const ncclUniqueId *id, int nranks)
-{
-    struct fake_clique *c = calloc(1, sizeof(*c));
-    if (!c)
-        return NULL;
-    size_t pairs = (size_t)nranks * (size_t)nranks;
-    c->present = calloc((size_t)nranks, sizeof(*c->present));
-    c->slots = calloc((size_t)nranks, sizeof(*c->slots));
-    c->send_seq = calloc(pairs, sizeof(*c->send_seq));
-    c->recv_seq = calloc(pairs, sizeof(*c->recv_seq));
-    pthread_cond_init(&c->changed, NULL);
-    if (!c->present || !c->slots || !c->send_seq || !c->recv_seq) {
-        free_clique(c);
-        return NULL;
-    }
-    memcpy(c->key, id->internal, sizeof(c->key));
-    c->nranks = nranks;
-    c->next = cliques;
-    cliques = c;
-    return c;
 }
 
 /* ------------------------------------------------------------------------- */
@@ -254,9 +412,12 @@ void fake_nccl_enter(struct ncclComm *comm) { comm->busy++; }
 static void free_comm(struct ncclComm *comm)
 {
     struct fake_clique *c = comm->clique;
+    fake_nccl_lock_clique(c);
     if (--c->members == 0)
-        free_clique(c);
-    fake_nccl_counters.live_comms--;
+        unlink_name(comm);
+    fake_nccl_unlock_clique(c);
+    munmap(c, c->map_bytes);
+    fake_nccl_count(&fake_nccl_counters.live_comms, -1);
     free(comm);
 }
 
@@ -285,24 +446,32 @@ static ncclResult_t config_blocking(const ncclConfig_t *config, int *blocking)
     return ncclSuccess;
 }
 
-/* Joins rank to the clique of id (lock held). */
-static ncclResult_t join(struct ncclComm *comm, int nranks, const ncclUniqueId *id, int rank)
+/* Joins rank to its clique (clique lock held). */
+static ncclResult_t join(struct ncclComm *comm, int nranks, int rank)
 {
-    struct fake_clique *c = find_clique(id);
-    if (c && c->nranks != nranks)
+    struct fake_clique *c = comm->clique;
+    if (c->nranks == 0) {
+        /* One staging area per rank, 64-byte aligned. */
+        c->rank_staging = c->staging_bytes / (size_t)nranks & ~(size_t)63;
+        if (c->rank_staging < 64)
+            return fake_nccl_fail(NULL, ncclInvalidArgument, "fake NCCL: %zu staging bytes are too few "
+                                  "for %d ranks (FAKE_NCCL_SHM_BYTES)", c->staging_bytes, nranks);
+        c->nranks = nranks;
+    }
+    if (c->nranks != nranks)
         return fake_nccl_fail(NULL, ncclInvalidArgument, "rank %d says %d ranks, others %d", rank,
                               nranks, c->nranks);
-    if (c && c->present[rank])
+    if (c->member[rank].present)
         return fake_nccl_fail(NULL, ncclInvalidUsage, "rank %d joined twice", rank);
-    if (!c && !(c = new_clique(id, nranks)))
-        return fake_nccl_fail(NULL, ncclSystemError, "out of memory");
-    c->present[rank] = 1;
+    c->member[rank].present = 1;
+    c->member[rank].pid = (long)getpid();
     c->joined++;
     c->members++;
-    comm->clique = c;
+    if (c->joined == c->nranks)
+        unlink_name(comm);
     comm->rank = rank;
-    fake_nccl_counters.comms_created++;
-    fake_nccl_counters.live_comms++;
+    fake_nccl_count(&fake_nccl_counters.comms_created, 1);
+    fake_nccl_count(&fake_nccl_counters.live_comms, 1);
     pthread_cond_broadcast(&c->changed);
     return ncclSuccess;
 }
@@ -312,11 +481,17 @@ static ncclResult_t wait_for_all_ranks(struct ncclComm *comm)
     struct timespec deadline;
     fake_nccl_deadline(&deadline);
     struct fake_clique *c = comm->clique;
-    while (c->joined < c->nranks && !comm->aborted)
-        if (fake_nccl_wait(c, &deadline) && c->joined < c->nranks)
-            return fake_nccl_fail(comm, ncclSystemError, "fake NCCL: only %d of %d ranks joined",
-                                  c->joined, c->nranks);
-    return ncclSuccess;
+    fake_nccl_lock_clique(c);
+    ncclResult_t r = ncclSuccess;
+    while (c->joined < c->nranks && !c->member[comm->rank].left) {
+        if (fake_nccl_wait(c, &deadline) && c->joined < c->nranks) {
+            r = fake_nccl_fail(comm, ncclSystemError, "fake NCCL: only %d of %d ranks joined",
+                               c->joined, c->nranks);
+            break;
+        }
+    }
+    fake_nccl_unlock_clique(c);
+    return r;
 }
 
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id, int rank,
@@ -329,26 +504,39 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id
         return r;
     if (!out || nranks < 1 || rank < 0 || rank >= nranks)
         return fake_nccl_fail(NULL, ncclInvalidArgument, "rank %d of %d", rank, nranks);
+    if (nranks > FAKE_NCCL_MAX_RANKS)
+        return fake_nccl_fail(NULL, ncclInvalidArgument, "fake NCCL: %d ranks, at most %d", nranks,
+                              FAKE_NCCL_MAX_RANKS);
     struct ncclComm *comm = calloc(1, sizeof(*comm));
     if (!comm)
         return fake_nccl_fail(NULL, ncclSystemError, "out of memory");
     comm->blocking = blocking;
-    pthread_mutex_lock(&fake_nccl_lock);
-    r = join(comm, nranks, &id, rank);
+    if ((r = open_clique(comm, &id)) != ncclSuccess) {
+        free(comm);
+        return r;
+    }
+    struct fake_clique *c = comm->clique;
+    fake_nccl_lock_clique(c);
+    r = join(comm, nranks, rank);
+    const int all_joined = c->joined == c->nranks;
+    fake_nccl_unlock_clique(c);
     if (r != ncclSuccess) {
-        pthread_mutex_unlock(&fake_nccl_lock);
+        munmap(c, c->map_bytes);
         free(comm);
         return r;
     }
     *out = comm;
     if (blocking) {
+        pthread_mutex_lock(&fake_nccl_lock);
         fake_nccl_enter(comm);
+        pthread_mutex_unlock(&fake_nccl_lock);
         r = wait_for_all_ranks(comm);
+        pthread_mutex_lock(&fake_nccl_lock);
         fake_nccl_leave(comm);
-    } else if (comm->clique->joined < nranks) {
+        pthread_mutex_unlock(&fake_nccl_lock);
+    } else if (!all_joined) {
         r = ncclInProgress;
     }
-    pthread_mutex_unlock(&fake_nccl_lock);
     return r;
 }
 
@@ -357,11 +545,12 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async_error)
     if (!comm || !async_error)
         return fake_nccl_fail(NULL, ncclInvalidArgument, "ncclCommGetAsyncError: NULL");
     pthread_mutex_lock(&fake_nccl_lock);
-    if (comm->async_error != ncclSuccess)
-        *async_error = comm->async_error;
-    else
-        *async_error = comm->clique->joined < comm->clique->nranks ? ncclInProgress : ncclSuccess;
+    const ncclResult_t failed = comm->async_error;
+    fake_nccl_lock_clique(comm->clique);
+    const int ready = comm->clique->joined == comm->clique->nranks;
+    fake_nccl_unlock_clique(comm->clique);
     pthread_mutex_unlock(&fake_nccl_lock);
+    *async_error = failed != ncclSuccess ? failed : ready ? ncclSuccess : ncclInProgress;
     return ncclSuccess;
 }
 
@@ -395,11 +584,15 @@ static ncclResult_t retire(ncclComm_t comm, int abort)
         return fake_nccl_fail(NULL, ncclInvalidArgument, "NULL communicator");
     pthread_mutex_lock(&fake_nccl_lock);
     release_stalls(comm);
-    if (abort) {
-        comm->clique->broken = 1;
-        fake_nccl_counters.aborts++;
-    }
-    pthread_cond_broadcast(&comm->clique->changed);
+    struct fake_clique *c = comm->clique;
+    fake_nccl_lock_clique(c);
+    if (abort)
+        c->broken = 1;
+    c->member[comm->rank].left = 1;
+    pthread_cond_broadcast(&c->changed);
+    fake_nccl_unlock_clique(c);
+    if (abort)
+        fake_nccl_count(&fake_nccl_counters.aborts, 1);
     comm->aborted = 1;
     if (comm->busy == 0)
         free_comm(comm);
@@ -413,14 +606,20 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) { return retire(comm, 1); }
 
 void fake_nccl_get_stats(struct fake_nccl_stats *out)
 {
-    pthread_mutex_lock(&fake_nccl_lock);
+    pthread_mutex_lock(&fake_nccl_stats_lock);
     *out = fake_nccl_counters;
-    pthread_mutex_unlock(&fake_nccl_lock);
+    pthread_mutex_unlock(&fake_nccl_stats_lock);
 }
 
-/* Frees cliques a test left behind, so valgrind reports only the code under test. */
+/* Unlinks the segments this process created whose ranks never all joined, so
+ * nothing is left in /dev/shm, and frees the list (valgrind reports only the code
+ * under test). */
 __attribute__((destructor)) static void fake_nccl_unload(void)
 {
-    while (cliques)
-        free_clique(cliques);
+    while (created) {
+        struct created_name *c = created;
+        created = c->next;
+        shm_unlink(c->name);
+        free(c);
+    }
 }

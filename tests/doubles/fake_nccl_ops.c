@@ -4,16 +4,22 @@
  *
  * An operation first runs the work queued before it on its stream (it is ordered
  * after that work, and reads buffers that work writes). A collective publishes
- * its arguments, meets the other ranks at a barrier, computes its result into a
- * private buffer (so in-place calls are safe), meets them again and queues the
- * result's write on its stream, so the result lands in stream order: a consumer
- * on another stream sees it only if it waits for this stream. Reductions run in rank order, rounding to
- * the element type after each step (as a 16-bit ring sum does), so results are
- * deterministic. ncclSend/ncclRecv are queued between ncclGroupStart/End and run
- * at ncclGroupEnd: sends are posted to mailboxes, receives take them in order,
- * and the group ends when the peers have taken this rank's sends.
+ * its arguments in the clique's segment, then in rounds that fit the staging
+ * areas: each rank copies its part of the send buffer into its own staging area,
+ * the ranks meet at a barrier, each computes its part of the result from all
+ * staging areas into a private buffer (so in-place calls are safe), and they
+ * meet again. At the end each queues the result's write on its stream, so the
+ * result lands in stream order: a consumer on another stream sees it only if it
+ * waits for this stream. Reductions run in rank order, rounding to the element
+ * type after each step (as a 16-bit ring sum does), so results are
+ * deterministic, and the same whether the ranks are threads or processes.
+ * ncclSend/ncclRecv are queued between ncclGroupStart/End and run at
+ * ncclGroupEnd: sends are copied in pieces into the sender's staging area and
+ * posted, receives take each peer's pieces in order (any peer's first), and the
+ * group ends when the peers have taken this rank's sends.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -210,30 +216,33 @@ static union wide average(ncclDataType_t t, union wide sum, int n)
     return narrow(t, sum);
 }
 
-/* out[i] = reduction over ranks r (in order) of src[r][first + i]. */
-static void reduce(const struct fake_slot *slots, int n, size_t first, size_t count,
-                   ncclDataType_t t, ncclRedOp_t op, unsigned char *out)
+/* out[i] = reduction over ranks r (in order) of src[r][i]. */
+static void reduce(const unsigned char *const *src, int n, size_t count, ncclDataType_t t,
+                   ncclRedOp_t op, unsigned char *out)
 {
     size_t size = type_size(t);
     for (size_t i = 0; i < count; i++) {
-        size_t at = (first + i) * size;
-        union wide acc = load(t, (const unsigned char *)slots[0].send + at);
+        size_t at = i * size;
+        union wide acc = load(t, src[0] + at);
         for (int r = 1; r < n; r++)
-            acc = combine(t, op, acc, load(t, (const unsigned char *)slots[r].send + at));
+            acc = combine(t, op, acc, load(t, src[r] + at));
         if (op == ncclAvg)
             acc = average(t, acc, n);
-        store(t, out + i * size, acc);
+        store(t, out + at, acc);
     }
 }
 
 /* ------------------------------------------------------------------------- */
-/* Collectives (lock held). */
+/* Collectives. */
 
+/* Meets the other ranks (clique lock held). */
 static int barrier(struct fake_clique *c)
 {
     struct timespec deadline;
     fake_nccl_deadline(&deadline);
     unsigned long generation = c->generation;
+    if (c->broken)
+        return -1;
     if (++c->arrived == (unsigned long)c->nranks) {
         c->arrived = 0;
         c->generation++;
@@ -242,184 +251,321 @@ static int barrier(struct fake_clique *c)
     }
     while (c->generation == generation) {
         if (fake_nccl_wait(c, &deadline) && c->generation == generation) {
-            c->broken = 1; /* a peer is gone: nobody may wait for it again */
-            pthread_cond_broadcast(&c->changed);
+            fake_nccl_break(c); /* a peer is gone: nobody may wait for it again */
             return -1;
         }
     }
     return 0;
 }
 
+static int meet(struct fake_clique *c)
+{
+    fake_nccl_lock_clique(c);
+    int r = barrier(c);
+    fake_nccl_unlock_clique(c);
+    return r;
+}
+
 static int slots_agree(const struct fake_clique *c)
 {
-    for (int r = 1; r < c->nranks; r++)
-        if (c->slots[r].kind != c->slots[0].kind || c->slots[r].count != c->slots[0].count ||
-            c->slots[r].type != c->slots[0].type || c->slots[r].op != c->slots[0].op)
+    const struct fake_slot *s0 = &c->member[0].slot;
+    for (int r = 1; r < c->nranks; r++) {
+        const struct fake_slot *s = &c->member[r].slot;
+        if (s->kind != s0->kind || s->count != s0->count || s->type != s0->type || s->op != s0->op)
             return 0;
+    }
     return 1;
 }
 
-/* This rank's result of the collective everybody published, for recv. */
-static struct fake_landing *compute(const struct fake_clique *c, int rank, void *recv)
+/* Elements of each rank's send buffer, and the range of them this rank's result covers. */
+static size_t send_elements(const struct fake_op *op, int nranks, int rank, size_t *first, size_t *count)
 {
-    const struct fake_slot *s = &c->slots[rank];
-    size_t chunk = s->count * type_size(s->type);
-    struct fake_landing *l =
-        fake_nccl_landing(recv, s->kind == OP_ALLGATHER ? chunk * (size_t)c->nranks : chunk);
-    if (!l)
-        return NULL;
-    unsigned char *out = l->data;
-    if (s->kind == OP_ALLGATHER)
+    *first = op->kind == OP_REDUCESCATTER ? (size_t)rank * op->count : 0;
+    *count = op->count;
+    return op->kind == OP_REDUCESCATTER ? op->count * (size_t)nranks : op->count;
+}
+
+/* This rank's part of the result from everybody's elements [a, b) in staging. */
+static void compute_round(struct fake_clique *c, int rank, const struct fake_op *op, size_t a, size_t b,
+                          unsigned char *out)
+{
+    const size_t size = type_size(op->type);
+    if (op->kind == OP_ALLGATHER) {
         for (int r = 0; r < c->nranks; r++)
-            memcpy(out + (size_t)r * chunk, c->slots[r].send, chunk);
-    else if (s->kind == OP_REDUCESCATTER)
-        reduce(c->slots, c->nranks, (size_t)rank * s->count, s->count, s->type, s->op, out);
-    else
-        reduce(c->slots, c->nranks, 0, s->count, s->type, s->op, out);
-    return l;
+            memcpy(out + ((size_t)r * op->count + a) * size, fake_nccl_staging(c, r), (b - a) * size);
+        return;
+    }
+    size_t first, count;
+    send_elements(op, c->nranks, rank, &first, &count);
+    const size_t lo = a > first ? a : first, hi = b < first + count ? b : first + count;
+    if (lo >= hi)
+        return;
+    const unsigned char *src[FAKE_NCCL_MAX_RANKS];
+    for (int r = 0; r < c->nranks; r++)
+        src[r] = fake_nccl_staging(c, r) + (lo - a) * size;
+    reduce(src, c->nranks, hi - lo, op->type, op->op, out + (lo - first) * size);
 }
 
 static ncclResult_t peers_gone(struct ncclComm *comm)
 {
     return fake_nccl_fail(comm, ncclRemoteError,
-                          "fake NCCL: a peer aborted or did not arrive within %g s",
+                          "fake NCCL: a peer aborted, exited or did not arrive within %g s",
                           fake_nccl_cfg.rendezvous_timeout);
 }
 
 static ncclResult_t collective(struct ncclComm *comm, const struct fake_op *op)
 {
     struct fake_clique *c = comm->clique;
-    c->slots[comm->rank] = (struct fake_slot){op->kind, op->send, op->count, op->type, op->op};
-    if (barrier(c))
-        return peers_gone(comm);
+    const size_t size = type_size(op->type), per_round = c->rank_staging / size;
+    size_t first, count;
+    const size_t elements = send_elements(op, c->nranks, comm->rank, &first, &count);
+    struct fake_landing *result = fake_nccl_landing(
+        op->recv, op->kind == OP_ALLGATHER ? op->count * size * (size_t)c->nranks : count * size);
+    fake_nccl_lock_clique(c);
+    c->member[comm->rank].slot = (struct fake_slot){op->kind, op->count, op->type, op->op};
+    if (!result) /* the peers must not wait for this rank */
+        fake_nccl_break(c);
+    fake_nccl_unlock_clique(c);
+    if (!result)
+        return fake_nccl_fail(comm, ncclSystemError, "fake NCCL: out of memory");
     ncclResult_t r = ncclSuccess;
-    struct fake_landing *result = NULL;
-    if (!slots_agree(c))
-        r = fake_nccl_fail(comm, ncclInvalidUsage, "fake NCCL: ranks called different "
-                           "collectives (kind, count, type or op differ)");
-    else if (!(result = compute(c, comm->rank, op->recv)))
-        r = fake_nccl_fail(comm, ncclSystemError, "fake NCCL: out of memory");
-    if (barrier(c)) {
-        free(result);
-        return peers_gone(comm);
-    }
-    if (result)
+    unsigned char *mine = fake_nccl_staging(c, comm->rank);
+    size_t a = 0;
+    do {
+        const size_t b = elements - a < per_round ? elements : a + per_round;
+        memcpy(mine, (const unsigned char *)op->send + a * size, (b - a) * size);
+        if (meet(c)) {
+            r = peers_gone(comm);
+            break;
+        }
+        /* Everybody published before the first barrier and nobody changes a slot
+         * before the last one: all ranks see the same disagreement and stop. */
+        if (a == 0 && !slots_agree(c))
+            r = fake_nccl_fail(comm, ncclInvalidUsage, "fake NCCL: ranks called different "
+                               "collectives (kind, count, type or op differ)");
+        else
+            compute_round(c, comm->rank, op, a, b, result->data);
+        if (meet(c)) {
+            r = peers_gone(comm);
+            break;
+        }
+        a = b;
+    } while (r == ncclSuccess && a < elements);
+    if (r == ncclSuccess)
         fake_nccl_land(op->stream, result);
+    else
+        free(result);
     return r;
 }
 
 /* ------------------------------------------------------------------------- */
-/* Point-to-point (lock held). */
+/* Point-to-point (one group's sends and receives). */
 
-static ncclResult_t post_send(struct ncclComm *comm, const struct fake_op *op)
-{
-    struct fake_clique *c = comm->clique;
-    struct fake_message *m = calloc(1, sizeof(*m));
-    if (!m)
-        return fake_nccl_fail(comm, ncclSystemError, "fake NCCL: out of memory");
-    m->src = comm->rank;
-    m->dst = op->peer;
-    m->seq = c->send_seq[(size_t)m->src * (size_t)c->nranks + (size_t)m->dst]++;
-    m->buf = op->send;
-    m->bytes = op->count * type_size(op->type);
-    m->next = c->messages;
-    c->messages = m;
-    pthread_cond_broadcast(&c->changed);
-    return ncclSuccess;
-}
+/* Where a group stands: the next piece to send, each receive's progress. */
+struct exchange {
+    struct ncclComm *comm;
+    const struct fake_op *ops;
+    size_t n;
+    size_t next_send, sent; /* op index, bytes of it posted */
+    size_t used;            /* staging bytes holding posted pieces */
+    struct fake_landing **landing; /* [n], receives only */
+    size_t *got;            /* [n] */
+    unsigned char *done;    /* [n] */
+};
 
-static struct fake_message *find_message(const struct fake_clique *c, int src, int dst,
-                                         unsigned long seq)
+static int posts_pending(const struct fake_member *m)
 {
-    for (struct fake_message *m = c->messages; m; m = m->next)
-        if (m->src == src && m->dst == dst && m->seq == seq)
-            return m;
-    return NULL;
-}
-
-static ncclResult_t receive(struct ncclComm *comm, const struct fake_op *op)
-{
-    struct fake_clique *c = comm->clique;
-    unsigned long seq = c->recv_seq[(size_t)op->peer * (size_t)c->nranks + (size_t)comm->rank]++;
-    struct timespec deadline;
-    fake_nccl_deadline(&deadline);
-    struct fake_message *m;
-    while (!(m = find_message(c, op->peer, comm->rank, seq)))
-        if (fake_nccl_wait(c, &deadline) && !find_message(c, op->peer, comm->rank, seq))
-            return peers_gone(comm);
-    size_t bytes = op->count * type_size(op->type);
-    ncclResult_t r = ncclSuccess;
-    struct fake_landing *l = NULL;
-    if (m->bytes != bytes)
-        r = fake_nccl_fail(comm, ncclInvalidUsage, "fake NCCL: rank %d receives %zu bytes from "
-                           "rank %d, which sends %zu", comm->rank, bytes, op->peer, m->bytes);
-    else if (!(l = fake_nccl_landing(op->recv, bytes)))
-        r = fake_nccl_fail(comm, ncclSystemError, "fake NCCL: out of memory");
-    else {
-        memcpy(l->data, m->buf, bytes);
-        fake_nccl_land(op->stream, l);
-    }
-    m->consumed = 1;
-    pthread_cond_broadcast(&c->changed);
-    return r;
-}
-
-static int sends_pending(const struct fake_clique *c, int rank)
-{
-    for (const struct fake_message *m = c->messages; m; m = m->next)
-        if (m->src == rank && !m->consumed)
+    for (int i = 0; i < FAKE_NCCL_MAX_POSTS; i++)
+        if (m->posts[i].state == POST_READY)
             return 1;
     return 0;
 }
 
-/* Waits until the peers took this rank's sends (their buffers stay in use until
- * then), and drops those messages. */
-static ncclResult_t finish_sends(struct ncclComm *comm)
+/* Frees this rank's pieces once every one was taken (clique lock held). */
+static void reclaim(struct exchange *x, struct fake_member *m)
 {
+    if (posts_pending(m))
+        return;
+    for (int i = 0; i < FAKE_NCCL_MAX_POSTS; i++)
+        m->posts[i].state = POST_FREE;
+    x->used = 0;
+}
+
+static struct fake_post *free_post(struct fake_member *m)
+{
+    for (int i = 0; i < FAKE_NCCL_MAX_POSTS; i++)
+        if (m->posts[i].state == POST_FREE)
+            return &m->posts[i];
+    return NULL;
+}
+
+/* Posts what fits of the sends (clique lock held); 1 if it posted anything. */
+static int post_sends(struct exchange *x)
+{
+    struct fake_clique *c = x->comm->clique;
+    struct fake_member *m = &c->member[x->comm->rank];
+    int progress = 0;
+    for (; x->next_send < x->n; x->next_send++, x->sent = 0) {
+        const struct fake_op *op = &x->ops[x->next_send];
+        if (op->kind != OP_SEND)
+            continue;
+        const size_t bytes = op->count * type_size(op->type);
+        do {
+            const size_t room = c->rank_staging - x->used, left = bytes - x->sent;
+            const size_t piece = left < room ? left : room;
+            struct fake_post *p = free_post(m);
+            if ((left && !piece) || !p)
+                return progress; /* full until the peers take some */
+            memcpy(fake_nccl_staging(c, x->comm->rank) + x->used, (const unsigned char *)op->send + x->sent,
+                   piece);
+            *p = (struct fake_post){POST_READY, op->peer, x->sent + piece == bytes,
+                                    x->comm->send_seq[op->peer]++, x->used, piece, bytes};
+            x->used += piece;
+            x->sent += piece;
+            progress = 1;
+        } while (x->sent < bytes);
+    }
+    return progress;
+}
+
+static struct fake_post *find_post(struct fake_member *src, int dst, unsigned long seq)
+{
+    for (int i = 0; i < FAKE_NCCL_MAX_POSTS; i++)
+        if (src->posts[i].state == POST_READY && src->posts[i].dst == dst && src->posts[i].seq == seq)
+            return &src->posts[i];
+    return NULL;
+}
+
+/* Takes the pieces that arrived for this rank's receives, each peer's in order
+ * (clique lock held); 1 if it took any, -1 on a size mismatch. */
+static int take_pieces(struct exchange *x)
+{
+    struct ncclComm *comm = x->comm;
     struct fake_clique *c = comm->clique;
+    unsigned char waiting_on[FAKE_NCCL_MAX_RANKS] = {0}; /* an earlier receive from this peer is open */
+    int progress = 0;
+    for (size_t i = 0; i < x->n; i++) {
+        const struct fake_op *op = &x->ops[i];
+        if (op->kind != OP_RECV || x->done[i] || waiting_on[op->peer])
+            continue;
+        const size_t bytes = op->count * type_size(op->type);
+        struct fake_post *p;
+        while (!x->done[i] && (p = find_post(&c->member[op->peer], comm->rank, comm->recv_seq[op->peer]))) {
+            if (p->total != bytes || x->got[i] + p->bytes > bytes) {
+                fake_nccl_fail(comm, ncclInvalidUsage, "fake NCCL: rank %d receives %zu bytes from "
+                               "rank %d, which sends %zu", comm->rank, bytes, op->peer, p->total);
+                return -1;
+            }
+            memcpy(x->landing[i]->data + x->got[i], fake_nccl_staging(c, op->peer) + p->offset, p->bytes);
+            x->got[i] += p->bytes;
+            x->done[i] = (unsigned char)p->last;
+            p->state = POST_TAKEN;
+            comm->recv_seq[op->peer]++;
+            progress = 1;
+        }
+        waiting_on[op->peer] = !x->done[i];
+    }
+    if (progress)
+        pthread_cond_broadcast(&c->changed);
+    return progress;
+}
+
+static int exchange_done(const struct exchange *x, const struct fake_member *m)
+{
+    if (x->next_send < x->n || posts_pending(m))
+        return 0;
+    for (size_t i = 0; i < x->n; i++)
+        if (x->ops[i].kind == OP_RECV && !x->done[i])
+            return 0;
+    return 1;
+}
+
+/* Runs the sends and receives until all are done (clique lock held). */
+static ncclResult_t progress_exchange(struct exchange *x)
+{
+    struct fake_clique *c = x->comm->clique;
+    struct fake_member *m = &c->member[x->comm->rank];
     struct timespec deadline;
     fake_nccl_deadline(&deadline);
-    while (sends_pending(c, comm->rank))
-        if (fake_nccl_wait(c, &deadline) && sends_pending(c, comm->rank))
-            return peers_gone(comm);
-    for (struct fake_message **pm = &c->messages; *pm;) {
-        struct fake_message *m = *pm;
-        if (m->src == comm->rank) {
-            *pm = m->next;
-            free(m);
-        } else {
-            pm = &m->next;
+    int gave_up = 0;
+    while (!exchange_done(x, m)) {
+        if (c->broken)
+            return peers_gone(x->comm);
+        reclaim(x, m);
+        const int posted = post_sends(x);
+        if (posted)
+            pthread_cond_broadcast(&c->changed);
+        const int taken = take_pieces(x);
+        if (taken < 0) {
+            fake_nccl_break(c); /* the pairs disagree: nobody can go on */
+            return ncclInvalidUsage;
+        }
+        if (posted || taken) {
+            fake_nccl_deadline(&deadline);
+            gave_up = 0;
+        } else if (gave_up) {
+            return peers_gone(x->comm);
+        } else if (!exchange_done(x, m) && fake_nccl_wait(c, &deadline)) {
+            gave_up = 1; /* one more look: it may have happened just before */
         }
     }
+    for (int i = 0; i < FAKE_NCCL_MAX_POSTS; i++)
+        m->posts[i].state = POST_FREE;
     return ncclSuccess;
 }
 
 static ncclResult_t exchange(struct ncclComm *comm, const struct fake_op *ops, size_t n)
 {
-    ncclResult_t r = ncclSuccess;
     int any = 0;
+    for (size_t i = 0; i < n; i++)
+        any |= ops[i].kind == OP_SEND || ops[i].kind == OP_RECV;
+    if (!any)
+        return ncclSuccess;
+    struct exchange x = {.comm = comm, .ops = ops, .n = n};
+    x.landing = calloc(n, sizeof(*x.landing));
+    x.got = calloc(n, sizeof(*x.got));
+    x.done = calloc(n, 1);
+    ncclResult_t r = x.landing && x.got && x.done ? ncclSuccess : ncclSystemError;
     for (size_t i = 0; i < n && r == ncclSuccess; i++)
-        if (ops[i].kind == OP_SEND && (any = 1))
-            r = post_send(comm, &ops[i]);
-    for (size_t i = 0; i < n && r == ncclSuccess; i++)
-        if (ops[i].kind == OP_RECV && (any = 1))
-            r = receive(comm, &ops[i]);
-    if (any && r == ncclSuccess)
-        r = finish_sends(comm);
+        if (ops[i].kind == OP_RECV &&
+            !(x.landing[i] = fake_nccl_landing(ops[i].recv, ops[i].count * type_size(ops[i].type))))
+            r = ncclSystemError;
+    fake_nccl_lock_clique(comm->clique);
+    if (r == ncclSuccess)
+        r = progress_exchange(&x);
+    else
+        fake_nccl_break(comm->clique); /* the peers must not wait for this rank */
+    fake_nccl_unlock_clique(comm->clique);
+    if (r == ncclSystemError)
+        fake_nccl_fail(comm, r, "fake NCCL: out of memory");
+    for (size_t i = 0; x.landing && i < n; i++) {
+        if (x.landing[i] && r == ncclSuccess)
+            fake_nccl_land(ops[i].stream, x.landing[i]);
+        else
+            free(x.landing[i]);
+    }
+    free(x.landing);
+    free(x.got);
+    free(x.done);
     return r;
 }
 
 /* ------------------------------------------------------------------------- */
 /* Running an operation (one collective, or a group) with fault injection. */
 
+/* fake_nccl_lock held. */
 static ncclResult_t check_ready(struct ncclComm *comm)
 {
     if (comm->aborted)
         return fake_nccl_fail(comm, ncclInvalidUsage, "communicator was aborted");
-    if (comm->clique->joined < comm->clique->nranks)
+    struct fake_clique *c = comm->clique;
+    fake_nccl_lock_clique(c);
+    const int ready = c->joined == c->nranks, broken = c->broken;
+    fake_nccl_unlock_clique(c);
+    if (!ready)
         return fake_nccl_fail(comm, ncclInvalidUsage, "communicator not ready (wait until "
                               "ncclCommGetAsyncError stops saying ncclInProgress)");
-    if (comm->clique->broken) {
+    if (broken) {
         comm->async_error = ncclRemoteError;
         return fake_nccl_fail(comm, ncclRemoteError, "fake NCCL: a peer aborted");
     }
@@ -432,7 +578,7 @@ static ncclResult_t hang(struct ncclComm *comm, cudaStream_t stream)
     unsigned long id = fake_nccl_stall_stream(stream);
     if (id && comm->nstalls < FAKE_NCCL_MAX_STALLS)
         comm->stalls[comm->nstalls++] = id;
-    fake_nccl_counters.stalled++;
+    fake_nccl_count(&fake_nccl_counters.stalled, 1);
     return ncclSuccess;
 }
 
@@ -472,14 +618,18 @@ static ncclResult_t run(const struct fake_op *ops, size_t n)
         return r;
     }
     unsigned long k = ++comm->operations;
-    fake_nccl_counters.operations++;
+    fake_nccl_count(&fake_nccl_counters.operations, 1);
     if (fake_nccl_cfg.hang == k) {
         r = hang(comm, ops[0].stream);
     } else if (behind_stall) {
         r = ncclSuccess; /* queued behind a hung operation: it never runs */
     } else {
+        /* The peers' waits happen without this process's lock: an abort from
+         * another thread must get through. */
         fake_nccl_enter(comm);
+        pthread_mutex_unlock(&fake_nccl_lock);
         r = execute(comm, ops, n);
+        pthread_mutex_lock(&fake_nccl_lock);
         if (r != ncclSuccess)
             comm->async_error = r;
         else if (fake_nccl_cfg.async_error == k)
@@ -505,6 +655,9 @@ static ncclResult_t validate(const struct fake_op *op)
         return fake_nccl_fail(op->comm, ncclInvalidArgument, "peer %d", op->peer);
     if (op->count && ((op->kind != OP_RECV && !op->send) || (op->kind != OP_SEND && !op->recv)))
         return fake_nccl_fail(op->comm, ncclInvalidArgument, "NULL buffer");
+    /* A gather's result and a reduce-scatter's input hold count elements per rank. */
+    if (op->count > SIZE_MAX / type_size(op->type) / (size_t)op->comm->clique->nranks)
+        return fake_nccl_fail(op->comm, ncclInvalidArgument, "count %zu is too large", op->count);
     return ncclSuccess;
 }
 
