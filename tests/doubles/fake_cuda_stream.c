@@ -452,13 +452,15 @@ static struct fake_capture *unsafe_for_thread(void)
 /* The legacy stream of a device where a blocking stream captures (its implicit
  * ordering would cross the capture), or a synchronous call while a global-mode
  * capture runs: the capture it breaks, else NULL. */
-static struct fake_capture *legacy_conflict(const struct CUstream_st *s, int sync)
+static struct fake_capture *legacy_conflict(const struct CUstream_st *s, int sync, CUresult *why)
 {
     if (s != &legacy[s->device])
         return NULL;
+    *why = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
     for (struct CUstream_st *b = streams; b; b = b->next)
         if (b->cap && b->device == s->device && !b->nonblocking)
             return b->cap;
+    *why = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     return sync ? unsafe_for_thread() : NULL;
 }
 
@@ -521,12 +523,13 @@ CUresult fake_enqueue(CUstream stream, fake_work_fn run, void *arg, size_t arg_b
 {
     fake_lock();
     struct CUstream_st *s = stream_live(stream) ? stream_of(stream) : NULL;
-    struct fake_capture *conflict = s ? legacy_conflict(s, sync) : NULL;
+    CUresult why = CUDA_SUCCESS;
+    struct fake_capture *conflict = s ? legacy_conflict(s, sync, &why) : NULL;
     if (s && (s->cap || conflict)) {
         CUresult r = CUDA_SUCCESS;
         if (conflict) {
             conflict->invalidated = 1;
-            r = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+            r = why;
         } else if (s->cap->invalidated) {
             r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
         } else if (sync || !arg_bytes) {
