@@ -41,12 +41,12 @@ int cuda_set_stream(struct dcp_rank *r, void *stream)
 {
     struct cuda_rank *cr = CR(r);
     const struct dcp_cuda_api *api = &CE(r->engine)->cu->api;
-    if (cr->capturing)
-        return dcp_error(DCP_EINVAL, "rank_set_stream: rank %u is capturing a graph; end the capture first",
-                         r->tp_rank);
     CUstream next = stream ? (CUstream)stream : cr->own_stream;
     if (next == cr->compute)
         return DCP_OK;
+    if (cr->capturing)
+        return dcp_error(DCP_EINVAL, "rank_set_stream: rank %u is capturing a graph; end the capture first",
+                         r->tp_rank);
     int err = use_rank(r);
     if (!err)
         err = CU_CALL(api, cuEventRecord, cr->events[EV_SWITCH], cr->compute);

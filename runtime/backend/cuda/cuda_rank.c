@@ -233,8 +233,10 @@ int cuda_synchronize(struct dcp_rank *r)
         err = CU_CALL(&ce->cu->api, cuEventRecord, cr->events[EV_SYNC], cr->compute);
     if (!err)
         err = cuda_wait_event(r, cr->events[EV_SYNC], "rank synchronize");
-    if (!err)
+    if (!err) { /* every copy out of the staging halves ran too */
         cr->queued = false;
+        cr->stage_pending[0] = cr->stage_pending[1] = false;
+    }
     return err;
 }
 
