@@ -419,7 +419,8 @@ DCP_API int dcp_graph_launch(dcp_graph *graph);
 /** The shape the graph was captured with (zeros for NULL). */
 DCP_API void dcp_graph_get_shape(const dcp_graph *graph, struct dcp_graph_shape *out);
 
-/** Frees a graph (a launch still running finishes first, in the driver) and sets *graph to NULL. Accepts NULL. */
+/** Frees a graph (a launch still running finishes first, in the driver) and sets *graph to NULL.
+ *  Call before dcp_engine_destroy() (a graph belongs to its rank). Accepts NULL. */
 DCP_API void dcp_graph_destroy(dcp_graph **graph);
 
 /** Where a rank's time went, when the engine was created with profile = true.

@@ -232,6 +232,20 @@ static bool same_result(const struct io *a, const struct io *b)
     return true;
 }
 
+/* Largest difference of outputs and LSEs (infinity for a NaN). */
+static double worst_gap(const struct io *a, const struct io *b)
+{
+    const size_t rows = (size_t)a->tokens * a->in.q_heads_per_rank;
+    double worst = 0;
+    for (uint32_t i = 0; i < TP; i++) {
+        for (size_t j = 0; j < rows * a->in.v_dim; j++)
+            worst = fmax(worst, isnan(a->out[i][j] - b->out[i][j]) ? INFINITY : fabs(a->out[i][j] - b->out[i][j]));
+        for (size_t j = 0; j < rows; j++)
+            worst = fmax(worst, isnan(a->lse[i][j] - b->lse[i][j]) ? INFINITY : fabs(a->lse[i][j] - b->lse[i][j]));
+    }
+    return worst;
+}
+
 static const struct dcp_cuda *driver_of(dcp_engine *e) { return CE(e)->cu; }
 
 /* Creates a non-blocking stream on rank r's device (the caller's stream). */
@@ -262,10 +276,11 @@ static void check_replay(const struct case_shape *c)
     fake_env_reset();
     fake_env_set("FAKE_CUDA_DEVICES", c->devices);
     dcp_deployment *dep = make_deployment(c);
-    dcp_engine *eg = make_engine(dep, true), *ex = make_engine(dep, true);
-    struct io g, x;
+    dcp_engine *eg = make_engine(dep, true), *ex = make_engine(dep, true), *en = make_engine(dep, false);
+    struct io g, x, n;
     io_alloc(&g, eg);
     io_alloc(&x, ex);
+    io_alloc(&n, en);
     assert_contains(g.in.backend_detail, c->devices[0] == '1' ? "virtual ranks" : "NCCL");
     CUstream streams[TP];
     for (uint32_t i = 0; i < TP; i++) {
@@ -274,9 +289,10 @@ static void check_replay(const struct case_shape *c)
         assert_ptr_equal(dcp_rank_stream(dcp_engine_rank(eg, i)), streams[i]);
     }
     const uint32_t lens[NSEQ] = {29, 46, 63};
-    uint32_t gid[NSEQ], xid[NSEQ], ones[NSEQ] = {1, 1, 1};
+    uint32_t gid[NSEQ], xid[NSEQ], nid[NSEQ], ones[NSEQ] = {1, 1, 1};
     prefill(&g, gid, lens, NSEQ);
     prefill(&x, xid, lens, NSEQ);
+    prefill(&n, nid, lens, NSEQ);
     const int steps = test_quick() ? 12 : 40;
     const unsigned long launches0 = fake_calls(driver_of(eg), "cuGraphLaunch");
     float first = 0;
@@ -284,12 +300,20 @@ static void check_replay(const struct case_shape *c)
         for (uint32_t s = 0; s < NSEQ; s++) {
             assert_int_equal(dcp_seq_extend(eg, gid[s], 1), DCP_OK);
             assert_int_equal(dcp_seq_extend(ex, xid[s], 1), DCP_OK);
+            assert_int_equal(dcp_seq_extend(en, nid[s], 1), DCP_OK);
         }
-        g.attend = x.attend = g.download = x.download = true;
+        g.attend = x.attend = n.attend = g.download = x.download = n.download = true;
         g.mode = step == 0 ? CAPTURE : REPLAY;
-        x.mode = EAGER;
+        x.mode = n.mode = EAGER;
         run_step(&g, gid, ones, NSEQ);
         run_step(&x, xid, ones, NSEQ);
+        run_step(&n, nid, ones, NSEQ);
+        /* Graph mode splits as if every sequence were max_context long (many splits
+         * are empty): the same result as the per-step choice, up to rounding. */
+        const double off = worst_gap(&g, &n);
+        if (!(off <= 1e-5))
+            fail_msg("%s on %s device(s), step %d: graph mode differs from the per-step split choice by %g",
+                     c->kind == DCP_ATTN_MLA ? "MLA" : "GQA", c->devices, step, off);
         if (!same_result(&g, &x))
             fail_msg("%s dcp 2 on %s device(s): step %d (lengths %u, %u, %u): the replayed graph differs from the "
                      "eager step", c->kind == DCP_ATTN_MLA ? "MLA" : "GQA", c->devices, step, lens[0] + step + 1,
@@ -333,9 +357,11 @@ static void check_replay(const struct case_shape *c)
                   steps);
     io_free(&g);
     io_free(&x);
+    io_free(&n);
     destroy_streams(eg, streams);
     dcp_engine_destroy(&eg);
     dcp_engine_destroy(&ex);
+    dcp_engine_destroy(&en);
     dcp_deployment_destroy(&dep);
 }
 
@@ -567,6 +593,51 @@ static void test_no_host_wait_in_step(void **state)
     fake_env_reset();
 }
 
+/* The host backend: no streams (NULL is fine), no capture; shapes and checks
+ * work (they are the engine's). */
+static void test_host_backend(void **state)
+{
+    (void)state;
+    dcp_deployment *cdep = make_deployment(&cases[2]);
+    struct dcp_config cfg = *dcp_deployment_config(cdep);
+    cfg.runtime.backend = DCP_BACKEND_HOST;
+    cfg.runtime.host.memory_bytes = 64e6;
+    dcp_deployment *dep = NULL;
+    assert_int_equal(dcp_deployment_from_config(&cfg, NULL, &dep), DCP_OK);
+    dcp_engine *e = make_engine(dep, true);
+    dcp_rank *r = dcp_engine_rank(e, 0);
+    assert_int_equal(dcp_rank_set_stream(r, NULL), DCP_OK);
+    int dummy;
+    assert_int_equal(dcp_rank_set_stream(r, &dummy), DCP_ENOTSUP);
+    assert_contains(dcp_last_error(), "host backend has no streams");
+    assert_null(dcp_rank_stream(r));
+    uint32_t id;
+    assert_int_equal(dcp_seq_create(e, &id), DCP_OK);
+    assert_int_equal(dcp_seq_extend(e, id, 70), DCP_OK);
+    const uint32_t one = 1;
+    const struct dcp_batch b = {.num_seqs = 1, .seq_ids = &id, .q_lens = &one};
+    struct dcp_graph_shape shape;
+    assert_int_equal(dcp_engine_graph_shape(e, &shape), DCP_EINVAL); /* no step yet */
+    assert_int_equal(dcp_engine_begin_step(e, &b), DCP_OK);
+    assert_int_equal(dcp_engine_graph_shape(e, &shape), DCP_OK);
+    assert_int_equal(shape.num_seqs, 1);
+    assert_int_equal(shape.num_tokens, 1);
+    assert_int_equal(shape.block_stride, e->max_blocks_per_seq);
+    assert_int_equal(dcp_rank_capture_begin(r), DCP_ENOTSUP);
+    assert_int_equal(dcp_engine_graph_check(e, &shape), DCP_OK);
+    assert_int_equal(dcp_seq_extend(e, id, 100), DCP_OK); /* longer: the same shape */
+    assert_int_equal(dcp_engine_begin_step(e, &b), DCP_OK);
+    assert_int_equal(dcp_engine_graph_check(e, &shape), DCP_OK);
+    const uint32_t two = 2;
+    const struct dcp_batch b2 = {.num_seqs = 1, .seq_ids = &id, .q_lens = &two};
+    assert_int_equal(dcp_engine_begin_step(e, &b2), DCP_OK);
+    assert_int_equal(dcp_engine_graph_check(e, &shape), DCP_EINVAL);
+    assert_contains(dcp_last_error(), "this step has 1 sequences and 2 query tokens");
+    dcp_engine_destroy(&e);
+    dcp_deployment_destroy(&dep);
+    dcp_deployment_destroy(&cdep);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -574,6 +645,7 @@ int main(void)
         cmocka_unit_test(test_capture_refusals),
         cmocka_unit_test(test_caller_stream_ordering),
         cmocka_unit_test(test_no_host_wait_in_step),
+        cmocka_unit_test(test_host_backend),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
