@@ -28,6 +28,8 @@ typedef struct CUlib_st *CUlibrary;                ///< Library (context-indepen
 typedef struct CUkern_st *CUkernel;                ///< Kernel of a library.
 typedef struct CUstream_st *CUstream;              ///< Stream (NULL: the legacy default stream).
 typedef struct CUevent_st *CUevent;                ///< Event.
+typedef struct CUgraph_st *CUgraph;                ///< Graph (what a stream capture recorded).
+typedef struct CUgraphExec_st *CUgraphExec;        ///< Instantiated graph, launched on a stream.
 typedef int CUdevice_attribute;                    ///< CU_DEVICE_ATTRIBUTE_* value.
 typedef int CUfunction_attribute;                  ///< CU_FUNC_ATTRIBUTE_* value.
 typedef int CUpointer_attribute;                   ///< CU_POINTER_ATTRIBUTE_* value.
@@ -82,6 +84,14 @@ enum {
     CUDA_ERROR_NOT_READY = 600,
     CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
     CUDA_ERROR_NOT_SUPPORTED = 801,
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+    CUDA_ERROR_STREAM_CAPTURE_MERGE = 902,
+    CUDA_ERROR_STREAM_CAPTURE_UNMATCHED = 903,
+    CUDA_ERROR_STREAM_CAPTURE_UNJOINED = 904,
+    CUDA_ERROR_STREAM_CAPTURE_ISOLATION = 905,
+    CUDA_ERROR_STREAM_CAPTURE_IMPLICIT = 906,
+    CUDA_ERROR_CAPTURED_EVENT = 907,
     CUDA_ERROR_UNKNOWN = 999,
 };
 
@@ -165,6 +175,16 @@ enum {
     CU_EVENT_DISABLE_TIMING = 2,
 };
 
+/** Stream capture (cuStreamBeginCapture modes, cuStreamIsCapturing states). */
+enum {
+    CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
+    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+    CU_STREAM_CAPTURE_MODE_RELAXED = 2,
+    CU_STREAM_CAPTURE_STATUS_NONE = 0,
+    CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
+    CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2,
+};
+
 /* ------------------------------------------------------------------------- */
 /* Entry points.                                                              */
 
@@ -179,6 +199,8 @@ enum {
  * the symbol that exists at that version, e.g. cuMemAlloc at 3020 is cuMemAlloc_v2
  * (64-bit sizes), cuCtxSynchronize at 2000 is the argument-less one (13.0 added a
  * variant with a context parameter), cuStreamDestroy at 4000 is cuStreamDestroy_v2.
+ * cuStreamBeginCapture at 10010 is cuStreamBeginCapture_v2 (with a capture mode);
+ * cuGraphInstantiateWithFlags (11.4) is what cuda.h 12 calls cuGraphInstantiate.
  * Optional entries: the cuLibrary API (12.0+; modules are the fallback) and the
  * driver's own error strings, which libdcp never relies on (the toolkit's stub
  * answers even cuGetErrorString with CUDA_ERROR_STUB_LIBRARY).
@@ -249,6 +271,14 @@ enum {
     X(cuEventRecord, 2000, DCP_CUDA_REQUIRED, CUresult, (CUevent event, CUstream stream))          \
     X(cuEventSynchronize, 2000, DCP_CUDA_REQUIRED, CUresult, (CUevent event))                      \
     X(cuEventQuery, 2000, DCP_CUDA_REQUIRED, CUresult, (CUevent event))                            \
+    X(cuStreamBeginCapture, 10010, DCP_CUDA_REQUIRED, CUresult, (CUstream stream, int mode))       \
+    X(cuStreamEndCapture, 10000, DCP_CUDA_REQUIRED, CUresult, (CUstream stream, CUgraph *graph))   \
+    X(cuStreamIsCapturing, 10000, DCP_CUDA_REQUIRED, CUresult, (CUstream stream, int *status))     \
+    X(cuGraphInstantiateWithFlags, 11040, DCP_CUDA_REQUIRED, CUresult,                             \
+      (CUgraphExec *exec, CUgraph graph, unsigned long long flags))                                \
+    X(cuGraphLaunch, 10000, DCP_CUDA_REQUIRED, CUresult, (CUgraphExec exec, CUstream stream))      \
+    X(cuGraphExecDestroy, 10000, DCP_CUDA_REQUIRED, CUresult, (CUgraphExec exec))                  \
+    X(cuGraphDestroy, 10000, DCP_CUDA_REQUIRED, CUresult, (CUgraph graph))                         \
     X(cuEventElapsedTime, 2000, DCP_CUDA_REQUIRED, CUresult,                                       \
       (float *ms, CUevent start, CUevent end))                                                     \
     X(cuLibraryLoadData, 12000, DCP_CUDA_OPTIONAL, CUresult,                                       \

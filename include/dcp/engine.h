@@ -99,6 +99,12 @@ struct dcp_engine_params {
     uint32_t rank_begin;       ///< First TP rank this process drives. Default 0.
     uint32_t rank_count;       ///< TP ranks this process drives; 0 = all from rank_begin. Default 0.
     bool profile;              ///< Time every launch and collective per rank (dcp_rank_get_profile()). Default false.
+    bool graphs;               ///< Graph-ready steps (see "Caller streams and CUDA graphs" below): every step's
+                               ///< block table has the row stride max_blocks_per_seq (begin_step uploads
+                               ///< max_batch x that many block ids at most) and its split-KV factor depends on
+                               ///< its number of sequences and query tokens only, never on their lengths, so a
+                               ///< step captured once replays for later steps of that shape whose lengths grow.
+                               ///< Required by dcp_rank_capture_begin(). Default false.
 };
 
 /** What an engine was built with. */
@@ -306,6 +312,116 @@ DCP_API int dcp_rank_attention(dcp_rank *rank, uint32_t layer, const void *q, vo
 
 /** Waits until all work queued by this rank has finished. */
 DCP_API int dcp_rank_synchronize(dcp_rank *rank);
+
+/* --- caller streams and CUDA graphs (CUDA backend) ------------------------ */
+
+/*
+ * A GPU engine runs its decode step on its own stream and captures it in a CUDA
+ * graph (docs/embedding.md, "Your stream and CUDA graphs"):
+ *  - dcp_rank_set_stream() gives a rank the caller's CUstream: append and attention
+ *    (and begin_step's metadata copies to that rank) are queued on it, NCCL runs on
+ *    the library's communication stream ordered with it by events both ways, and
+ *    nothing of begin_step, append or attention waits for the device. The only host
+ *    waits left in a step: begin_step when the device is two steps behind (its
+ *    pinned staging is double-buffered), and for virtual ranks on one GPU the host
+ *    rendezvous of their collectives (an address exchange, no device wait).
+ *  - With engine params.graphs = true every per-step value the kernels read (block
+ *    tables, lengths, query offsets, write slots) lives in device buffers at fixed
+ *    addresses that begin_step rewrites, and the values baked into the kernels'
+ *    launches (sequences, query tokens, split-KV factor, block table stride) depend
+ *    on the step's shape only (struct dcp_graph_shape). A step captured once replays
+ *    for every later step of the same shape, whatever the lengths (up to max_context).
+ *  - Either the library captures (dcp_rank_capture_begin() .. dcp_rank_capture_end()
+ *    around the rank's appends and attentions, then dcp_graph_launch() per step, which
+ *    refuses a step of another shape), or the caller captures its own stream around
+ *    its whole forward pass (cuStreamBeginCapture, relaxed or thread-local mode when
+ *    ranks run on several threads) and calls dcp_engine_graph_shape() while capturing
+ *    and dcp_engine_graph_check() before every cuGraphLaunch.
+ *  A graph bakes in the addresses the caller passed (q, k, v, out, lse): replay reads
+ *  and writes the same buffers, as with any CUDA graph. Virtual ranks (one GPU, one
+ *  process) capture one graph per DCP group; the calls below are then SPMD over the
+ *  group (every rank calls them, from its thread), like a step's rank functions.
+ *  Not capturable: profile = true (timing events), dcp_rank_upload/download.
+ */
+
+/**
+ * Queues the rank's work on cu_stream (a CUstream of the rank's device, cast to
+ * void *) from now on; NULL: back to the library's own stream. The new stream's
+ * later work is ordered after what the rank queued on the old one (an event, no
+ * wait). Call between steps, outside any capture, from the rank's thread or while no
+ * rank function runs. The stream must stay valid until the rank is set back to NULL
+ * or the engine is destroyed (teardown and dcp_rank_free() wait for its work).
+ * Host backend: NULL is accepted (nothing changes), a stream is DCP_ENOTSUP.
+ */
+DCP_API int dcp_rank_set_stream(dcp_rank *rank, void *cu_stream);
+
+/** The stream the rank queues its work on (CUstream as void *): the caller's or the
+ *  library's own. NULL for the host backend. */
+DCP_API void *dcp_rank_stream(const dcp_rank *rank);
+
+/** What a captured step baked into its kernel launches. Two steps with equal shapes
+ *  replay the same graph. */
+struct dcp_graph_shape {
+    uint32_t num_seqs;     ///< Sequences of the step (attention grid, block table rows).
+    uint32_t num_tokens;   ///< Query tokens of the step (T: append, attention, collective sizes).
+    uint32_t num_splits;   ///< Split-KV factor (dcp_step_launch.num_splits).
+    uint32_t block_stride; ///< Row stride of the device block table (max_blocks_per_seq when params.graphs).
+};
+
+/**
+ * The current step's shape, for a caller that captures its own stream: record it
+ * while capturing and pass it to dcp_engine_graph_check() before each replay.
+ * DCP_EINVAL without a step; DCP_ENOTSUP unless the engine was created with
+ * params.graphs = true (the stride and splits would follow the lengths).
+ */
+DCP_API int dcp_engine_graph_shape(const dcp_engine *engine, struct dcp_graph_shape *out);
+
+/**
+ * DCP_OK when the current step (after its begin_step) has the shape a graph was
+ * captured with, so replaying it gives this step's exact result; else DCP_EINVAL
+ * with a message naming what differs ("this step has 3 sequences ..., the graph was
+ * captured for 4 ..."); then run the step eagerly or capture a graph of its shape.
+ * DCP_EINVAL without a step.
+ */
+DCP_API int dcp_engine_graph_check(const dcp_engine *engine, const struct dcp_graph_shape *captured);
+
+typedef struct dcp_graph dcp_graph; ///< A captured step of one rank (virtual ranks: of its group).
+
+/**
+ * Begins capturing the rank's work (its stream, and the communication stream
+ * through the collectives' events) with cuStreamBeginCapture in thread-local mode:
+ * call after dcp_engine_begin_step(), then the step's dcp_rank_append_kv() and
+ * dcp_rank_attention() calls (nothing runs: they are recorded), then
+ * dcp_rank_capture_end(). The step itself has not run when the capture ends: launch
+ * the graph for it too. Virtual ranks: SPMD over the DCP group. DCP_ENOTSUP: host
+ * backend, profile = true, or an engine without params.graphs; DCP_EINVAL: no step,
+ * the stream is capturing already. A driver error aborts the step.
+ */
+DCP_API int dcp_rank_capture_begin(dcp_rank *rank);
+
+/**
+ * Ends the rank's capture and instantiates it: *graph (free with dcp_graph_destroy())
+ * replays the captured appends and attentions. Always ends the capture, also after a
+ * failure inside it (then the error, e.g. DCP_ECUDA with the driver's
+ * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, and *graph = NULL). Virtual ranks: SPMD.
+ */
+DCP_API int dcp_rank_capture_end(dcp_rank *rank, dcp_graph **graph);
+
+/**
+ * Replays the graph for the current step on the rank's stream, after the work queued
+ * there (begin_step's metadata copies included) and before what is queued later.
+ * Refuses, launching nothing, a step whose shape differs from the captured one
+ * (DCP_EINVAL, as dcp_engine_graph_check()), or no step. Does not wait for the device.
+ * Virtual ranks: SPMD over the group. A driver error aborts the step.
+ */
+DCP_API int dcp_graph_launch(dcp_graph *graph);
+
+/** The shape the graph was captured with (zeros for NULL). */
+DCP_API void dcp_graph_get_shape(const dcp_graph *graph, struct dcp_graph_shape *out);
+
+/** Frees a graph (a launch still running finishes first, in the driver) and sets *graph to NULL.
+ *  Call before dcp_engine_destroy() (a graph belongs to its rank). Accepts NULL. */
+DCP_API void dcp_graph_destroy(dcp_graph **graph);
 
 /** Where a rank's time went, when the engine was created with profile = true.
  *  CUDA: device time between events around each operation; host: wall time. */

@@ -697,12 +697,16 @@ static void build_step(struct dcp_engine *e, const struct dcp_batch *b)
 {
     struct dcp_step *s = &e->step;
     const uint32_t N = e->dcp, I = e->interleave, B = e->block_size;
+    /* The row stride: the step's longest table, or in graph mode the longest any
+     * step may have, so that a captured step's stride holds for every later one. */
     uint32_t max_blocks = 1;
-    for (uint32_t i = 0; i < b->num_seqs; i++) {
+    for (uint32_t i = 0; i < b->num_seqs && !e->params.graphs; i++) {
         uint32_t n = 0;
         dcp_kv_seq_blocks(e->kv, b->seq_ids[i], &n);
         max_blocks = DCP_MAX(max_blocks, n);
     }
+    if (e->params.graphs)
+        max_blocks = DCP_MAX(1u, e->max_blocks_per_seq);
     s->batch = b->num_seqs;
     s->max_blocks = max_blocks;
     uint32_t t = 0;
@@ -735,6 +739,10 @@ static void build_step(struct dcp_engine *e, const struct dcp_batch *b)
  * wave holds, never into a partial second wave; a step that fills the slots
  * already is not split. Never more splits than the longest local sequence has
  * pages, than max_splits, or than the workspace holds for this step's tokens.
+ * In graph mode (params.graphs) the longest sequence any step may have stands in
+ * for the step's longest, so the factor depends on the batch and tokens only (a
+ * captured step replays with it; shorter sequences leave the last splits empty,
+ * which the kernels and the merge handle).
  */
 static uint32_t choose_splits(const struct dcp_engine *e)
 {
@@ -747,8 +755,8 @@ static uint32_t choose_splits(const struct dcp_engine *e)
     if (e->split_override)
         return (uint32_t)DCP_MAX(1, DCP_MIN(DCP_MIN(e->split_override, e->caps.max_splits), e->split_rows / s->tokens));
     uint64_t want = e->caps.parallelism / base;
-    uint64_t longest_pages = 0;
-    for (uint32_t i = 0; i < s->batch; i++) {
+    uint64_t longest_pages = e->params.graphs ? e->max_blocks_per_seq : 0;
+    for (uint32_t i = 0; i < s->batch && !e->params.graphs; i++) {
         const uint64_t local = dcpk_local_length((uint64_t)s->seq_lens[i], 0, e->dcp, e->interleave);
         longest_pages = DCP_MAX(longest_pages, dcp_div_ceil_u64(local, e->block_size));
     }
@@ -763,6 +771,10 @@ DCP_API int dcp_engine_begin_step(dcp_engine *e, const struct dcp_batch *b)
     int err = need_engine(e, "begin_step");
     if (err)
         return err;
+    if (atomic_load(&e->capturing))
+        return dcp_error(DCP_EINVAL, "begin_step: %u rank(s) are capturing a graph (dcp_rank_capture_begin): end "
+                         "the capture first; the graph reads the metadata begin_step writes",
+                         atomic_load(&e->capturing));
     e->step.valid = false;
     if ((err = settle(e)) || (err = check_batch(e, b)))
         return err;
@@ -773,7 +785,9 @@ DCP_API int dcp_engine_begin_step(dcp_engine *e, const struct dcp_batch *b)
         struct dcp_rank *r = &e->ranks[i];
         const struct dcp_backend_ops *ops = e->ops;
         const int64_t *slots = s->slots + (size_t)r->group_rank * e->max_tokens;
-        if ((err = ops->upload(r, r->buf.block_table, s->block_table,
+        /* The device buffers stay where they are (a captured step reads them there). */
+        if ((ops->step_uploads && (err = ops->step_uploads(r))) ||
+            (err = ops->upload(r, r->buf.block_table, s->block_table,
                                (size_t)s->batch * s->max_blocks * sizeof(int32_t))) ||
             (err = ops->upload(r, r->buf.seq_lens, s->seq_lens, s->batch * sizeof(int32_t))) ||
             (err = ops->upload(r, r->buf.q_start, s->q_start, (s->batch + 1) * sizeof(int32_t))) ||
@@ -805,6 +819,56 @@ DCP_API int dcp_engine_step_launch(const dcp_engine *e, struct dcp_step_launch *
         .blocks_per_sm = e->caps.blocks_per_sm,
         .max_splits = e->caps.max_splits,
     };
+    return DCP_OK;
+}
+
+/* ---- graph shapes ----------------------------------------------------------- */
+
+static struct dcp_graph_shape step_shape(const struct dcp_engine *e)
+{
+    return (struct dcp_graph_shape){
+        .num_seqs = e->step.batch,
+        .num_tokens = e->step.tokens,
+        .num_splits = e->step.num_splits,
+        .block_stride = e->step.max_blocks,
+    };
+}
+
+DCP_API int dcp_engine_graph_shape(const dcp_engine *e, struct dcp_graph_shape *out)
+{
+    int err = need_engine(e, "engine_graph_shape");
+    if (err)
+        return err;
+    if (!out || !e->step.valid)
+        return dcp_error(DCP_EINVAL, "engine_graph_shape: %s", out ? "no step (call dcp_engine_begin_step first)"
+                                                                    : "out is NULL");
+    if (!e->params.graphs)
+        return dcp_error(DCP_ENOTSUP, "engine_graph_shape: the engine was created without params.graphs = true: "
+                         "its block table stride and split-KV factor follow the lengths, so no captured step "
+                         "would replay");
+    *out = step_shape(e);
+    return DCP_OK;
+}
+
+DCP_API int dcp_engine_graph_check(const dcp_engine *e, const struct dcp_graph_shape *g)
+{
+    int err = need_engine(e, "engine_graph_check");
+    if (err)
+        return err;
+    if (!g || !e->step.valid)
+        return dcp_error(DCP_EINVAL, "graph_check: %s", g ? "no step (call dcp_engine_begin_step first)"
+                                                          : "the captured shape is NULL");
+    const struct dcp_graph_shape s = step_shape(e);
+    if (s.num_seqs != g->num_seqs || s.num_tokens != g->num_tokens)
+        return dcp_error(DCP_EINVAL, "graph_check: this step has %u sequences and %u query tokens, the graph was "
+                         "captured for %u sequences and %u query tokens: replaying it would be wrong; run the step "
+                         "eagerly or capture a graph of this shape", s.num_seqs, s.num_tokens, g->num_seqs,
+                         g->num_tokens);
+    if (s.num_splits != g->num_splits || s.block_stride != g->block_stride)
+        return dcp_error(DCP_EINVAL, "graph_check: this step uses %u split(s) and a block table stride of %u, the "
+                         "graph was captured with %u and %u%s: replaying it would be wrong", s.num_splits,
+                         s.block_stride, g->num_splits, g->block_stride,
+                         e->params.graphs ? "" : " (create the engine with params.graphs = true)");
     return DCP_OK;
 }
 

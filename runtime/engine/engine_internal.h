@@ -81,6 +81,23 @@ struct dcp_backend_ops {
     int (*timer_end)(struct dcp_rank *r, uint32_t token, enum dcp_prof_cat cat);
     /** Adds every finished timed operation to r->prof_seconds (waits for them). */
     int (*timer_collect)(struct dcp_rank *r);
+
+    /* Caller streams and graphs (optional: a backend without them refuses those calls). */
+    /** Makes the rank queue its work on stream (NULL: its own), after what it queued before. */
+    int (*set_stream)(struct dcp_rank *r, void *stream);
+    /** Before begin_step's uploads to the rank (e.g. picks a free staging buffer). */
+    int (*step_uploads)(struct dcp_rank *r);
+    /** Starts capturing the rank's work into a graph (virtual ranks: collective over the group). */
+    int (*capture_begin)(struct dcp_rank *r);
+    /** Ends the capture; *exec: the launchable graph (may be NULL for a member whose group
+     *  leader holds the group's graph). Ends the capture also when it fails. */
+    int (*capture_end)(struct dcp_rank *r, void **exec);
+    /** Launches exec on the rank's stream (SPMD like a step). */
+    int (*graph_launch)(struct dcp_rank *r, void *exec);
+    /** Frees exec (accepts NULL). */
+    void (*graph_destroy)(struct dcp_rank *r, void *exec);
+    /** The stream the rank queues its work on (NULL when the backend has none). */
+    void *(*get_stream)(const struct dcp_rank *r);
 };
 
 /** What a backend can do, reported by engine_init. The engine derives its policy
@@ -132,6 +149,8 @@ struct dcp_rank {
     void *backend;          ///< Backend-private state.
     double prof_seconds[PROF_COUNT];   ///< Collected profile (engine params.profile).
     uint64_t prof_calls[PROF_COUNT];
+    struct dcp_graph_shape capture_shape; ///< Shape of the step dcp_rank_capture_begin() began with.
+    bool capturing;                       ///< Between dcp_rank_capture_begin() and _end().
 };
 
 /** The current step, on the host. */
@@ -185,6 +204,7 @@ struct dcp_engine {
     size_t kernel_scratch_bytes;    ///< Worst-case scratch of one kernel work item (CPU kernels).
     uint64_t split_rows;            ///< (split, query token) rows the split-KV workspace holds (0: no split-KV).
     uint32_t split_override;        ///< Tests only: split-KV factor every step uses (0: choose), within the workspace.
+    atomic_uint capturing;          ///< Ranks between dcp_rank_capture_begin and _end (begin_step refuses then).
 
     struct dcp_step step;
     struct dcp_rank *ranks;

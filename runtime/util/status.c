@@ -39,9 +39,13 @@ DCP_API const char *dcp_last_error(void) { return last_error; }
 
 DCP_API const char *dcp_version(void) { return DCP_VERSION_STRING; }
 
+/* Formatted aside first: a message may quote the previous one (dcp_last_error() as
+ * an argument), which vsnprintf must not read while it overwrites it. */
 int dcp_verror(int status, const char *fmt, va_list ap)
 {
-    vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    char message[sizeof(last_error)];
+    vsnprintf(message, sizeof(message), fmt, ap);
+    memcpy(last_error, message, sizeof(message));
     return status;
 }
 

@@ -461,6 +461,112 @@ static void test_launch_fill(void **state)
     test_module_free(&t);
 }
 
+/* Stream capture as the driver does it: work on a capturing stream is recorded,
+ * not run; a second stream joins through an event and must rejoin before the
+ * end; the graph replays with what memory holds at launch; and what a capture
+ * cannot hold is refused and invalidates it. */
+static void test_stream_capture(void **state)
+{
+    (void)state;
+    struct dcp_cuda *cu = fake_open();
+    const struct dcp_cuda_api *api = &cu->api;
+    fake_make_current(cu, 0);
+    CUstream a, b;
+    CUevent fork, join, outside;
+    CUdeviceptr d;
+    unsigned int *pinned = NULL;
+    assert_int_equal(api->cuStreamCreate(&a, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    assert_int_equal(api->cuStreamCreate(&b, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    assert_int_equal(api->cuEventCreate(&fork, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+    assert_int_equal(api->cuEventCreate(&join, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+    assert_int_equal(api->cuEventCreate(&outside, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+    assert_int_equal(api->cuMemAlloc(&d, 64), CUDA_SUCCESS);
+    assert_int_equal(api->cuMemAllocHost((void **)&pinned, 16), CUDA_SUCCESS);
+    assert_int_equal(api->cuMemsetD32Async(d, 0, 16, a), CUDA_SUCCESS);
+    assert_int_equal(api->cuStreamSynchronize(a), CUDA_SUCCESS);
+
+    int st = -1;
+    assert_int_equal(api->cuStreamBeginCapture(NULL, CU_STREAM_CAPTURE_MODE_RELAXED),
+                     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED); /* the legacy stream */
+    assert_int_equal(api->cuStreamBeginCapture(a, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);
+    assert_int_equal(api->cuStreamIsCapturing(a, &st), CUDA_SUCCESS);
+    assert_int_equal(st, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    /* a: word 0 = 7; fork to b: word 1 = the pinned word, read when the graph runs */
+    assert_int_equal(api->cuMemsetD32Async(d, 7, 1, a), CUDA_SUCCESS);
+    assert_int_equal(api->cuEventRecord(fork, a), CUDA_SUCCESS);
+    assert_int_equal(api->cuStreamWaitEvent(b, fork, 0), CUDA_SUCCESS);
+    assert_int_equal(api->cuStreamIsCapturing(b, &st), CUDA_SUCCESS);
+    assert_int_equal(st, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    assert_int_equal(api->cuEventQuery(fork), CUDA_ERROR_CAPTURED_EVENT);
+    assert_int_equal(api->cuMemcpyHtoDAsync(d + 4, pinned, 4, b), CUDA_SUCCESS);
+    /* a copy of word 1 to word 2 on a, after b's copy: needs the join */
+    assert_int_equal(api->cuEventRecord(join, b), CUDA_SUCCESS);
+    CUgraph g = NULL;
+    assert_int_equal(api->cuStreamEndCapture(a, &g), CUDA_ERROR_STREAM_CAPTURE_UNJOINED);
+    assert_null(g);
+    assert_int_equal(api->cuStreamIsCapturing(b, &st), CUDA_SUCCESS);
+    assert_int_equal(st, CU_STREAM_CAPTURE_STATUS_NONE); /* the failed end ended the capture */
+
+    /* Again, joined. Nothing ran while capturing. */
+    assert_int_equal(api->cuStreamBeginCapture(a, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);
+    assert_int_equal(api->cuMemsetD32Async(d, 7, 1, a), CUDA_SUCCESS);
+    assert_int_equal(api->cuEventRecord(fork, a), CUDA_SUCCESS);
+    assert_int_equal(api->cuStreamWaitEvent(b, fork, 0), CUDA_SUCCESS);
+    assert_int_equal(api->cuMemcpyHtoDAsync(d + 4, pinned, 4, b), CUDA_SUCCESS);
+    assert_int_equal(api->cuEventRecord(join, b), CUDA_SUCCESS);
+    assert_int_equal(api->cuStreamWaitEvent(a, join, 0), CUDA_SUCCESS);
+    assert_int_equal(api->cuMemcpyDtoDAsync(d + 8, d + 4, 4, a), CUDA_SUCCESS);
+    assert_int_equal(api->cuStreamEndCapture(a, &g), CUDA_SUCCESS);
+    assert_non_null(g);
+    unsigned int words[3];
+    assert_int_equal(api->cuMemcpyDtoH(words, d, sizeof(words)), CUDA_SUCCESS);
+    assert_true(words[0] == 0 && words[1] == 0 && words[2] == 0);
+    CUgraphExec x = NULL;
+    assert_int_equal(api->cuGraphInstantiateWithFlags(&x, g, 0), CUDA_SUCCESS);
+    assert_int_equal(api->cuGraphDestroy(g), CUDA_SUCCESS);
+    for (unsigned int run = 1; run <= 3; run++) {
+        *pinned = 100 + run; /* a replay reads the host word as it is at launch */
+        assert_int_equal(api->cuGraphLaunch(x, b), CUDA_SUCCESS);
+        assert_int_equal(api->cuStreamSynchronize(b), CUDA_SUCCESS);
+        assert_int_equal(api->cuMemcpyDtoH(words, d, sizeof(words)), CUDA_SUCCESS);
+        assert_true(words[0] == 7 && words[1] == 100 + run && words[2] == 100 + run);
+    }
+    assert_int_equal(api->cuGraphExecDestroy(x), CUDA_SUCCESS);
+
+    /* Refused under capture, each invalidating it: a synchronize of the stream, a
+     * wait for work outside the capture, a pageable copy, a synchronous copy. */
+    unsigned int pageable = 5;
+    assert_int_equal(api->cuEventRecord(outside, b), CUDA_SUCCESS);
+    for (int k = 0; k < 4; k++) {
+        assert_int_equal(api->cuStreamBeginCapture(a, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), CUDA_SUCCESS);
+        const CUresult want[4] = {CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, CUDA_ERROR_STREAM_CAPTURE_ISOLATION,
+                                  CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED};
+        const CUresult got = k == 0   ? api->cuStreamSynchronize(a)
+                             : k == 1 ? api->cuStreamWaitEvent(a, outside, 0)
+                             : k == 2 ? api->cuMemcpyHtoDAsync(d, &pageable, 4, a)
+                                      : api->cuMemcpyHtoD(d, pinned, 4); /* unsafe in the capturing thread */
+        assert_int_equal(got, want[k]);
+        assert_int_equal(api->cuStreamIsCapturing(a, &st), CUDA_SUCCESS);
+        assert_int_equal(st, CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+        assert_int_equal(api->cuMemsetD32Async(d, 1, 1, a), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+        assert_int_equal(api->cuStreamEndCapture(a, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+        assert_null(g);
+    }
+    assert_int_equal(api->cuStreamEndCapture(a, &g), 401); /* not capturing: CUDA_ERROR_ILLEGAL_STATE */
+    assert_int_equal(api->cuMemcpyDtoH(words, d, sizeof(words)), CUDA_SUCCESS);
+    assert_int_equal(words[0], 7); /* nothing of the failed captures ran */
+
+    assert_int_equal(api->cuMemFreeHost(pinned), CUDA_SUCCESS);
+    assert_int_equal(api->cuMemFree(d), CUDA_SUCCESS);
+    assert_int_equal(api->cuEventDestroy(fork), CUDA_SUCCESS);
+    assert_int_equal(api->cuEventDestroy(join), CUDA_SUCCESS);
+    assert_int_equal(api->cuEventDestroy(outside), CUDA_SUCCESS);
+    assert_int_equal(api->cuStreamDestroy(a), CUDA_SUCCESS);
+    assert_int_equal(api->cuStreamDestroy(b), CUDA_SUCCESS);
+    fake_drop_current(cu, 0);
+    fake_close(&cu);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -475,6 +581,7 @@ int main(void)
         cmocka_unit_test_setup(test_eager_streams_hide_ordering_bugs, setup),
         cmocka_unit_test_setup(test_peers, setup),
         cmocka_unit_test_setup(test_launch_fill, setup),
+        cmocka_unit_test_setup(test_stream_capture, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

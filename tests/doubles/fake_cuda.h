@@ -70,6 +70,13 @@
     X(cuEventSynchronize, 2000, 0)            \
     X(cuEventQuery, 2000, 0)                  \
     X(cuEventElapsedTime, 2000, 0)            \
+    X(cuStreamBeginCapture, 10010, 0)         \
+    X(cuStreamEndCapture, 10000, 0)           \
+    X(cuStreamIsCapturing, 10000, 0)          \
+    X(cuGraphInstantiateWithFlags, 11040, 0)  \
+    X(cuGraphLaunch, 10000, 0)                \
+    X(cuGraphExecDestroy, 10000, 0)           \
+    X(cuGraphDestroy, 10000, 0)               \
     X(cuLibraryLoadData, 12000, 0)            \
     X(cuLibraryUnload, 12000, 0)              \
     X(cuLibraryGetKernel, 12000, 0)           \
@@ -186,10 +193,17 @@ int fake_stream_ok(CUstream stream);
 typedef void (*fake_work_fn)(void *arg);
 /**
  * Queues run(arg) on stream (NULL: the current device's legacy stream) and takes
- * arg (malloc'd; freed after running, or at once on failure). sync: returns only
- * once it ran, with everything it depends on.
+ * arg (malloc'd, arg_bytes long; freed after running, or at once on failure).
+ * sync: returns only once it ran, with everything it depends on. On a capturing
+ * stream the work becomes a node of the capture instead (a graph launch runs a
+ * copy of arg each time), and a sync call, or arg_bytes 0 (a size unknown, so no
+ * copy can be replayed), is refused like the driver refuses what cannot be captured.
  */
-CUresult fake_enqueue(CUstream stream, fake_work_fn run, void *arg, int sync);
+CUresult fake_enqueue(CUstream stream, fake_work_fn run, void *arg, size_t arg_bytes, int sync);
+/** Whether a live stream is in capture mode (cuStreamBeginCapture or joined). */
+int fake_stream_capturing(CUstream stream);
+/** Invalidates stream's capture (if any) and returns r: a call the capture cannot hold. */
+CUresult fake_capture_refuse(CUstream stream, CUresult r);
 /** Runs stream's queued work (and what it depends on) to the end, waiting out stalls. */
 void fake_drain_stream(CUstream stream);
 /**
@@ -202,7 +216,7 @@ void fake_drain_device(void);
 void fake_memory_cleanup(void);
 /** Frees images still alive (at unload). */
 void fake_exec_cleanup(void);
-/** Frees streams, their queued work and events still alive (at unload). */
+/** Frees streams, their queued work and events still alive (at unload); also captures and graphs. */
 void fake_stream_cleanup(void);
 
 #endif /* DCP_FAKE_CUDA_H */

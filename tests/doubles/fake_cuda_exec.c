@@ -589,7 +589,8 @@ CUresult fake_cuLaunchKernel(CUfunction fn, unsigned int grid_x, unsigned int gr
     r = check_launch_shape(fn, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes);
     if (r != CUDA_SUCCESS)
         return r;
-    struct launch_work *w = malloc(sizeof(*w) + (fn->desc->params_size + 15) / 16 * 16);
+    const size_t work_bytes = sizeof(struct launch_work) + (fn->desc->params_size + 15) / 16 * 16;
+    struct launch_work *w = malloc(work_bytes);
     if (!w)
         return CUDA_ERROR_OUT_OF_MEMORY;
     w->desc = fn->desc;
@@ -605,7 +606,7 @@ CUresult fake_cuLaunchKernel(CUfunction fn, unsigned int grid_x, unsigned int gr
      * never writes): its stream stalls for good, with the kernel behind the stall. */
     if (fake.cfg.hang_launch && __atomic_add_fetch(&fake.launch_attempts, 1, __ATOMIC_RELAXED) == fake.cfg.hang_launch)
         fake_cuda_stream_stall(stream);
-    return fake_enqueue(stream, run_on_cpu, w, 0);
+    return fake_enqueue(stream, run_on_cpu, w, work_bytes, 0);
 }
 
 /* ------------------------------------------------------------------------- */

@@ -290,6 +290,10 @@ static CUresult enqueue_copy(CUstream stream, void *dst, const void *src, size_t
 {
     if (!bytes)
         return CUDA_SUCCESS;
+    /* A captured copy reads its source when the graph runs: one staged now would
+     * replay stale data (the driver refuses pageable memory in a capture). */
+    if (stage && fake_stream_capturing(stream))
+        return fake_capture_refuse(stream, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     struct copy_work *c = malloc(sizeof(*c) + (stage ? bytes : 0));
     if (!c)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -300,7 +304,7 @@ static CUresult enqueue_copy(CUstream stream, void *dst, const void *src, size_t
         memcpy(c->data, src, bytes);
         c->src = c->data;
     }
-    return fake_enqueue(stream, run_copy, c, sync);
+    return fake_enqueue(stream, run_copy, c, sizeof(*c) + (stage ? bytes : 0), sync);
 }
 
 /*
@@ -430,7 +434,7 @@ static CUresult enqueue_memset(const char *call, CUdeviceptr dst, unsigned int v
     if (!m)
         return CUDA_ERROR_OUT_OF_MEMORY;
     *m = (struct memset_work){(void *)(uintptr_t)dst, value, count, width};
-    return fake_enqueue(stream, run_memset, m, 0);
+    return fake_enqueue(stream, run_memset, m, sizeof(*m), 0);
 }
 
 CUresult fake_cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t count, CUstream stream)

@@ -20,6 +20,22 @@
  * Stalls (fake_cuda_stream_stall, fake libnccl's hang injection) are operations
  * too: work behind one waits until it is released; queries say NOT_READY and
  * synchronize calls block meanwhile.
+ *
+ * Stream capture, as the driver does it: cuStreamBeginCapture puts a stream in
+ * capture mode; work enqueued on it becomes a node of the capture (nothing runs)
+ * depending on the stream's current nodes; cuEventRecord on a capturing stream
+ * remembers those nodes in the event, and a stream that waits for such an event
+ * joins the capture (cross-stream fork/join). cuStreamEndCapture on the origin
+ * stream returns the graph once every joined stream has rejoined it
+ * (CUDA_ERROR_STREAM_CAPTURE_UNJOINED otherwise). What a capture cannot hold is
+ * refused and invalidates it: a synchronize or query of a capturing stream, a
+ * synchronous call, waiting for an event recorded outside the capture (ISOLATION),
+ * merging two captures, pageable copies, the legacy stream while a blocking stream
+ * captures (IMPLICIT), and the "potentially unsafe" calls (synchronize, query) from
+ * the capturing thread (global and thread-local modes) or from any thread while a
+ * global-mode capture runs. cuGraphLaunch enqueues a copy of every node on the
+ * launch stream in an order the graph allows that differs from the capture order
+ * where it can (last ready node first), so a dependency the capture missed shows.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,8 +67,47 @@ struct fake_op {
     struct fake_op *next;
 };
 
+/** The nodes a capture depends on next (indices into its nodes). */
+struct dep_set {
+    size_t *v;
+    size_t n;
+};
+
+/** A captured operation: work run on a copy of arg each time the graph runs. */
+struct fake_node {
+    fake_work_fn run;
+    void *arg;
+    size_t arg_bytes;
+    struct dep_set deps;
+};
+
+struct fake_capture {
+    int mode;                    /* CU_STREAM_CAPTURE_MODE_* */
+    int invalidated;
+    pthread_t thread;            /* that began it */
+    int device;
+    struct CUstream_st *origin;
+    struct fake_node *nodes;
+    size_t count, capacity;
+    struct fake_capture *next;
+};
+
+struct CUgraph_st {
+    unsigned int magic;
+    struct fake_node *nodes;
+    size_t count;
+};
+
+struct CUgraphExec_st {
+    unsigned int magic;
+    struct fake_node *nodes;     /* in replay order; args owned */
+    size_t count;
+};
+
 struct CUstream_st {
     unsigned int magic;
+    struct fake_capture *cap;     /* capture mode: the capture it belongs to */
+    struct dep_set cdeps;         /* capture mode: nodes the next one depends on */
     unsigned long id;
     int device;
     int nonblocking;
@@ -65,6 +120,8 @@ struct CUstream_st {
 
 struct CUevent_st {
     unsigned int magic;
+    struct fake_capture *cap;     /* last recorded on a capturing stream: that capture */
+    struct dep_set cdeps;         /* and the nodes the record followed */
     unsigned int flags;
     int recorded;
     struct fake_point at; /* where the last record sits */
@@ -81,6 +138,7 @@ static unsigned long next_stream_id = FAKE_MAX_DEVICES + 1;
 static unsigned long *active_stalls;
 static size_t active_count, active_capacity;
 static unsigned long next_stall_id = 1;
+static struct fake_capture *captures;               /* active ones */
 
 static double now_ms(void)
 {
@@ -280,6 +338,133 @@ static int drive_device(int device, int block)
 }
 
 /* ------------------------------------------------------------------------- */
+/* Capture state (lock held). */
+
+static int set_assign(struct dep_set *d, const size_t *v, size_t n)
+{
+    size_t *grown = n ? malloc(n * sizeof(*grown)) : NULL;
+    if (n && !grown)
+        return -1;
+    if (n)
+        memcpy(grown, v, n * sizeof(*grown));
+    free(d->v);
+    d->v = grown;
+    d->n = n;
+    return 0;
+}
+
+static int set_union(struct dep_set *d, const struct dep_set *add)
+{
+    for (size_t i = 0; i < add->n; i++) {
+        int have = 0;
+        for (size_t j = 0; j < d->n && !have; j++)
+            have = d->v[j] == add->v[i];
+        if (have)
+            continue;
+        size_t *grown = realloc(d->v, (d->n + 1) * sizeof(*grown));
+        if (!grown)
+            return -1;
+        d->v = grown;
+        d->v[d->n++] = add->v[i];
+    }
+    return 0;
+}
+
+static void set_free(struct dep_set *d)
+{
+    free(d->v);
+    d->v = NULL;
+    d->n = 0;
+}
+
+static void free_nodes(struct fake_node *nodes, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        free(nodes[i].arg);
+        set_free(&nodes[i].deps);
+    }
+    free(nodes);
+}
+
+/* Work on a capturing stream becomes a node after the stream's current nodes. */
+static CUresult capture_node(struct CUstream_st *s, fake_work_fn run, void *arg, size_t bytes)
+{
+    struct fake_capture *c = s->cap;
+    if (c->count == c->capacity) {
+        size_t cap = c->capacity ? c->capacity * 2 : 64;
+        struct fake_node *grown = realloc(c->nodes, cap * sizeof(*grown));
+        if (!grown)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        c->nodes = grown;
+        c->capacity = cap;
+    }
+    struct fake_node *n = &c->nodes[c->count];
+    *n = (struct fake_node){run, arg, bytes, {NULL, 0}};
+    if (set_assign(&n->deps, s->cdeps.v, s->cdeps.n))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    const size_t idx = c->count++;
+    if (set_assign(&s->cdeps, &idx, 1))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    return CUDA_SUCCESS;
+}
+
+/* Ends a capture: its streams leave capture mode, its events forget it. */
+static void capture_finish(struct fake_capture *c)
+{
+    for (int d = 0; d < FAKE_MAX_DEVICES; d++)
+        if (legacy[d].cap == c) {
+            legacy[d].cap = NULL;
+            set_free(&legacy[d].cdeps);
+        }
+    for (struct CUstream_st *s = streams; s; s = s->next)
+        if (s->cap == c) {
+            s->cap = NULL;
+            set_free(&s->cdeps);
+        }
+    for (struct CUevent_st *e = events; e; e = e->next)
+        if (e->cap == c) {
+            e->cap = NULL;
+            set_free(&e->cdeps);
+        }
+    for (struct fake_capture **pc = &captures; *pc; pc = &(*pc)->next)
+        if (*pc == c) {
+            *pc = c->next;
+            break;
+        }
+}
+
+/*
+ * The capture a "potentially unsafe" call (a synchronize or query) of the calling
+ * thread would break, or NULL: the thread's own capture unless it is relaxed,
+ * or any other thread's global-mode capture.
+ */
+static struct fake_capture *unsafe_for_thread(void)
+{
+    for (struct fake_capture *c = captures; c; c = c->next) {
+        const int own = pthread_equal(c->thread, pthread_self());
+        if ((own && c->mode != CU_STREAM_CAPTURE_MODE_RELAXED) ||
+            (!own && c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL))
+            return c;
+    }
+    return NULL;
+}
+
+/* The legacy stream of a device where a blocking stream captures (its implicit
+ * ordering would cross the capture), or a synchronous call while a global-mode
+ * capture runs: the capture it breaks, else NULL. */
+static struct fake_capture *legacy_conflict(const struct CUstream_st *s, int sync, CUresult *why)
+{
+    if (s != &legacy[s->device])
+        return NULL;
+    *why = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    for (struct CUstream_st *b = streams; b; b = b->next)
+        if (b->cap && b->device == s->device && !b->nonblocking)
+            return b->cap;
+    *why = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    return sync ? unsafe_for_thread() : NULL;
+}
+
+/* ------------------------------------------------------------------------- */
 /* Enqueueing (lock held). */
 
 static int add_dep(struct fake_op *op, struct fake_point p)
@@ -334,10 +519,30 @@ static unsigned long push(struct CUstream_st *s, struct fake_op *op)
     return seq;
 }
 
-CUresult fake_enqueue(CUstream stream, fake_work_fn run, void *arg, int sync)
+CUresult fake_enqueue(CUstream stream, fake_work_fn run, void *arg, size_t arg_bytes, int sync)
 {
     fake_lock();
     struct CUstream_st *s = stream_live(stream) ? stream_of(stream) : NULL;
+    CUresult why = CUDA_SUCCESS;
+    struct fake_capture *conflict = s ? legacy_conflict(s, sync, &why) : NULL;
+    if (s && (s->cap || conflict)) {
+        CUresult r = CUDA_SUCCESS;
+        if (conflict) {
+            conflict->invalidated = 1;
+            r = why;
+        } else if (s->cap->invalidated) {
+            r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        } else if (sync || !arg_bytes) {
+            s->cap->invalidated = 1;
+            r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        } else {
+            r = capture_node(s, run, arg, arg_bytes);
+        }
+        if (r != CUDA_SUCCESS)
+            free(arg);
+        fake_unlock();
+        return r;
+    }
     struct fake_op *op = s ? new_op(OP_WORK, s) : NULL;
     CUresult r = !s ? CUDA_ERROR_INVALID_HANDLE : !op ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
     if (op) {
@@ -349,6 +554,23 @@ CUresult fake_enqueue(CUstream stream, fake_work_fn run, void *arg, int sync)
     } else {
         free(arg);
     }
+    fake_unlock();
+    return r;
+}
+
+int fake_stream_capturing(CUstream stream)
+{
+    fake_lock();
+    const int r = stream_live(stream) && stream_of(stream)->cap != NULL;
+    fake_unlock();
+    return r;
+}
+
+CUresult fake_capture_refuse(CUstream stream, CUresult r)
+{
+    fake_lock();
+    if (stream_live(stream) && stream_of(stream)->cap)
+        stream_of(stream)->cap->invalidated = 1;
     fake_unlock();
     return r;
 }
@@ -376,7 +598,8 @@ unsigned long fake_cuda_stream_stall(CUstream stream)
     unsigned long id = 0;
     fake_lock();
     struct fake_op *op = NULL;
-    if (stream_live(stream) && reserve_stall_slot() && (op = new_op(OP_STALL, stream_of(stream)))) {
+    if (stream_live(stream) && !stream_of(stream)->cap && reserve_stall_slot() &&
+        (op = new_op(OP_STALL, stream_of(stream)))) {
         id = next_stall_id++;
         active_stalls[active_count++] = id;
         op->stall_id = id;
@@ -409,8 +632,15 @@ int fake_cuda_stream_flush(CUstream stream)
 
 int fake_cuda_stream_enqueue(CUstream stream, void (*fn)(void *arg), void *arg)
 {
-    return fake_enqueue(stream, fn, arg, 0) == CUDA_SUCCESS ? 0 : -1;
+    return fake_enqueue(stream, fn, arg, 0, 0) == CUDA_SUCCESS ? 0 : -1;
 }
+
+int fake_cuda_stream_enqueue_sized(CUstream stream, void (*fn)(void *arg), void *arg, size_t bytes)
+{
+    return fake_enqueue(stream, fn, arg, bytes, 0) == CUDA_SUCCESS ? 0 : -1;
+}
+
+int fake_cuda_stream_capturing(CUstream stream) { return fake_stream_capturing(stream); }
 
 /* ------------------------------------------------------------------------- */
 /* Streams. */
@@ -459,6 +689,17 @@ CUresult fake_cuStreamDestroy(CUstream stream)
     fake_lock();
     struct CUstream_st *found = stream && stream_live(stream) ? stream : NULL;
     if (found) {
+        if (found->cap) {
+            found->cap->invalidated = 1;
+            struct fake_capture *c = found->cap;
+            if (c->origin == found) { /* nothing can end it now */
+                capture_finish(c);
+                free_nodes(c->nodes, c->count);
+                free(c);
+            }
+            found->cap = NULL;
+            set_free(&found->cdeps);
+        }
         drive(tail_of(found), 0);
         while (found->busy)
             pthread_cond_wait(&fake.stall_changed, &fake.lock);
@@ -497,7 +738,16 @@ static CUresult await_work(CUstream stream, CUevent event, int block)
 {
     fake_lock();
     CUresult r = CUDA_ERROR_INVALID_HANDLE;
-    if (event ? event_live(event) : stream_live(stream)) {
+    struct fake_capture *unsafe = unsafe_for_thread();
+    if (!event && stream_live(stream) && stream_of(stream)->cap) {
+        stream_of(stream)->cap->invalidated = 1; /* waiting for work that does not run */
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    } else if (event && event_live(event) && event->cap) {
+        r = CUDA_ERROR_CAPTURED_EVENT;
+    } else if (unsafe && (event ? event_live(event) : stream_live(stream))) {
+        unsafe->invalidated = 1;
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    } else if (event ? event_live(event) : stream_live(stream)) {
         const struct fake_point p = event ? event->at : tail_of(stream_of(stream));
         r = drive(p, block) ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
     }
@@ -523,14 +773,30 @@ CUresult fake_cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int fla
     CUresult r = CUDA_SUCCESS;
     fake_lock();
     struct fake_op *op = NULL;
+    struct CUstream_st *s = stream_live(stream) ? stream_of(stream) : NULL;
     if (flags)
         r = CUDA_ERROR_INVALID_VALUE;
-    else if (!stream_live(stream) || !event_live(event))
+    else if (!s || !event_live(event))
         r = CUDA_ERROR_INVALID_HANDLE;
-    else if (!(op = new_op(OP_WAIT, stream_of(stream))) || add_dep(op, event->at))
+    else if (s->cap && s->cap->invalidated)
+        r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    else if (event->cap && s->cap && s->cap != event->cap) {
+        s->cap->invalidated = 1;
+        r = CUDA_ERROR_STREAM_CAPTURE_MERGE;
+    } else if (event->cap && s->cap) {
+        r = set_union(&s->cdeps, &event->cdeps) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+    } else if (event->cap) { /* s joins the capture after the record's nodes */
+        if (set_assign(&s->cdeps, event->cdeps.v, event->cdeps.n))
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        else
+            s->cap = event->cap;
+    } else if (s->cap) { /* work outside the capture cannot be a node's dependency */
+        s->cap->invalidated = 1;
+        r = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+    } else if (!(op = new_op(OP_WAIT, s)) || add_dep(op, event->at))
         r = CUDA_ERROR_OUT_OF_MEMORY;
     else
-        push(stream_of(stream), op);
+        push(s, op);
     if (r != CUDA_SUCCESS && op)
         free_op(op);
     fake_unlock();
@@ -586,6 +852,7 @@ CUresult fake_cuEventDestroy(CUevent event)
             *pe = found->next;
             fake.stats.live_events--;
             forget_event(found);
+            set_free(&found->cdeps);
             break;
         }
     }
@@ -605,11 +872,21 @@ CUresult fake_cuEventRecord(CUevent event, CUstream stream)
     struct fake_op *op = NULL;
     if (!event_live(event) || !stream_live(stream)) {
         r = CUDA_ERROR_INVALID_HANDLE;
+    } else if (stream_of(stream)->cap) { /* no node: the event stands for the stream's nodes */
+        struct CUstream_st *s = stream_of(stream);
+        if (s->cap->invalidated)
+            r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        else if (set_assign(&event->cdeps, s->cdeps.v, s->cdeps.n))
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        else
+            event->cap = s->cap;
     } else if (!(op = new_op(OP_RECORD, stream_of(stream)))) {
         r = CUDA_ERROR_OUT_OF_MEMORY;
     } else {
         event->recorded = 1;
         event->stamped = 0;
+        event->cap = NULL;
+        set_free(&event->cdeps);
         op->event = event;
         op->event_gen = ++event->gen;
         struct CUstream_st *s = stream_of(stream);
@@ -661,8 +938,233 @@ CUresult fake_cuCtxSynchronize(void)
     if (r != CUDA_SUCCESS)
         return r;
     fake_lock();
+    struct fake_capture *busy = NULL;
+    for (struct fake_capture *c = captures; c && !busy; c = c->next)
+        busy = c->device == fake_current_device() ? c : NULL;
+    if (!busy)
+        busy = unsafe_for_thread();
+    if (busy) { /* the device has work that will not run: never allowed during a capture */
+        busy->invalidated = 1;
+        fake_unlock();
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
     drive_device(fake_current_device(), 1);
     fake_unlock();
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Stream capture and graphs. */
+
+#define FAKE_CUDA_ERROR_ILLEGAL_STATE 401
+#define FAKE_CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD 908
+
+CUresult fake_cuStreamBeginCapture(CUstream stream, int mode)
+{
+    FAKE_ENTER(cuStreamBeginCapture);
+    if (mode < CU_STREAM_CAPTURE_MODE_GLOBAL || mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    fake_lock();
+    CUresult r = CUDA_SUCCESS;
+    struct fake_capture *c = NULL;
+    if (!stream) /* the legacy stream cannot be captured */
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    else if (!stream_live(stream))
+        r = CUDA_ERROR_INVALID_HANDLE;
+    else if (stream->cap)
+        r = FAKE_CUDA_ERROR_ILLEGAL_STATE;
+    else if (!(c = calloc(1, sizeof(*c))))
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS) {
+        c->mode = mode;
+        c->thread = pthread_self();
+        c->device = stream->device;
+        c->origin = stream;
+        c->next = captures;
+        captures = c;
+        stream->cap = c;
+        set_free(&stream->cdeps);
+    }
+    fake_unlock();
+    return r;
+}
+
+/* Marks node i and every node it depends on (lock held). */
+static void mark_ancestors(const struct fake_capture *c, size_t i, unsigned char *seen)
+{
+    if (seen[i])
+        return;
+    seen[i] = 1;
+    for (size_t k = 0; k < c->nodes[i].deps.n; k++)
+        mark_ancestors(c, c->nodes[i].deps.v[k], seen);
+}
+
+/* Every stream that joined c has rejoined its origin: the origin's current nodes
+ * follow each joined stream's (lock held). -1: out of memory. */
+static int capture_joined(const struct fake_capture *c)
+{
+    unsigned char *seen = calloc(c->count ? c->count : 1, 1);
+    if (!seen)
+        return -1;
+    for (size_t k = 0; k < c->origin->cdeps.n; k++)
+        mark_ancestors(c, c->origin->cdeps.v[k], seen);
+    int joined = 1;
+    for (struct CUstream_st *s = streams; s && joined; s = s->next)
+        for (size_t k = 0; s->cap == c && s != c->origin && k < s->cdeps.n && joined; k++)
+            joined = seen[s->cdeps.v[k]];
+    free(seen);
+    return joined;
+}
+
+CUresult fake_cuStreamEndCapture(CUstream stream, CUgraph *graph)
+{
+    FAKE_ENTER(cuStreamEndCapture);
+    if (!graph)
+        return CUDA_ERROR_INVALID_VALUE;
+    *graph = NULL;
+    fake_lock();
+    struct fake_capture *c = stream && stream_live(stream) ? stream->cap : NULL;
+    CUresult r = CUDA_SUCCESS;
+    if (!stream || !stream_live(stream))
+        r = stream ? CUDA_ERROR_INVALID_HANDLE : FAKE_CUDA_ERROR_ILLEGAL_STATE;
+    else if (!c)
+        r = FAKE_CUDA_ERROR_ILLEGAL_STATE;
+    else if (c->origin != stream)
+        r = CUDA_ERROR_STREAM_CAPTURE_UNMATCHED; /* a joined stream, not the one that began it */
+    else if (c->mode != CU_STREAM_CAPTURE_MODE_RELAXED && !pthread_equal(c->thread, pthread_self()))
+        r = FAKE_CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+    if (r != CUDA_SUCCESS) {
+        fake_unlock();
+        return r;
+    }
+    const int joined = c->invalidated ? 1 : capture_joined(c);
+    struct CUgraph_st *g = NULL;
+    if (c->invalidated)
+        r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    else if (joined < 0 || !(g = calloc(1, sizeof(*g))))
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    else if (!joined)
+        r = CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+    capture_finish(c); /* the capture ends either way */
+    if (r == CUDA_SUCCESS) {
+        g->magic = FAKE_LIVE_MAGIC;
+        g->nodes = c->nodes;
+        g->count = c->count;
+        *graph = g;
+    } else {
+        free(g);
+        free_nodes(c->nodes, c->count);
+    }
+    free(c);
+    fake_unlock();
+    return r;
+}
+
+CUresult fake_cuStreamIsCapturing(CUstream stream, int *status)
+{
+    FAKE_ENTER(cuStreamIsCapturing);
+    if (!status)
+        return CUDA_ERROR_INVALID_VALUE;
+    fake_lock();
+    CUresult r = stream_live(stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    if (r == CUDA_SUCCESS) {
+        const struct fake_capture *c = stream_of(stream)->cap;
+        *status = !c ? CU_STREAM_CAPTURE_STATUS_NONE
+                     : c->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    }
+    fake_unlock();
+    return r;
+}
+
+/* A copy of node n with its own arg. */
+static int copy_node(struct fake_node *dst, const struct fake_node *n)
+{
+    *dst = (struct fake_node){n->run, malloc(n->arg_bytes), n->arg_bytes, {NULL, 0}};
+    if (!dst->arg)
+        return -1;
+    memcpy(dst->arg, n->arg, n->arg_bytes);
+    return 0;
+}
+
+/*
+ * Replay order: a topological order of the nodes that takes the most recently
+ * readied node first (a stack), so independent branches run in another order
+ * than they were captured, as a GPU may run them.
+ */
+CUresult fake_cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags)
+{
+    FAKE_ENTER(cuGraphInstantiateWithFlags);
+    if (!exec || !graph || graph->magic != FAKE_LIVE_MAGIC || flags)
+        return !exec || flags ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+    const size_t n = graph->count;
+    struct CUgraphExec_st *x = calloc(1, sizeof(*x));
+    size_t *pending = calloc(n ? n : 1, sizeof(*pending)), *stack = calloc(n ? n : 1, sizeof(*stack));
+    struct fake_node *out = calloc(n ? n : 1, sizeof(*out));
+    int failed = !x || !pending || !stack || !out;
+    size_t top = 0, done = 0;
+    for (size_t i = 0; i < n && !failed; i++)
+        if ((pending[i] = graph->nodes[i].deps.n) == 0)
+            stack[top++] = i;
+    while (top && !failed) {
+        const size_t i = stack[--top];
+        failed = copy_node(&out[done++], &graph->nodes[i]);
+        for (size_t j = i + 1; j < n; j++) /* dependents come later in capture order */
+            for (size_t k = 0; k < graph->nodes[j].deps.n; k++)
+                if (graph->nodes[j].deps.v[k] == i && --pending[j] == 0)
+                    stack[top++] = j;
+    }
+    free(pending);
+    free(stack);
+    if (failed || done != n) {
+        free_nodes(out, done);
+        free(x);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    x->magic = FAKE_LIVE_MAGIC;
+    x->nodes = out;
+    x->count = n;
+    *exec = x;
+    return CUDA_SUCCESS;
+}
+
+/* Every node, in replay order, as work on the stream (after what it has queued). */
+CUresult fake_cuGraphLaunch(CUgraphExec exec, CUstream stream)
+{
+    FAKE_ENTER(cuGraphLaunch);
+    if (!exec || exec->magic != FAKE_LIVE_MAGIC || !fake_stream_ok(stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (fake_stream_capturing(stream))
+        return fake_capture_refuse(stream, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    for (size_t i = 0; i < exec->count; i++) {
+        struct fake_node copy;
+        if (copy_node(&copy, &exec->nodes[i]))
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        CUresult r = fake_enqueue(stream, copy.run, copy.arg, copy.arg_bytes, 0);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult fake_cuGraphExecDestroy(CUgraphExec exec)
+{
+    FAKE_ENTER(cuGraphExecDestroy);
+    if (!exec || exec->magic != FAKE_LIVE_MAGIC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    exec->magic = 0;
+    free_nodes(exec->nodes, exec->count);
+    free(exec);
+    return CUDA_SUCCESS;
+}
+
+CUresult fake_cuGraphDestroy(CUgraph graph)
+{
+    FAKE_ENTER(cuGraphDestroy);
+    if (!graph || graph->magic != FAKE_LIVE_MAGIC)
+        return CUDA_ERROR_INVALID_HANDLE;
+    graph->magic = 0;
+    free_nodes(graph->nodes, graph->count);
+    free(graph);
     return CUDA_SUCCESS;
 }
 
@@ -676,13 +1178,21 @@ void fake_stream_cleanup(void)
     while (streams) {
         struct CUstream_st *s = streams;
         streams = s->next;
+        set_free(&s->cdeps);
         drop_queue(s);
         free(s);
     }
     while (events) {
         struct CUevent_st *e = events;
         events = e->next;
+        set_free(&e->cdeps);
         free(e);
+    }
+    while (captures) {
+        struct fake_capture *c = captures;
+        captures = c->next;
+        free_nodes(c->nodes, c->count);
+        free(c);
     }
     free(active_stalls);
     active_stalls = NULL;

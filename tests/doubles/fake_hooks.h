@@ -57,6 +57,15 @@ typedef int (*fake_cuda_stream_flush_fn)(CUstream stream);
  * stream. Fake libnccl lands collective results this way, in stream order.
  */
 typedef int (*fake_cuda_stream_enqueue_fn)(CUstream stream, void (*fn)(void *arg), void *arg);
+/**
+ * Like fake_cuda_stream_enqueue, with arg's size: on a capturing stream fn(arg)
+ * becomes a node of the capture, and each launch of the graph runs fn on a fresh
+ * copy of those bytes (so arg must hold no pointer it owns). Returns 0, or -1 for
+ * an unknown stream or a capture that refused it.
+ */
+typedef int (*fake_cuda_stream_enqueue_sized_fn)(CUstream stream, void (*fn)(void *arg), void *arg, size_t bytes);
+/** 1 if the stream is capturing (cuStreamBeginCapture, or joined through an event), else 0. */
+typedef int (*fake_cuda_stream_capturing_fn)(CUstream stream);
 
 /** Counters of the fake NCCL since it was loaded. */
 struct fake_nccl_stats {
@@ -81,6 +90,8 @@ unsigned long fake_cuda_stream_stall(CUstream stream);
 void fake_cuda_stream_release(unsigned long id);
 int fake_cuda_stream_flush(CUstream stream);
 int fake_cuda_stream_enqueue(CUstream stream, void (*fn)(void *arg), void *arg);
+int fake_cuda_stream_enqueue_sized(CUstream stream, void (*fn)(void *arg), void *arg, size_t bytes);
+int fake_cuda_stream_capturing(CUstream stream);
 void fake_nccl_get_stats(struct fake_nccl_stats *out);
 
 #endif /* DCP_FAKE_HOOKS_H */

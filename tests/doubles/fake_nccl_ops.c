@@ -17,7 +17,12 @@
  * ncclGroupEnd: sends are copied in pieces into the sender's staging area and
  * posted, receives take each peer's pieces in order (any peer's first), and the
  * group ends when the peers have taken this rank's sends.
+ *
+ * On a stream that the fake libcuda is capturing, an operation is not run but
+ * enqueued as stream work (a node of the capture): it runs, rendezvous included,
+ * each time the graph does, in stream order, and writes its results directly.
  */
+#include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -40,6 +45,7 @@ struct fake_op {
 };
 
 static _Thread_local int group_depth;
+static _Thread_local int in_stream; /* running as captured stream work: stream order is here already */
 static _Thread_local struct fake_op *group_ops;
 static _Thread_local size_t group_count, group_capacity;
 
@@ -235,6 +241,19 @@ static void reduce(const unsigned char *const *src, int n, size_t count, ncclDat
 /* ------------------------------------------------------------------------- */
 /* Collectives. */
 
+/* A result lands in stream order: queued on the stream, or at once when the
+ * operation runs as stream work (a graph replaying a captured collective). */
+static void land(cudaStream_t stream, struct fake_landing *l)
+{
+    if (!in_stream) {
+        fake_nccl_land(stream, l);
+        return;
+    }
+    if (l->bytes)
+        memcpy(l->dst, l->data, l->bytes);
+    free(l);
+}
+
 /* Meets the other ranks (clique lock held). */
 static int barrier(struct fake_clique *c)
 {
@@ -352,7 +371,7 @@ static ncclResult_t collective(struct ncclComm *comm, const struct fake_op *op)
         a = b;
     } while (r == ncclSuccess && a < elements);
     if (r == ncclSuccess)
-        fake_nccl_land(op->stream, result);
+        land(op->stream, result);
     else
         free(result);
     return r;
@@ -540,7 +559,7 @@ static ncclResult_t exchange(struct ncclComm *comm, const struct fake_op *ops, s
         fake_nccl_fail(comm, r, "fake NCCL: out of memory");
     for (size_t i = 0; x.landing && i < n; i++) {
         if (x.landing[i] && r == ncclSuccess)
-            fake_nccl_land(ops[i].stream, x.landing[i]);
+            land(ops[i].stream, x.landing[i]);
         else
             free(x.landing[i]);
     }
@@ -603,6 +622,52 @@ static int flush_streams(const struct fake_op *ops, size_t n)
     return stalled;
 }
 
+static ncclResult_t run(const struct fake_op *ops, size_t n);
+
+/* A captured operation (or group), replayed by each launch of the graph. */
+struct deferred {
+    size_t n;
+    struct fake_op ops[];
+};
+
+static void run_deferred(void *arg)
+{
+    const struct deferred *d = arg;
+    in_stream = 1;
+    run(d->ops, d->n); /* a failure is the communicator's asynchronous error */
+    in_stream = 0;
+}
+
+typedef int (*capturing_fn)(cudaStream_t stream);
+typedef int (*enqueue_sized_fn)(cudaStream_t stream, void (*fn)(void *), void *arg, size_t bytes);
+
+/* On a capturing stream the operation becomes stream work: returns 1 and its
+ * enqueue result in *r; else 0 (run it now). */
+static int defer_if_capturing(const struct fake_op *ops, size_t n, ncclResult_t *r)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    capturing_fn capturing = h ? (capturing_fn)(uintptr_t)dlsym(h, "fake_cuda_stream_capturing") : NULL;
+    enqueue_sized_fn enqueue = h ? (enqueue_sized_fn)(uintptr_t)dlsym(h, "fake_cuda_stream_enqueue_sized") : NULL;
+    const int deferred = capturing && enqueue && capturing(ops[0].stream);
+    if (deferred) {
+        const size_t bytes = sizeof(struct deferred) + n * sizeof(*ops);
+        struct deferred *d = malloc(bytes);
+        if (!d) {
+            *r = fake_nccl_fail(ops[0].comm, ncclSystemError, "fake NCCL: out of memory");
+        } else {
+            d->n = n;
+            memcpy(d->ops, ops, n * sizeof(*ops));
+            *r = enqueue(ops[0].stream, run_deferred, d, bytes)
+                     ? fake_nccl_fail(ops[0].comm, ncclInvalidUsage, "fake NCCL: the stream capture refused "
+                                      "the operation")
+                     : ncclSuccess;
+        }
+    }
+    if (h)
+        dlclose(h);
+    return deferred;
+}
+
 static ncclResult_t run(const struct fake_op *ops, size_t n)
 {
     struct ncclComm *comm = ops[0].comm;
@@ -610,7 +675,10 @@ static ncclResult_t run(const struct fake_op *ops, size_t n)
         if (ops[i].comm != comm)
             return fake_nccl_fail(comm, ncclInvalidUsage,
                                   "fake NCCL: a group may use only one communicator");
-    const int behind_stall = flush_streams(ops, n);
+    ncclResult_t deferred_result = ncclSuccess;
+    if (!in_stream && defer_if_capturing(ops, n, &deferred_result))
+        return deferred_result;
+    const int behind_stall = in_stream ? 0 : flush_streams(ops, n);
     pthread_mutex_lock(&fake_nccl_lock);
     ncclResult_t r = check_ready(comm);
     if (r != ncclSuccess) {

@@ -46,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda_api.h"
 #include "dcp/dcp.h"
@@ -72,12 +73,13 @@ struct sweep_case {
 
 struct opts {
     const char *ref_path; /* --ref: the reference kernels' fatbin (dcp_ref_kernels.fatbin) */
-    bool quick, breakdown, bench;
+    bool quick, breakdown, bench, graph;
     enum dcp_backend_kind backend;
     uint64_t seed;
 };
 
 static uint64_t rng_state;
+static uint32_t deployment_layers = 2; /* model layers of make_deployment (--graph: more) */
 
 static uint32_t rng_below(uint32_t n)
 {
@@ -94,7 +96,7 @@ static dcp_deployment *make_deployment(const struct sweep_case *c, const struct 
     dcp_config_defaults(&cfg);
     cfg.model.name = "gpu-check";
     cfg.model.attention = c->kind;
-    cfg.model.num_layers = 2;
+    cfg.model.num_layers = deployment_layers;
     cfg.model.num_q_heads = q_heads;
     cfg.model.num_kv_heads = kv_heads;
     cfg.model.head_dim = c->head_dim;
@@ -1029,6 +1031,191 @@ static int breakdown(const struct opts *o)
     return 0;
 }
 
+/* ---- step latency: eager vs CUDA graph ----------------------------------------- */
+
+static double wall_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+struct graph_run {
+    struct case_run c;
+    enum { G_EAGER, G_CAPTURE, G_REPLAY } mode;
+    dcp_graph *graph[MAX_RANKS];
+};
+
+/* One decode step of every layer: synthetic K (keyed by the step's token keys, so
+ * a replay gets new values) appended, synthetic Q, attention; then the rank waits. */
+static int graph_enqueue(dcp_rank *r, struct graph_run *g)
+{
+    const uint32_t i = dcp_rank_tp_rank(r);
+    int err = DCP_OK;
+    for (uint32_t layer = 0; layer < g->c.in.num_layers && !err; layer++) {
+        struct dcp_synth_desc d = {.seed = seed_of(layer, 1), .row_keys = dcp_rank_step_token_keys(r),
+                                   .rows = g->c.tokens, .heads = g->c.in.kv_heads_per_rank, .dim = g->c.in.qk_dim,
+                                   .amplitude = 1.0f};
+        err = dcp_rank_fill_synthetic(r, g->c.k[i], &d);
+        if (!err)
+            err = dcp_rank_append_kv(r, layer, g->c.k[i], NULL);
+        d = (struct dcp_synth_desc){.seed = seed_of(layer, 0), .row_keys = dcp_rank_step_token_keys(r),
+                                    .rows = g->c.tokens, .heads = g->c.in.q_heads_per_rank, .dim = g->c.in.qk_dim,
+                                    .head_offset = i * g->c.in.q_heads_per_rank, .amplitude = 1.0f};
+        if (!err)
+            err = dcp_rank_fill_synthetic(r, g->c.q[i], &d);
+        if (!err)
+            err = dcp_rank_attention(r, layer, g->c.q[i], g->c.o[i], NULL);
+    }
+    return err;
+}
+
+static int graph_rank(dcp_rank *r, void *arg)
+{
+    struct graph_run *g = arg;
+    const uint32_t i = dcp_rank_tp_rank(r);
+    int err = DCP_OK;
+    if (g->mode == G_EAGER) {
+        err = graph_enqueue(r, g);
+    } else if (g->mode == G_CAPTURE) {
+        err = dcp_rank_capture_begin(r);
+        if (!err) {
+            const int inside = graph_enqueue(r, g);
+            err = dcp_rank_capture_end(r, &g->graph[i]);
+            err = inside ? inside : err;
+        }
+        if (!err)
+            err = dcp_graph_launch(g->graph[i]);
+    } else {
+        err = dcp_graph_launch(g->graph[i]);
+    }
+    return err ? err : dcp_rank_synchronize(r);
+}
+
+/* Median wall time of steps decode steps (begin_step, every rank's work, every
+ * rank synchronized) of a batch of one-token queries; graph: the first step is
+ * captured (not timed) and the rest replay it. Rank 0's output of the last step
+ * lands in out (rows floats). */
+static int time_steps(struct graph_run *g, const uint32_t *ids, uint32_t batch, bool graph, int steps, float *out,
+                      size_t rows, double *median_s)
+{
+    uint32_t ql[64];
+    for (uint32_t s = 0; s < batch; s++)
+        ql[s] = 1;
+    const struct dcp_batch all = {.num_seqs = batch, .seq_ids = ids, .q_lens = ql};
+    double t[64];
+    int err = DCP_OK;
+    for (int step = 0; step <= steps && !err; step++) {
+        for (uint32_t s = 0; s < batch && !err; s++)
+            err = dcp_seq_extend(g->c.e, ids[s], 1);
+        g->c.tokens = batch;
+        g->mode = !graph ? G_EAGER : step == 0 ? G_CAPTURE : G_REPLAY;
+        const double t0 = wall_seconds();
+        if (!err)
+            err = dcp_engine_begin_step(g->c.e, &all);
+        if (!err)
+            err = dcp_engine_run(g->c.e, graph_rank, g);
+        if (step > 0)
+            t[step - 1] = wall_seconds() - t0;
+    }
+    if (err)
+        return err;
+    qsort(t, (size_t)steps, sizeof(double), cmp_double);
+    *median_s = t[steps / 2];
+    return dcp_rank_download(dcp_engine_rank(g->c.e, 0), out, g->c.o[0], rows * sizeof(float));
+}
+
+/*
+ * Step latency of a decode step eager (every kernel launched from the host) and
+ * replayed from a CUDA graph captured once (the library's dcp_rank_capture_*,
+ * params.graphs = true in both runs, so both launch the same kernels): MLA 576/512
+ * bf16 on virtual ranks of one GPU, several layers, small batches (where launch
+ * overhead shows). Host wall time per step, begin_step and the rank threads'
+ * start included (the same in both). Both runs compute the same steps, so their
+ * last outputs must be equal bit for bit.
+ */
+static int graph_latency(const struct opts *o)
+{
+    struct gcase {
+        uint32_t n, batch, len;
+    };
+    static const struct gcase full[] = {{1, 1, 4096}, {8, 1, 4096}, {8, 16, 4096}, {8, 16, 32768}};
+    static const struct gcase quick[] = {{1, 1, 200}, {2, 2, 200}};
+    const struct gcase *cases = o->quick ? quick : full;
+    const size_t ncases = o->quick ? DCP_ARRAY_SIZE_(quick) : DCP_ARRAY_SIZE_(full);
+    const int steps = o->quick ? 3 : 41;
+    deployment_layers = o->quick ? 2 : 8;
+    printf("\nDCP decode step latency, eager vs CUDA graph: MLA 576/512 bf16, %u layers, 16 heads per rank, "
+           "virtual ranks on one GPU, median of %d steps\n", deployment_layers, steps);
+    printf("%-6s %6s %8s %12s %12s %8s  %s\n", "ranks", "batch", "context", "eager us", "graph us", "speedup",
+           "result");
+    int failures = 0;
+    for (size_t ci = 0; ci < ncases; ci++) {
+        const struct gcase *gc = &cases[ci];
+        struct sweep_case sc = {.kind = DCP_ATTN_MLA, .dtype = DCP_DTYPE_BF16, .n = gc->n, .comm = DCP_COMM_A2A,
+                                .interleave = 1, .q_len = 1};
+        dcp_deployment *dep = make_deployment(&sc, o, 16 * gc->n, 1);
+        double med[2] = {0, 0};
+        const size_t rows = (size_t)gc->batch * 16 * 512;
+        float *out[2] = {calloc(rows, sizeof(float)), calloc(rows, sizeof(float))};
+        int err = dep && out[0] && out[1] ? DCP_OK : DCP_ENOMEM;
+        for (int mode = 0; mode < 2 && !err; mode++) {
+            struct dcp_engine_params p;
+            dcp_engine_default_params(&p);
+            p.deployment = dep;
+            p.kv_budget_bytes = (double)gc->batch * ((gc->len + 2 * steps) / gc->n + 64) * 1152 * deployment_layers + 64e6;
+            p.max_batch = gc->batch;
+            p.max_seqs = gc->batch;
+            p.max_query_tokens = gc->batch;
+            p.max_step_tokens = 8192;
+            p.max_context = gc->len + 2 * (uint64_t)steps + 2;
+            p.graphs = true;
+            struct graph_run g = {0};
+            err = dcp_engine_create(&p, &g.c.e);
+            if (err)
+                break;
+            dcp_engine_get_info(g.c.e, &g.c.in);
+            g.c.mla = true;
+            for (uint32_t i = 0; i < gc->n && !err; i++) {
+                dcp_rank *r = dcp_engine_rank(g.c.e, i);
+                if ((err = dcp_rank_alloc(r, 8192 * g.c.in.qk_dim * sizeof(float), &g.c.k[i])) ||
+                    (err = dcp_rank_alloc(r, gc->batch * 16 * g.c.in.qk_dim * sizeof(float), &g.c.q[i])) ||
+                    (err = dcp_rank_alloc(r, gc->batch * 16 * g.c.in.v_dim * sizeof(float), &g.c.o[i])))
+                    break;
+            }
+            uint32_t ids[64];
+            if (!err)
+                err = prefill(&g.c, ids, gc->batch, gc->len, 8192);
+            if (!err)
+                err = time_steps(&g, ids, gc->batch, mode == 1, steps, out[mode], rows, &med[mode]);
+            for (uint32_t i = 0; i < gc->n; i++) {
+                dcp_rank *r = dcp_engine_rank(g.c.e, i);
+                dcp_graph_destroy(&g.graph[i]);
+                dcp_rank_free(r, g.c.k[i]);
+                dcp_rank_free(r, g.c.q[i]);
+                dcp_rank_free(r, g.c.o[i]);
+            }
+            dcp_engine_destroy(&g.c.e);
+        }
+        if (err) {
+            printf("graph: %s: %s\n", dcp_strerror(err), dcp_last_error());
+            free(out[0]);
+            free(out[1]);
+            dcp_deployment_destroy(&dep);
+            return unavailable(err) ? 77 : 1;
+        }
+        const bool same = memcmp(out[0], out[1], rows * sizeof(float)) == 0;
+        failures += !same;
+        printf("%-6u %6u %8u %12.1f %12.1f %7.2fx  %s\n", gc->n, gc->batch, gc->len, med[0] * 1e6, med[1] * 1e6,
+               med[1] > 0 ? med[0] / med[1] : 0.0, same ? "graph == eager" : "FAIL (graph != eager)");
+        free(out[0]);
+        free(out[1]);
+        dcp_deployment_destroy(&dep);
+    }
+    printf("graph: %s\n", failures ? "FAIL" : "ok");
+    return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     struct opts o = {.backend = DCP_BACKEND_CUDA, .seed = 20261129};
@@ -1039,6 +1226,8 @@ int main(int argc, char **argv)
             o.breakdown = true;
         else if (!strcmp(argv[i], "--bench"))
             o.bench = true;
+        else if (!strcmp(argv[i], "--graph"))
+            o.graph = true;
         else if (!strcmp(argv[i], "--backend") && i + 1 < argc)
             o.backend = !strcmp(argv[++i], "host") ? DCP_BACKEND_HOST : DCP_BACKEND_CUDA;
         else if (!strcmp(argv[i], "--ref") && i + 1 < argc)
@@ -1046,10 +1235,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
             o.seed = strtoull(argv[++i], NULL, 0);
         else {
-            fprintf(stderr, "usage: gpu_check [--quick] [--bench [--ref FATBIN] | --breakdown] [--backend cuda|host] [--seed N]\n");
+            fprintf(stderr, "usage: gpu_check [--quick] [--bench [--ref FATBIN] | --breakdown | --graph] [--backend cuda|host] [--seed N]\n");
             return 2;
         }
     }
     rng_state = o.seed | 1;
-    return o.breakdown ? breakdown(&o) : o.bench ? bench(&o) : sweep(&o);
+    return o.graph ? graph_latency(&o) : o.breakdown ? breakdown(&o) : o.bench ? bench(&o) : sweep(&o);
 }

@@ -22,7 +22,12 @@
 #       launches checked against the oracle (gpu_check --bench --ref);
 #   (3) decode attention at 4k/32k/128k next to a copy (dcp-run bench);
 #   (4) the time split of a DCP step, merge and collectives included (gpu_check --breakdown);
-#   (5) dcp-run run on the default deployment, with its correctness check.
+#   (5) dcp-run run on the default deployment, with its correctness check;
+#   (6) only when DCP_GPU_STEPS names it ("graph"; not in the default 420 s): the
+#       latency of a decode step eager vs replayed from a CUDA graph captured once
+#       (MLA bf16, 8 layers, 1 and 8 virtual ranks, batch 1/16; gpu_check --graph),
+#       whose results must agree bit for bit. Run it on its own:
+#       DCP_GPU_STEPS=graph tests/gpu/run.sh (about 30 s).
 # Clocks, temperature, power and throttle reasons are printed before and after
 # (nvidia-smi, when present; each call under a 10 s timeout cut to what the
 # deadline leaves, so a hung driver query cannot overrun it).
@@ -143,13 +148,14 @@ step bench 60 "$B/runtime/cli/dcp-run" bench --backend cuda --quiet $bench_args
 step breakdown 45 "$B/tests/gpu/gpu_check" --breakdown $quick
 # shellcheck disable=SC2086
 step run 35 "$B/runtime/cli/dcp-run" run --backend cuda --quiet $run_args
+step graph 60 "$B/tests/gpu/gpu_check" --graph $quick
 echo "== GPU state after"
 gpu_state
 
 echo
 echo "== summary ($(($(date +%s) - start)) s of ${DEADLINE_S} s)"
 status=0
-for name in check reference bench breakdown run; do
+for name in check reference bench breakdown run graph; do
     wanted "$name" || continue
     rc=$(cat "$out/$name.rc" 2>/dev/null || echo missing)
     case $rc in
@@ -166,5 +172,6 @@ if wanted reference; then grep -E '^(read |mma |case |gqa|mla)' "$out/reference.
 if wanted bench; then grep -E '^(kind |gqa|mla) ' "$out/bench.txt" | sed 's/^/bench: /'; fi
 if wanted breakdown; then grep -E '^(comm |a2a|ag_rs) ' "$out/breakdown.txt" | sed 's/^/breakdown: /'; fi
 if wanted run; then grep -E '^correctness' "$out/run.txt" | tr -s ' ' | sed 's/^/run: /'; fi
+if wanted graph; then grep -E '^(ranks |[0-9]+ +[0-9]+ +[0-9]+ )' "$out/graph.txt" | sed 's/^/graph: /'; fi
 [ $status -eq 0 ] && echo "all steps passed" || echo "FAILED: see the steps above"
 exit $status

@@ -19,6 +19,7 @@
  *   cuda_rank.c     rank streams and events, kernel launch, synchronize, profiling
  *   cuda_comm.c     collectives: virtual groups and NCCL communicators
  *   cuda_memory.c   device allocations, the VMM KV arena, copies
+ *   cuda_graph.c    caller streams, double-buffered step uploads, stream capture
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -244,4 +245,11 @@ const struct dcp_backend_ops dcp_cuda_backend = {
     .timer_begin = cuda_timer_begin,
     .timer_end = cuda_timer_end,
     .timer_collect = cuda_timer_collect,
+    .set_stream = cuda_set_stream,
+    .step_uploads = cuda_step_uploads,
+    .capture_begin = cuda_capture_begin,
+    .capture_end = cuda_capture_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_destroy = cuda_graph_destroy,
+    .get_stream = cuda_get_stream,
 };

@@ -226,7 +226,7 @@ int cuda_engine_start(struct dcp_engine *e)
 /* ---- collectives: virtual ranks ------------------------------------------------------ */
 
 /* The cuda_rank of member s of r's DCP group (all members are local for virtual ranks). */
-static const struct cuda_rank *group_member(const struct dcp_rank *r, uint32_t s)
+const struct cuda_rank *cuda_group_member(const struct dcp_rank *r, uint32_t s)
 {
     const struct dcp_engine *e = r->engine;
     return CR(&e->ranks[r->tp_rank - r->group_rank + s - e->params.rank_begin]);
@@ -246,7 +246,7 @@ static int virtual_begin(struct dcp_rank *r, uint64_t send)
     if (!err)
         err = rank_group_publish(cr->group, r->group_rank, send);
     for (uint32_t s = 0; s < cr->group->size && !err; s++) {
-        err = CU_CALL(api, cuStreamWaitEvent, cr->compute, group_member(r, s)->events[EV_READY], 0);
+        err = CU_CALL(api, cuStreamWaitEvent, cr->compute, cuda_group_member(r, s)->events[EV_READY], 0);
     }
     return err;
 }
@@ -259,7 +259,7 @@ static int virtual_end(struct dcp_rank *r)
     if (!err)
         err = rank_group_barrier(cr->group);
     for (uint32_t s = 0; s < cr->group->size && !err; s++) {
-        err = CU_CALL(api, cuStreamWaitEvent, cr->compute, group_member(r, s)->events[EV_DONE], 0);
+        err = CU_CALL(api, cuStreamWaitEvent, cr->compute, cuda_group_member(r, s)->events[EV_DONE], 0);
     }
     return err;
 }
@@ -297,8 +297,11 @@ static int virtual_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t re
     const uint32_t n = cr->group->size;
     if (!cr->src_ptrs_valid || memcmp(cr->h_src_ptrs, cr->group->published, n * sizeof(uint64_t))) {
         /* The pinned table is read when the copy runs: rewrite it only once the
-         * previous copy and the reduces reading the device table are done. */
-        if ((err = cuda_wait_device(r, NULL, "ReduceScatter source table")))
+         * previous copy and the reduces reading the device table are done. A first
+         * table (or the first after a recovery, which waited for the device) has no
+         * earlier reader, so the decode path (and a capture) never waits here: the
+         * members' send buffers are fixed after set-up. */
+        if (cr->src_ptrs_valid && (err = cuda_wait_device(r, NULL, "ReduceScatter source table")))
             return err;
         memcpy(cr->h_src_ptrs, cr->group->published, n * sizeof(uint64_t));
         if ((err = CU_CALL(api, cuMemcpyHtoDAsync, cr->d_src_ptrs, cr->h_src_ptrs, n * sizeof(uint64_t),

@@ -50,7 +50,11 @@ enum {
     EV_READY,        ///< Producer work of a collective's send buffer is done.
     EV_DONE,         ///< This rank's part of a collective is done.
     EV_SYNC,         ///< Marks the end of queued work for polling.
-    EV_STAGED,       ///< After the last copy out of the pinned staging buffer.
+    EV_STAGED0,      ///< After the last copy out of staging half 0 ...
+    EV_STAGED1,      ///< ... and half 1 (begin_step alternates between them).
+    EV_SWITCH,       ///< End of the work on the stream a rank leaves (dcp_rank_set_stream).
+    EV_FORK,         ///< Virtual group leader: capture began / a graph launch was queued.
+    EV_JOIN,         ///< Virtual group member: its part of a capture, or its work before a launch.
     CUDA_RANK_EVENTS
 };
 
@@ -59,7 +63,10 @@ enum {
 
 struct cuda_rank {
     struct cuda_device *dev;
-    CUstream compute;            ///< Kernels, copies, virtual collectives.
+    CUstream compute;            ///< Kernels, copies, virtual collectives: own_stream or the caller's.
+    CUstream own_stream;         ///< The library's stream (compute unless dcp_rank_set_stream gave one).
+    bool caller_stream;          ///< compute is the caller's.
+    bool capturing;              ///< Between capture_begin and capture_end.
     CUstream comm_stream;        ///< NCCL collectives.
     CUevent events[CUDA_RANK_EVENTS];
     bool queued;                 ///< Work was queued on the streams since the last synchronize.
@@ -67,9 +74,12 @@ struct cuda_rank {
     CUdeviceptr d_src_ptrs;      ///< Virtual ReduceScatter: device table of member send addresses.
     uint64_t *h_src_ptrs;        ///< Pinned host copy of that table.
     bool src_ptrs_valid;
-    unsigned char *staging;      ///< Pinned host staging of uploads (step metadata fits whole).
-    size_t staging_bytes;
-    size_t staging_used;         ///< Bytes handed out since the buffer was last known free.
+    unsigned char *staging;      ///< Pinned host staging of uploads: two halves, each holds one
+                                 ///< step's metadata whole (begin_step alternates between them).
+    size_t staging_bytes;        ///< Bytes of one half.
+    uint32_t stage_cur;          ///< The half uploads go to now.
+    size_t staging_used;         ///< Bytes of it handed out since it was last known free.
+    bool stage_pending[2];       ///< EV_STAGED0/1 was recorded and not yet seen done.
     ncclComm_t nccl_comm;        ///< NCCL: this rank's communicator in its DCP group.
     struct cuda_alloc *allocs;
     size_t num_allocs, cap_allocs;
@@ -142,6 +152,22 @@ int cuda_recover(struct dcp_engine *e);
 int cuda_timer_begin(struct dcp_rank *r, uint32_t *token);
 int cuda_timer_end(struct dcp_rank *r, uint32_t token, enum dcp_prof_cat cat);
 int cuda_timer_collect(struct dcp_rank *r);
+
+/* cuda_graph.c: caller streams, double-buffered step uploads, stream capture. */
+int cuda_set_stream(struct dcp_rank *r, void *stream);
+void *cuda_get_stream(const struct dcp_rank *r);
+int cuda_step_uploads(struct dcp_rank *r);
+int cuda_capture_begin(struct dcp_rank *r);
+int cuda_capture_end(struct dcp_rank *r, void **exec);
+int cuda_graph_launch(struct dcp_rank *r, void *exec);
+void cuda_graph_destroy(struct dcp_rank *r, void *exec);
+/** The staging half to copy bytes through (waits, bounded, only when that half's
+ *  earlier copies may not have run); NULL with the error in *err. */
+unsigned char *cuda_staging_take(struct dcp_rank *r, size_t bytes, int *err);
+/** After queuing the copies out of the current half. */
+int cuda_staging_record(struct dcp_rank *r);
+/** Member s of r's DCP group (virtual ranks: all are local). */
+const struct cuda_rank *cuda_group_member(const struct dcp_rank *r, uint32_t s);
 
 /* cuda_comm.c: collectives. */
 /** Engine-wide: NCCL unique ids (exchanged when multi_process) or virtual groups. */

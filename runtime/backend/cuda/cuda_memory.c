@@ -150,15 +150,16 @@ void cuda_free(struct dcp_rank *r, uint64_t addr)
 
 /*
  * Every copy goes on the stream of the work that reads it (docs/design.md):
- * uploads on the rank's compute stream, after the kernels already queued there
- * (per-step metadata is rewritten in place while the previous step's kernels may
- * still read it) and before the ones that read the new data. Never cuMemcpyHtoD:
- * it runs on the legacy stream, which the rank's non-blocking streams do not wait
- * for, and from pageable memory it returns before the data lands. A source that
- * fits goes through the pinned staging buffer (truly asynchronous); the buffer is
- * reused once the copies out of it ran (EV_STAGED), which for begin_step is the
- * previous step's uploads. A larger source is copied from pageable memory, which
- * the driver stages before cuMemcpyHtoDAsync returns.
+ * uploads on the rank's compute stream (its own or the caller's), after the
+ * kernels already queued there (per-step metadata is rewritten in place while the
+ * previous step's kernels may still read it) and before the ones that read the
+ * new data. Never cuMemcpyHtoD: it runs on the legacy stream, which the rank's
+ * non-blocking streams do not wait for, and from pageable memory it returns before
+ * the data lands. A source that fits goes through a pinned staging half (truly
+ * asynchronous, cuda_graph.c); begin_step alternates between the two halves, so it
+ * waits only when the copies of the step before the previous one have not run. A
+ * larger source is copied from pageable memory, which the driver stages before
+ * cuMemcpyHtoDAsync returns.
  */
 int cuda_upload(struct dcp_rank *r, uint64_t dst, const void *src, size_t bytes)
 {
@@ -170,17 +171,12 @@ int cuda_upload(struct dcp_rank *r, uint64_t dst, const void *src, size_t bytes)
     cr->queued = true;
     if (bytes > cr->staging_bytes)
         return CU_CALL(api, cuMemcpyHtoDAsync, dst, src, bytes, cr->compute);
-    const size_t room = (bytes + 15) & ~(size_t)15;
-    if (room > cr->staging_bytes - cr->staging_used) {
-        if ((err = cuda_wait_event(r, cr->events[EV_STAGED], "upload staging")))
-            return err;
-        cr->staging_used = 0;
-    }
-    unsigned char *at = cr->staging + cr->staging_used;
+    unsigned char *at = cuda_staging_take(r, bytes, &err);
+    if (!at)
+        return err;
     memcpy(at, src, bytes);
-    cr->staging_used += room;
     err = CU_CALL(api, cuMemcpyHtoDAsync, dst, at, bytes, cr->compute);
-    return err ? err : CU_CALL(api, cuEventRecord, cr->events[EV_STAGED], cr->compute);
+    return err ? err : cuda_staging_record(r);
 }
 
 /* After the rank's work (a bounded wait), on its stream; to pageable memory the

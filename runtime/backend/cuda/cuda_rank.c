@@ -24,7 +24,8 @@ int cuda_rank_init(struct dcp_rank *r)
     int err = use_rank(r);
     const struct dcp_cuda_api *api = &ce->cu->api;
     if (!err)
-        err = CU_CALL(api, cuStreamCreate, &cr->compute, CU_STREAM_NON_BLOCKING);
+        err = CU_CALL(api, cuStreamCreate, &cr->own_stream, CU_STREAM_NON_BLOCKING);
+    cr->compute = cr->own_stream;
     if (!err)
         err = CU_CALL(api, cuStreamCreate, &cr->comm_stream, CU_STREAM_NON_BLOCKING);
     for (int i = 0; i < CUDA_RANK_EVENTS && !err; i++)
@@ -34,11 +35,12 @@ int cuda_rank_init(struct dcp_rank *r)
         if (!err)
             err = CU_CALL(api, cuEventCreate, &cr->timer_end[i], CU_EVENT_DEFAULT);
     }
-    /* Pinned staging for uploads: room for one step's metadata (5 buffers, each
-     * rounded up to 16 bytes), so begin_step's copies are truly asynchronous. */
+    /* Pinned staging for uploads: two halves of room for one step's metadata (5
+     * buffers, each rounded up to 16 bytes), so begin_step's copies are truly
+     * asynchronous and the next begin_step need not wait for them. */
     cr->staging_bytes = dcp_step_upload_bytes(e->max_batch, e->max_blocks_per_seq, e->max_tokens) + 5 * 16;
     if (!err)
-        err = CU_CALL(api, cuMemAllocHost, (void **)&cr->staging, cr->staging_bytes);
+        err = CU_CALL(api, cuMemAllocHost, (void **)&cr->staging, 2 * cr->staging_bytes);
     return err ? err : cuda_comm_rank_init(r);
 }
 
@@ -73,8 +75,8 @@ void cuda_rank_fini(struct dcp_rank *r)
     }
     if (cr->comm_stream)
         api->cuStreamDestroy(cr->comm_stream);
-    if (cr->compute)
-        api->cuStreamDestroy(cr->compute);
+    if (cr->own_stream)
+        api->cuStreamDestroy(cr->own_stream);
     if (cr->comm_mu_init)
         pthread_mutex_destroy(&cr->comm_mu);
     free(cr);
@@ -231,8 +233,10 @@ int cuda_synchronize(struct dcp_rank *r)
         err = CU_CALL(&ce->cu->api, cuEventRecord, cr->events[EV_SYNC], cr->compute);
     if (!err)
         err = cuda_wait_event(r, cr->events[EV_SYNC], "rank synchronize");
-    if (!err)
+    if (!err) { /* every copy out of the staging halves ran too */
         cr->queued = false;
+        cr->stage_pending[0] = cr->stage_pending[1] = false;
+    }
     return err;
 }
 
