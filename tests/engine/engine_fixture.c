@@ -122,6 +122,8 @@ void fixture_config(const struct fixture_shape *s, struct dcp_config *cfg)
         cfg->model.num_kv_heads = 1;
         cfg->model.kv_lora_rank = s->kv_lora_rank;
         cfg->model.rope_dim = s->rope_dim;
+        if (s->v_head_dim)
+            cfg->model.v_head_dim = s->v_head_dim;
     } else {
         cfg->model.num_kv_heads = s->kv_heads;
         cfg->model.head_dim = s->head_dim;
@@ -137,6 +139,8 @@ void fixture_config(const struct fixture_shape *s, struct dcp_config *cfg)
     cfg->parallel.dcp = s->dcp;
     cfg->parallel.interleave = s->interleave;
     cfg->parallel.comm = s->comm;
+    cfg->parallel.replicate_q = s->replicate_q;
+    cfg->parallel.merge_after_uv = s->merge_after_uv;
     cfg->memory.block_size = s->block_size;
     cfg->memory.reserve_bytes = 0;
     cfg->workload.context_lengths[0] = 1024;
@@ -181,6 +185,7 @@ dcp_engine *fixture_engine_with(const dcp_deployment *dep, const struct fixture_
     p.max_step_tokens = lim->max_step_tokens ? lim->max_step_tokens : lim->max_query_tokens;
     p.max_seqs = lim->max_seqs ? lim->max_seqs : 64;
     p.max_context = lim->max_context;
+    p.w_uv = lim->w_uv;
     dcp_engine *e = NULL;
     int err = dcp_engine_create(&p, &e);
     if (err)

@@ -25,6 +25,9 @@ struct fixture_shape {
     enum dcp_comm_scheme comm;
     enum dcp_backend_kind backend;
     uint32_t host_threads;                /* runtime.host.threads (> 1 enables split-KV) */
+    bool replicate_q;                     /* parallel.replicate_q */
+    bool merge_after_uv;                  /* parallel.merge_after_uv (MLA) */
+    uint32_t v_head_dim;                  /* model.v_head_dim (MLA); 0 = the default */
 };
 
 /** Limits of a test engine (see struct dcp_engine_params). */
@@ -36,6 +39,7 @@ struct fixture_limits {
     uint32_t max_step_tokens;  /* 0 = max_query_tokens */
     uint32_t max_seqs;         /* 0 = 64 */
     uint64_t max_context;
+    const float *const *w_uv;  /* dcp_engine_params.w_uv (merge_after_uv) */
 };
 
 /** The backend DCP_TEST_BACKEND selects (host when unset; fails the test on a bad value). */
