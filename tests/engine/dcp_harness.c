@@ -349,6 +349,11 @@ void harness_destroy(struct harness **hp)
     *hp = NULL;
 }
 
+const dcp_deployment *harness_deployment(const struct harness *h)
+{
+    return h->dep;
+}
+
 dcp_engine *harness_engine(struct harness *h, bool baseline)
 {
     return baseline ? (h->nsides > 1 ? h->side[1].e : NULL) : h->side[0].e;

@@ -57,6 +57,9 @@ struct harness *harness_create(const struct harness_config *cfg, uint64_t seed, 
 /** Frees everything and sets *h to NULL. */
 void harness_destroy(struct harness **h);
 
+/** The deployment both engines run. */
+const dcp_deployment *harness_deployment(const struct harness *h);
+
 /** The DCP engine (baseline = false) or the baseline (NULL when there is none). */
 dcp_engine *harness_engine(struct harness *h, bool baseline);
 

@@ -141,6 +141,8 @@ void fixture_config(const struct fixture_shape *s, struct dcp_config *cfg)
     cfg->parallel.comm = s->comm;
     cfg->parallel.replicate_q = s->replicate_q;
     cfg->parallel.merge_after_uv = s->merge_after_uv;
+    cfg->parallel.comm_dtype = s->comm_dtype;
+    cfg->runtime.cuda.comm = s->cuda_comm;
     cfg->memory.block_size = s->block_size;
     cfg->memory.reserve_bytes = 0;
     cfg->workload.context_lengths[0] = 1024;

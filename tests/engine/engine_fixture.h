@@ -28,6 +28,8 @@ struct fixture_shape {
     bool replicate_q;                     /* parallel.replicate_q */
     bool merge_after_uv;                  /* parallel.merge_after_uv (MLA) */
     uint32_t v_head_dim;                  /* model.v_head_dim (MLA); 0 = the default */
+    enum dcp_dtype comm_dtype;            /* parallel.comm_dtype (0: fp32, what the engine moves) */
+    enum dcp_cuda_comm cuda_comm;         /* runtime.cuda.comm (0: auto) */
 };
 
 /** Limits of a test engine (see struct dcp_engine_params). */
