@@ -85,8 +85,9 @@ static int resolve_shape(struct dcp_engine *e)
     e->merge_uv = cfg->parallel.merge_after_uv && e->mla;
     e->out_dim = dcp_merged_v_dim(cfg, e->v_dim);
     if (e->merge_uv != (e->params.w_uv != NULL))
-        return dcp_error(DCP_EINVAL, e->merge_uv ? "parallel.merge_after_uv is true but engine params give no w_uv "
-                                                   "(the W_UV of every layer, fp32 [query_heads][kv_lora_rank][v_head_dim])"
+        return dcp_error(DCP_EINVAL, e->merge_uv ? "parallel.merge_after_uv is true but dcp_engine_params.w_uv is NULL: "
+                                                   "the engine needs the W_UV of every layer (fp32 [query_heads]"
+                                                   "[kv_lora_rank][v_head_dim]), which dcp-run run and replay do not have"
                                                  : "engine params give w_uv, but the deployment does not set "
                                                    "parallel.merge_after_uv (an MLA-only option): nothing would use it");
     for (uint32_t l = 0; e->merge_uv && l < e->num_layers; l++)
