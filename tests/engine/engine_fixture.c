@@ -62,8 +62,13 @@ int fixture_backend_check(void)
         fprintf(stderr, "DCP_TEST_BACKEND=%s: expected host, cuda or auto\n", getenv("DCP_TEST_BACKEND"));
         return 1;
     }
+    return fixture_probe(&s) ? 77 : 0;
+}
+
+int fixture_probe(const struct fixture_shape *s)
+{
     struct dcp_config cfg;
-    fixture_config(&s, &cfg);
+    fixture_config(s, &cfg);
     dcp_deployment *dep = NULL;
     int err = dcp_deployment_from_config(&cfg, NULL, &dep);
     dcp_engine *e = NULL;
@@ -77,11 +82,11 @@ int fixture_backend_check(void)
         err = dcp_engine_create(&p, &e);
     }
     if (err)
-        fprintf(stderr, "backend %s unavailable: %s: %s\n", dcp_backend_kind_name(s.backend),
+        fprintf(stderr, "backend %s unavailable: %s: %s\n", dcp_backend_kind_name(s->backend),
                 dcp_strerror(err), dcp_last_error());
     dcp_engine_destroy(&e);
     dcp_deployment_destroy(&dep);
-    return err ? 77 : 0;
+    return err;
 }
 
 bool fixture_quick(void)

@@ -53,6 +53,9 @@ enum dcp_backend_kind fixture_backend(void);
  */
 int fixture_backend_check(void);
 
+/** DCP_OK if a small engine of shape s can be created here, else its error (printed to stderr). */
+int fixture_probe(const struct fixture_shape *s);
+
 /** DCP_TEST_QUICK is set (not "0") or the test runs under valgrind. */
 bool fixture_quick(void);
 

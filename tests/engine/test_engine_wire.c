@@ -90,25 +90,10 @@ static bool path_available(enum path path)
 {
     if (path == PATH_HOST)
         return true;
-    struct fixture_shape s = case_shape(&cases[0], path);
-    struct dcp_config cfg;
-    fixture_config(&s, &cfg);
-    dcp_deployment *dep = NULL;
-    dcp_engine *e = NULL;
-    int err = dcp_deployment_from_config(&cfg, NULL, &dep);
-    if (!err) {
-        struct dcp_engine_params p;
-        dcp_engine_default_params(&p);
-        p.deployment = dep;
-        p.kv_budget_bytes = 1 << 22;
-        p.max_batch = 1;
-        p.max_context = 64;
-        err = dcp_engine_create(&p, &e);
-    }
+    const struct fixture_shape s = case_shape(&cases[0], path);
+    const int err = fixture_probe(&s);
     if (err)
-        print_message("%s: skipped (%s: %s)\n", path_names[path], dcp_strerror(err), dcp_last_error());
-    dcp_engine_destroy(&e);
-    dcp_deployment_destroy(&dep);
+        print_message("%s: skipped\n", path_names[path]);
     return err == DCP_OK;
 }
 
