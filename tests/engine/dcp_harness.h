@@ -7,6 +7,11 @@
  * V (harness_poison): the rows that see it must be NaN in their LSE and every
  * output element, exactly where the oracle has them NaN (docs/design.md §4).
  *
+ * Deployments with parallel.replicate_q get every gathered head's queries per rank
+ * ([dcp][T][H_l][qk]); with parallel.merge_after_uv (MLA) the harness makes a random
+ * W_UV per layer, passes it to both engines and projects the oracle's latent output
+ * with it in float64.
+ *
  * A step grows some sequences by a few tokens each: the engine appends their K/V
  * (uploaded by every rank for its own KV heads) and, when the step's tokens fit
  * max_query_tokens, they are also the step's queries (prefill chunk, decode or

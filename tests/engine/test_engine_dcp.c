@@ -6,7 +6,8 @@
  * every attention result of every rank is checked against the float64 oracle over
  * the whole sequence and against the TP baseline (the same deployment at dcp = 1).
  * Plus targeted cases: empty shards, the real 512+64 MLA latent, split-KV, block
- * reuse, forks that diverge, speculative rejection, a NaN in the KV cache.
+ * reuse, forks that diverge, speculative rejection, a NaN in the KV cache, and the
+ * leaner communication options (replicate_q, merge_after_uv).
  *
  * DCP_TEST_SEED reseeds; DCP_TEST_QUICK (or valgrind) runs fewer, smaller cases;
  * DCP_TEST_BACKEND picks the backend (see engine_fixture.h).
