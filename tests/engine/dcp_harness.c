@@ -295,6 +295,7 @@ struct harness *harness_create(const struct harness_config *cfg, uint64_t seed, 
         .max_step_tokens = cfg->max_step_tokens,
         .max_context = cfg->max_context,
         .w_uv = h->merge_uv ? h->w_uv_layers : NULL,
+        .profile = cfg->profile,
     };
     h->side[0].e = fixture_engine_with(h->dep, &lim);
     h->side[0].e->split_override = cfg->splits;

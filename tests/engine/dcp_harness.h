@@ -37,6 +37,7 @@ struct harness_config {
     uint64_t num_blocks;        ///< The DCP engine's logical blocks; 0 = max_live sequences of max_context.
     bool baseline;              ///< Also run the TP baseline (dcp = 1) and compare (ignored when dcp = 1).
     uint32_t splits;            ///< Split-KV factor every step of the DCP engine uses (0: the engine chooses), within its workspace.
+    bool profile;               ///< Create the engines with profile = true (dcp_rank_get_profile()).
 };
 
 /** Results over every harness of the process, for the final report. */

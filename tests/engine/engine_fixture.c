@@ -193,6 +193,7 @@ dcp_engine *fixture_engine_with(const dcp_deployment *dep, const struct fixture_
     p.max_seqs = lim->max_seqs ? lim->max_seqs : 64;
     p.max_context = lim->max_context;
     p.w_uv = lim->w_uv;
+    p.profile = lim->profile;
     dcp_engine *e = NULL;
     int err = dcp_engine_create(&p, &e);
     if (err)

@@ -42,6 +42,7 @@ struct fixture_limits {
     uint32_t max_seqs;         /* 0 = 64 */
     uint64_t max_context;
     const float *const *w_uv;  /* dcp_engine_params.w_uv (merge_after_uv) */
+    bool profile;              /* dcp_engine_params.profile */
 };
 
 /** The backend DCP_TEST_BACKEND selects (host when unset; fails the test on a bad value). */

@@ -9,6 +9,8 @@
  *   - CUDA virtual ranks (the fake libcuda): the device copies and reduce reads from it;
  *   - CUDA with NCCL (the fake libnccl, one fake GPU per rank): the fake's own count
  *     (fake_nccl_stats.sent_bytes_by_rank), and what the backend handed NCCL.
+ * The collectives each rank runs per layer (its profile's comm_calls) equal the
+ * plan's count too (a2a: outputs and LSEs in one message per peer, one collective).
  * Each case runs through the DCP harness, so its results are also checked against
  * the float64 oracle. CUDA cases are skipped when the doubles cannot run them.
  */
@@ -100,6 +102,7 @@ static bool path_available(enum path path)
 /** Bytes each local rank has sent so far: the backend's count, and the fake libnccl's by group rank. */
 struct wire_counts {
     uint64_t rank[8];
+    uint64_t collectives[8];  /* the rank's profile's comm_calls */
     unsigned long long nccl_by_group_rank[FAKE_NCCL_STATS_RANKS];
 };
 
@@ -108,8 +111,13 @@ static void read_counts(dcp_engine *e, fake_nccl_get_stats_fn nccl, struct wire_
     memset(c, 0, sizeof(*c));
     struct dcp_engine_info in;
     dcp_engine_get_info(e, &in);
-    for (uint32_t i = 0; i < in.num_local_ranks; i++)
-        c->rank[i] = dcp_rank_wire_bytes(dcp_engine_rank(e, i));
+    for (uint32_t i = 0; i < in.num_local_ranks; i++) {
+        dcp_rank *r = dcp_engine_rank(e, i);
+        struct dcp_profile prof;
+        assert_int_equal(dcp_rank_get_profile(r, &prof), DCP_OK);
+        c->rank[i] = dcp_rank_wire_bytes(r);
+        c->collectives[i] = prof.comm_calls;
+    }
     if (nccl) {
         struct fake_nccl_stats st;
         nccl(&st);
@@ -128,6 +136,7 @@ static double run_case(const struct wire_case *wc, enum path path)
         .max_query_tokens = 12,
         .max_step_tokens = 48,
         .max_context = 96,
+        .profile = true,
     };
     char label[200];
     snprintf(label, sizeof(label), "%s: %s %s%s%s dcp=%u", path_names[path], dcp_attention_kind_name(wc->kind),
@@ -166,6 +175,10 @@ static double run_case(const struct wire_case *wc, enum path path)
                 fail_msg("%s: rank %u sent %.0f bytes in a step of %llu query tokens x %u layers; the plan says "
                          "%.0f per layer per token = %.0f", label, r, got, (unsigned long long)tokens,
                          in.num_layers, plan.comm.total_send, want);
+            const uint64_t calls = after.collectives[r] - before.collectives[r];
+            if (calls != (uint64_t)plan.comm.collectives * in.num_layers)
+                fail_msg("%s: rank %u ran %llu collectives in %u layers; the plan says %u per layer", label, r,
+                         (unsigned long long)calls, in.num_layers, plan.comm.collectives);
         }
         for (uint32_t gr = 0; nccl && gr < in.dcp; gr++) {
             const double got = (double)(after.nccl_by_group_rank[gr] - before.nccl_by_group_rank[gr]);
