@@ -87,6 +87,8 @@ struct dcp_model_config {
     uint32_t kv_lora_rank;            ///< MLA latent size (512 for DeepSeek-V3). Default 512.
     uint32_t rope_dim;                ///< MLA decoupled RoPE dim (64 for DeepSeek-V3). Default 64.
     uint32_t qk_nope_head_dim;        ///< MLA per-head non-RoPE dim, only for the default scale. Default 128.
+    uint32_t v_head_dim;              ///< MLA per-head value dim after the up-projection W_UV (128 for DeepSeek-V3):
+                                      ///< the row length DCP merges when parallel.merge_after_uv. Default 128.
     double softmax_scale;             ///< Score scale. Default 1/sqrt(head_dim) (GQA/MHA) or 1/sqrt(qk_nope_head_dim + rope_dim) (MLA).
     enum dcp_dtype kv_dtype;          ///< KV cache element type. Default bf16.
     double kv_scale;                  ///< fp8 scale: the cache stores value x (1 / kv_scale) saturated to +-448 and
@@ -118,8 +120,12 @@ struct dcp_parallel_config {
     uint32_t dcp;                     ///< DCP group size (divides tp). Default 1 (TP only).
     uint32_t interleave;              ///< Interleave size I: tokens dealt to a rank in runs of I. Default 1.
     enum dcp_comm_scheme comm;        ///< Merge scheme. Default a2a.
-    bool replicate_q;                 ///< true: every rank computes all query heads (no Q AllGather). Used by
-                                      ///< the planner only: the engine always gathers Q. Default false.
+    bool replicate_q;                 ///< true: every rank computes the queries of all heads of its DCP group
+                                      ///< and passes them to dcp_rank_attention(); no Q AllGather. Default false.
+    bool merge_after_uv;              ///< MLA only. true: each rank projects its partial latent outputs with W_UV
+                                      ///< (dcp_engine_params.w_uv) before the merge, so the wire carries
+                                      ///< v_head_dim values per head instead of kv_lora_rank, and the output is
+                                      ///< [T][H_l][v_head_dim]. Default false.
     enum dcp_dtype comm_dtype;        ///< Wire type of Q and partial outputs in the plan. Used by the planner
                                       ///< only: the engine moves fp32. Default bf16.
 };

@@ -19,11 +19,22 @@
  * Pointers given to rank functions are in the backend's memory: host memory for
  * the host backend, device addresses (CUdeviceptr cast to void *) for CUDA.
  * Layouts (T = query tokens of the step, in batch order):
- *   q   fp32 [T][q_heads_per_rank][qk_dim]     out fp32 [T][q_heads_per_rank][v_dim]
+ *   q   fp32 [T][q_heads_per_rank][qk_dim]     out fp32 [T][q_heads_per_rank][out_dim]
  *   k   fp32 [T][kv_heads_per_rank][qk_dim]    v   fp32 [T][kv_heads_per_rank][v_dim] (NULL for MLA)
  *   lse fp32 [T][q_heads_per_rank] (natural log)
  * MLA is in absorbed form: qk_dim = kv_lora_rank + rope_dim (576), v_dim = kv_lora_rank (512),
- * k holds the latent followed by the RoPE part, and the output is in latent space.
+ * k holds the latent followed by the RoPE part, and the output is in latent space
+ * (out_dim = v_dim) unless the engine merges after the value up-projection (below).
+ * Leaner communication (deployment keys; dcp_engine_info says what is in use):
+ *  - parallel.replicate_q: q holds the queries of all gathered heads of the rank's DCP
+ *    group, in the layout the attention reads: fp32 [dcp][T][q_heads_per_rank][qk_dim],
+ *    chunk c = the heads of group rank c (TP rank group * dcp + c; its first head is
+ *    that rank's dcp_rank_head_offsets()). No query AllGather runs. Every rank of a
+ *    group passes the same values.
+ *  - parallel.merge_after_uv (MLA): each rank multiplies its partial latent outputs of
+ *    every gathered head by that head's W_UV (dcp_engine_params.w_uv) before the merge;
+ *    out is [T][q_heads_per_rank][v_head_dim] (out_dim = model.v_head_dim). Split-KV
+ *    partials are merged in latent space first, so each row is projected once.
  *
  * Errors. Every function that can fail returns DCP_OK or a negative DCP_E* code and
  * leaves the reason in dcp_last_error(); every entry clears the calling thread's last
@@ -105,6 +116,13 @@ struct dcp_engine_params {
                                ///< its number of sequences and query tokens only, never on their lengths, so a
                                ///< step captured once replays for later steps of that shape whose lengths grow.
                                ///< Required by dcp_rank_capture_begin(). Default false.
+    const float *const *w_uv;  ///< MLA value up-projection, required exactly when the deployment sets
+                               ///< parallel.merge_after_uv (else DCP_EINVAL): num_layers host pointers (the
+                               ///< engine's layers), w_uv[l] = layer l's W_UV, fp32 [num_q_heads][kv_lora_rank]
+                               ///< [v_head_dim] over all heads of the model (global head order). Read only
+                               ///< during dcp_engine_create(): each rank keeps a copy of its gathered heads
+                               ///< (num_layers x gathered_heads x kv_lora_rank x v_head_dim floats, counted in
+                               ///< workspace_bytes_per_rank). Default NULL.
 };
 
 /** What an engine was built with. */
@@ -124,7 +142,10 @@ struct dcp_engine_info {
     uint32_t kv_heads_per_rank;   ///< KV heads each rank stores.
     uint32_t gathered_heads;      ///< Heads each rank attends after the Q gather (dcp * H_l).
     uint32_t qk_dim;              ///< Query/key row length.
-    uint32_t v_dim;               ///< Value/output row length.
+    uint32_t v_dim;               ///< Value row length (MLA: the latent, kv_lora_rank).
+    uint32_t out_dim;             ///< Row length of out: v_dim, or model.v_head_dim with merge_after_uv.
+    bool replicate_q;             ///< q holds all gathered heads, no Q AllGather (parallel.replicate_q, dcp > 1).
+    bool merge_after_uv;          ///< Partial outputs are projected with W_UV before the merge (MLA).
     uint32_t block_size;          ///< Tokens per page.
     uint64_t num_blocks;          ///< Logical block ids (= pages per rank).
     uint64_t tokens_per_block;    ///< Context tokens one logical block holds (block_size * dcp).
@@ -300,9 +321,10 @@ DCP_API dcp_engine *dcp_rank_engine(dcp_rank *rank);
 DCP_API int dcp_rank_append_kv(dcp_rank *rank, uint32_t layer, const void *k, const void *v);
 
 /**
- * Attention of the step's queries for layer: q holds this rank's heads; out and lse
- * (lse may be NULL) receive the exact result over the whole context, as if one
- * device held every token. Collective over the DCP group. Argument errors
+ * Attention of the step's queries for layer: q holds this rank's heads (with
+ * replicate_q: all gathered heads of its group, see Layouts at the top); out and lse
+ * (lse may be NULL) receive the exact result of this rank's heads over the whole
+ * context, as if one device held every token (with merge_after_uv: projected by W_UV). Collective over the DCP group. Argument errors
  * (DCP_EINVAL: no step, a bad layer, NULL q or out, a step with more than
  * max_query_tokens tokens) are found before any collective; every rank of the
  * group must call it with the same layer. A failed launch or collective aborts

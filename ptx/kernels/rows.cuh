@@ -1,6 +1,6 @@
 /*
- * rows.cuh: the row-wise kernels (params.h): kv_append, fill, merge, lse_scale and
- * reduce. One entry each ("dcpk_<family>"), the dtype chosen at run time. Each
+ * rows.cuh: the row-wise kernels (params.h): kv_append, fill, merge, lse_scale,
+ * reduce and uv_proj. One entry each ("dcpk_<family>"), the dtype chosen at run time. Each
  * block walks the work items of params.h (rows; 1024-element blocks for reduce)
  * with a grid-stride loop, so any grid is correct; dcpk_<family>_grid() gives one
  * block per item. Block sizes: DCPK_SIMPLE_KERNELS in variants.h.
@@ -169,6 +169,44 @@ extern "C" __global__ void __launch_bounds__(dcpk::kBlock_reduce) dcpk_reduce(co
             for (uint32_t s = 0; s < p.n_src; s++)
                 acc += reinterpret_cast<const float *>(srcs[s])[p.src_offset + i];
             dst[i] = acc;
+        }
+    }
+}
+
+/**
+ * Work item = gathered head: its tokens' latent rows times its W_UV. Threads own
+ * output columns j (W rows are read coalesced); tokens go kTokens at a time, so
+ * each W element read serves kTokens rows. Sums over i ascending, as the CPU does.
+ */
+extern "C" __global__ void __launch_bounds__(dcpk::kBlock_uv_proj) dcpk_uv_proj(const dcpk_uv_proj_params p)
+{
+    constexpr uint32_t kTokens = 4;
+    if (p.heads_per_chunk == 0)
+        return;
+    const float *w_all = reinterpret_cast<const float *>(p.w);
+    for (uint64_t g = dcpk::block_linear(); g < p.num_heads; g += dcpk::grid_blocks()) {
+        const uint64_t c = g / p.heads_per_chunk, h = g % p.heads_per_chunk;
+        const float *w = w_all + g * p.in_dim * p.out_dim;
+        for (uint32_t t0 = 0; t0 < p.num_tokens; t0 += kTokens) {
+            const uint32_t n = min(p.num_tokens - t0, kTokens);
+            const float *x[kTokens];
+            float *y[kTokens];
+            for (uint32_t k = 0; k < kTokens; k++) {
+                const uint64_t row = (uint64_t)(t0 + (k < n ? k : 0)) * p.heads_per_chunk + h;
+                x[k] = reinterpret_cast<const float *>(p.src) + c * p.src_chunk_stride + row * p.in_dim;
+                y[k] = reinterpret_cast<float *>(p.dst) + c * p.dst_chunk_stride + row * p.out_dim;
+            }
+            for (uint32_t j = threadIdx.x; j < p.out_dim; j += blockDim.x) {
+                float acc[kTokens] = {0.f, 0.f, 0.f, 0.f};
+                for (uint32_t i = 0; i < p.in_dim; i++) {
+                    const float wij = w[(uint64_t)i * p.out_dim + j];
+#pragma unroll
+                    for (uint32_t k = 0; k < kTokens; k++)
+                        acc[k] += x[k][i] * wij;
+                }
+                for (uint32_t k = 0; k < n; k++)
+                    y[k][j] = acc[k];
+            }
         }
     }
 }

@@ -14,7 +14,8 @@ int rank_group_init(struct rank_group *g, uint32_t size)
     g->size = size;
     g->timeout_s = RANK_GROUP_DEFAULT_TIMEOUT_S;
     g->published = calloc(size, sizeof(*g->published));
-    if (!g->published)
+    g->sent = calloc(size, sizeof(*g->sent));
+    if (!g->published || !g->sent)
         return dcp_error(DCP_ENOMEM, "rank group of %u", size);
     /* Deadlines are on the monotonic clock, so a clock change does not stretch a wait. */
     pthread_condattr_t attr;
@@ -39,7 +40,19 @@ void rank_group_fini(struct rank_group *g)
         pthread_cond_destroy(&g->cv);
     }
     free(g->published);
+    free((void *)g->sent);
     memset(g, 0, sizeof(*g));
+}
+
+void rank_group_count_sent(struct rank_group *g, uint32_t self, uint32_t from, uint64_t bytes)
+{
+    if (from != self)
+        atomic_fetch_add_explicit(&g->sent[from], bytes, memory_order_relaxed);
+}
+
+uint64_t rank_group_sent(const struct rank_group *g, uint32_t member)
+{
+    return atomic_load_explicit(&g->sent[member], memory_order_relaxed);
 }
 
 static struct timespec deadline_after(double seconds)

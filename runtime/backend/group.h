@@ -13,6 +13,7 @@
 #define DCP_BACKEND_GROUP_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -29,6 +30,8 @@ struct rank_group {
     bool initialised;
     double timeout_s;    ///< Longest wait in a barrier (RANK_GROUP_DEFAULT_TIMEOUT_S after init).
     uint64_t *published; ///< [size] each member's value for the current collective (e.g. a send address).
+    _Atomic uint64_t *sent; ///< [size] wire bytes: what the other members copied out of each member's send
+                            ///< buffers so far (a member's copies of its own data are not counted).
 };
 
 /** Initialises a group of size members (timeout RANK_GROUP_DEFAULT_TIMEOUT_S). */
@@ -44,6 +47,10 @@ int rank_group_barrier(struct rank_group *g);
 int rank_group_publish(struct rank_group *g, uint32_t member, uint64_t value);
 /** Aborts the group: present and future barriers fail with DCP_EABORTED. */
 void rank_group_abort(struct rank_group *g);
+/** Counts bytes a member copied from member from's send buffer (nothing when from is itself). */
+void rank_group_count_sent(struct rank_group *g, uint32_t self, uint32_t from, uint64_t bytes);
+/** Wire bytes member has sent to the others so far (see sent). */
+uint64_t rank_group_sent(const struct rank_group *g, uint32_t member);
 /** Makes an aborted group usable again. Only while no member is inside a barrier. */
 void rank_group_reset(struct rank_group *g);
 

@@ -294,10 +294,12 @@ static void print_comm(const struct dcp_config *cfg, const struct dcp_plan *plan
     comm_row(&t, cfg->parallel.replicate_q ? "Q AllGather (replicate_q: none)" : "Q AllGather",
              comm->q_gather_send, comm->q_gather_recv);
     if (comm->packed_lse) {
-        comm_row(&t, "outputs + LSEs all-to-all", comm->out_send, comm->out_recv);
+        comm_row(&t, cfg->parallel.merge_after_uv ? "outputs (after W_UV) + LSEs all-to-all" : "outputs + LSEs all-to-all",
+                 comm->out_send, comm->out_recv);
     } else {
         comm_row(&t, "LSE AllGather", comm->lse_send, comm->lse_recv);
-        comm_row(&t, "output ReduceScatter", comm->out_send, comm->out_recv);
+        comm_row(&t, cfg->parallel.merge_after_uv ? "output (after W_UV) ReduceScatter" : "output ReduceScatter",
+                 comm->out_send, comm->out_recv);
     }
     comm_row(&t, "total", comm->total_send, comm->total_recv);
     cli_table_print(&t, stdout, 2);

@@ -102,6 +102,7 @@ int replay_exec_create(const dcp_deployment *dep, const struct replay_opts *o, c
         return DCP_ENOMEM;
     x->cfg = dcp_deployment_config(dep);
     x->trace = trace;
+
     x->mla = x->cfg->model.attention == DCP_ATTN_MLA;
     x->check = o->exec.check;
     x->seed = x->cfg->workload.seed;
@@ -138,7 +139,7 @@ int replay_exec_create(const dcp_deployment *dep, const struct replay_opts *o, c
     for (uint32_t i = 0; !err && i < in->num_local_ranks; i++) {
         dcp_rank *rank = dcp_engine_rank(x->engine, i);
         struct rank_buf *b = &x->bufs[i];
-        if ((err = dcp_rank_alloc(rank, Tq * in->q_heads_per_rank * in->qk_dim * f, &b->q)) ||
+        if ((err = dcp_rank_alloc(rank, run_query_bytes(in, (uint32_t)Tq), &b->q)) ||
             (err = dcp_rank_alloc(rank, Ts * in->kv_heads_per_rank * in->qk_dim * f, &b->k)) ||
             (!x->mla && (err = dcp_rank_alloc(rank, Ts * in->kv_heads_per_rank * in->v_dim * f, &b->v))) ||
             (err = dcp_rank_alloc(rank, Tq * in->q_heads_per_rank * in->v_dim * f, &b->out)) ||
@@ -184,11 +185,7 @@ static int rank_fn(dcp_rank *rank, void *arg)
             err = dcp_rank_append_kv(rank, layer, b->k, x->mla ? NULL : b->v);
         if (err || !x->attend)
             continue;
-        const struct dcp_synth_desc qd = {
-            .seed = stream_seed(x->seed, layer, TENSOR_Q), .row_keys = b->keys, .rows = x->T,
-            .heads = x->info.q_heads_per_rank, .dim = x->info.qk_dim, .head_offset = q_head0, .amplitude = 1.0f,
-        };
-        if ((err = dcp_rank_fill_synthetic(rank, b->q, &qd)) ||
+        if ((err = run_fill_queries(rank, &x->info, b->q, stream_seed(x->seed, layer, TENSOR_Q), b->keys, x->T)) ||
             (err = dcp_rank_attention(rank, layer, b->q, b->out, b->lse)))
             break;
         if (li == 0 && layer == last)

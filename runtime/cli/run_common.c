@@ -78,7 +78,7 @@ static int alloc_rank_io(struct run_setup *s, dcp_rank *rank, struct rank_io *io
     const struct dcp_engine_info *in = &s->info;
     const size_t f = sizeof(float), Tq = in->max_query_tokens, Ts = in->max_step_tokens;
     int err;
-    if ((err = dcp_rank_alloc(rank, Tq * in->q_heads_per_rank * in->qk_dim * f, &io->q)) ||
+    if ((err = dcp_rank_alloc(rank, run_query_bytes(in, (uint32_t)Tq), &io->q)) ||
         (err = dcp_rank_alloc(rank, Ts * in->kv_heads_per_rank * in->qk_dim * f, &io->k)) ||
         (!s->mla && (err = dcp_rank_alloc(rank, Ts * in->kv_heads_per_rank * in->v_dim * f, &io->v))) ||
         (err = dcp_rank_alloc(rank, Tq * in->q_heads_per_rank * in->v_dim * f, &io->out)) ||
@@ -211,18 +211,34 @@ int run_fill_kv(struct run_setup *s, dcp_rank *rank, struct rank_io *io, uint32_
     return dcp_rank_fill_synthetic(rank, io->v, &d);
 }
 
+size_t run_query_bytes(const struct dcp_engine_info *in, uint32_t T)
+{
+    return (size_t)(in->replicate_q ? in->dcp : 1) * T * in->q_heads_per_rank * in->qk_dim * sizeof(float);
+}
+
+int run_fill_queries(dcp_rank *rank, const struct dcp_engine_info *in, void *q, uint64_t seed, const void *row_keys,
+                     uint32_t T)
+{
+    const uint32_t H = in->q_heads_per_rank, chunks = in->replicate_q ? in->dcp : 1;
+    uint32_t q_head0;
+    dcp_rank_head_offsets(rank, &q_head0, NULL);
+    /* The group's first head: group ranks hold consecutive heads. */
+    const uint32_t first = chunks > 1 ? q_head0 - dcp_rank_group_rank(rank) * H : q_head0;
+    int err = DCP_OK;
+    for (uint32_t c = 0; c < chunks && !err; c++) {
+        const struct dcp_synth_desc d = {
+            .seed = seed, .row_keys = row_keys, .rows = T, .heads = H, .dim = in->qk_dim,
+            .head_offset = first + c * H, .amplitude = 1.0f,
+        };
+        err = dcp_rank_fill_synthetic(rank, (float *)q + (size_t)c * T * H * in->qk_dim, &d);
+    }
+    return err;
+}
+
 int run_fill_q(struct run_setup *s, dcp_rank *rank, struct rank_io *io, uint32_t layer, uint32_t T)
 {
-    const struct dcp_synth_desc d = {
-        .seed = stream_seed(s->seed, layer, TENSOR_Q),
-        .row_keys = dcp_rank_step_token_keys(rank),
-        .rows = T,
-        .heads = s->info.q_heads_per_rank,
-        .dim = s->info.qk_dim,
-        .head_offset = io->q_head0,
-        .amplitude = 1.0f,
-    };
-    return dcp_rank_fill_synthetic(rank, io->q, &d);
+    return run_fill_queries(rank, &s->info, io->q, stream_seed(s->seed, layer, TENSOR_Q),
+                            dcp_rank_step_token_keys(rank), T);
 }
 
 bool run_is_checked_layer(const struct run_setup *s, uint32_t layer)

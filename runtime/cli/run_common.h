@@ -73,6 +73,16 @@ void run_setup_destroy(struct run_setup *s);
 int run_fill_kv(struct run_setup *s, dcp_rank *rank, struct rank_io *io, uint32_t layer, uint32_t T);
 /** Fills the rank's queries for the step's T tokens of layer. */
 int run_fill_q(struct run_setup *s, dcp_rank *rank, struct rank_io *io, uint32_t layer, uint32_t T);
+/**
+ * Fills q with the seeded queries dcp_rank_attention() expects of rank for T tokens
+ * whose keys are row_keys (backend memory): its own heads, or with replicate_q every
+ * gathered head of its DCP group ([dcp][T][H_l][qk], chunk c = group rank c's heads).
+ */
+int run_fill_queries(dcp_rank *rank, const struct dcp_engine_info *in, void *q, uint64_t seed, const void *row_keys,
+                     uint32_t T);
+/** Query buffer bytes one rank needs for T tokens (replicate_q: every gathered head). */
+size_t run_query_bytes(const struct dcp_engine_info *in, uint32_t T);
+
 /** true for the layers whose outputs the check compares (the first and the last). */
 bool run_is_checked_layer(const struct run_setup *s, uint32_t layer);
 /** Copies the rank's output and LSE of a checked layer to the host. */

@@ -303,6 +303,17 @@ static void rule_moe(struct rule_ctx *c)
                     "active_parameters=%g exceeds parameters=%g", m->active_params, m->num_params);
 }
 
+/* The merge after the value up-projection exists only where the output is a latent (MLA). */
+static void rule_merge_after_uv(struct rule_ctx *c)
+{
+    const struct dcp_config *cfg = c->cfg;
+    if (cfg->parallel.merge_after_uv && cfg->model.attention != DCP_ATTN_MLA)
+        rule_report(c, DCP_DIAG_ERROR, "parallel.merge_after_uv",
+                    "merge_after_uv applies to mla (it projects the latent output with W_UV before the merge); "
+                    "%s outputs are already values: set it to false",
+                    dcp_attention_kind_name(cfg->model.attention));
+}
+
 static const struct config_rule {
     void (*check)(struct rule_ctx *c);
     const char *keys[8]; ///< Keys the rule reads; it is skipped if any is bad.
@@ -317,6 +328,7 @@ static const struct config_rule {
       "model.weight_dtype", "parallel.tp"}},
     {rule_trace_readable, {"workload.trace"}},
     {rule_kv_scale_used, {"model.kv_scale", "model.kv_dtype"}},
+    {rule_merge_after_uv, {"model.attention", "parallel.merge_after_uv"}},
     {rule_moe, {"model.experts", "model.experts_per_token", "model.active_parameters", "model.parameters"}},
 };
 

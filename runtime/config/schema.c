@@ -47,6 +47,7 @@ const struct config_key config_keys[] = {
     INT("model.kv_lora_rank", model.kv_lora_rank, 0, MLA, 512, 1, 4096),
     INT("model.rope_dim", model.rope_dim, 0, MLA, 64, 0, 1024),
     INT("model.qk_nope_head_dim", model.qk_nope_head_dim, 0, MLA, 128, 1, 4096),
+    INT("model.v_head_dim", model.v_head_dim, 0, MLA, 128, 1, 4096),
     NUMBER("model.softmax_scale", model.softmax_scale, 0, 0, 0, 1e3, 1,
            .flags = CONFIG_DERIVED | CONFIG_MIN_OPEN),
     ENUM("model.kv_dtype", model.kv_dtype, DCP_DTYPE_BF16, config_dtype_names),
@@ -79,6 +80,7 @@ const struct config_key config_keys[] = {
     INT("parallel.interleave", parallel.interleave, 0, ALL, 1, 1, 1024),
     ENUM("parallel.comm", parallel.comm, DCP_COMM_A2A, config_comm_names),
     BOOL("parallel.replicate_q", parallel.replicate_q, 0),
+    BOOL("parallel.merge_after_uv", parallel.merge_after_uv, 0),
     /* The first three dtype names: fp8 is not a wire type. */
     ENUM_N("parallel.comm_dtype", parallel.comm_dtype, DCP_DTYPE_BF16, config_dtype_names,
            DCPK_WIRE_DTYPE_COUNT),

@@ -81,6 +81,19 @@ static int resolve_shape(struct dcp_engine *e)
     e->scale = (float)m->softmax_scale;
     e->kv_scale = (float)m->kv_scale;
     e->comm = cfg->parallel.comm;
+    e->replicate_q = cfg->parallel.replicate_q && e->dcp > 1;
+    e->merge_uv = cfg->parallel.merge_after_uv && e->mla;
+    e->out_dim = dcp_merged_v_dim(cfg, e->v_dim);
+    if (e->merge_uv != (e->params.w_uv != NULL))
+        return dcp_error(DCP_EINVAL, e->merge_uv ? "parallel.merge_after_uv is true but dcp_engine_params.w_uv is NULL: "
+                                                   "the engine needs the W_UV of every layer (fp32 [query_heads]"
+                                                   "[kv_lora_rank][v_head_dim]), which dcp-run run and replay do not have"
+                                                 : "engine params give w_uv, but the deployment does not set "
+                                                   "parallel.merge_after_uv (an MLA-only option): nothing would use it");
+    for (uint32_t l = 0; e->merge_uv && l < e->num_layers; l++)
+        if (!e->params.w_uv[l])
+            return dcp_error(DCP_EINVAL, "w_uv[%u] is NULL: merge_after_uv needs the W_UV of each of the %u layers", l,
+                             e->num_layers);
     if (e->interleave == 0 || e->block_size % e->interleave)
         return dcp_error(DCP_EINVAL, "block_size=%u is not a multiple of interleave=%u",
                          e->block_size, e->interleave);
@@ -200,8 +213,8 @@ static int size_pools(struct dcp_engine *e, bool host)
 /* ---- per-rank buffers --------------------------------------------------- */
 
 struct buffer_plan {
-    size_t bytes[12];
-    uint64_t *dst[12];
+    size_t bytes[16];
+    uint64_t *dst[16];
     int n;
     bool overflow; ///< Some size did not fit 64 bits.
 };
@@ -219,7 +232,7 @@ static void plan_buffer(struct buffer_plan *bp, uint64_t *dst, uint64_t a, uint6
 static void plan_rank_buffers(struct dcp_engine *e, struct dcp_rank_buffers *b, struct buffer_plan *bp)
 {
     const uint64_t T = e->max_qtokens, H = e->q_heads_per_rank, N = e->dcp;
-    const uint64_t Hg = e->gathered_heads, v = e->v_dim, f = sizeof(float);
+    const uint64_t Hg = e->gathered_heads, v = e->v_dim, o = e->out_dim, f = sizeof(float);
     const bool a2a = dcp_merge_scheme(e->comm)->packed_lse;
     bp->n = 0;
     bp->overflow = false;
@@ -229,13 +242,18 @@ static void plan_rank_buffers(struct dcp_engine *e, struct dcp_rank_buffers *b, 
     plan_buffer(bp, &b->slots, e->max_tokens, sizeof(int64_t), 1, 1);
     plan_buffer(bp, &b->token_keys, e->max_tokens, sizeof(uint64_t), 1, 1);
     plan_buffer(bp, &b->lse_scratch, T, H, f, 1);
+    if (e->merge_uv) {
+        plan_buffer(bp, &b->latent, N * T, H, v, f);
+        plan_buffer(bp, &b->w_uv, (uint64_t)e->num_layers * Hg, v, o, f);
+    }
     if (N > 1) {
-        plan_buffer(bp, &b->q_gathered, N * T, H, e->qk_dim, f);
-        plan_buffer(bp, &b->part, N * T, H, a2a ? v + 1 : v, f);
+        if (!e->replicate_q)
+            plan_buffer(bp, &b->q_gathered, N * T, H, e->qk_dim, f);
+        plan_buffer(bp, &b->part, N * T, H, a2a ? o + 1 : o, f);
         if (!a2a)
             plan_buffer(bp, &b->part_lse, N * T, H, f, 1);
         if (a2a)
-            plan_buffer(bp, &b->recv, N * T, H, v + 1, f);
+            plan_buffer(bp, &b->recv, N * T, H, o + 1, f);
         else
             plan_buffer(bp, &b->recv, N * N, T, H, f);
     }
@@ -258,6 +276,24 @@ static int alloc_rank_buffers(struct dcp_rank *r)
     if (e->ops->alloc_arena)
         return e->ops->alloc_arena(r, e->kv_bytes, &r->kv_arena);
     return e->ops->alloc(r, e->kv_bytes, &r->kv_arena);
+}
+
+/* The rank's copy of W_UV: per layer, the group's heads, which are consecutive in
+ * the caller's global head order (the first is the group's first rank's). */
+static int upload_w_uv(struct dcp_rank *r)
+{
+    const struct dcp_engine *e = r->engine;
+    if (!e->merge_uv)
+        return DCP_OK;
+    const size_t head = (size_t)e->v_dim * e->out_dim, layer = head * e->gathered_heads;
+    const size_t first = (size_t)r->group_id * e->gathered_heads * head;
+    for (uint32_t l = 0; l < e->num_layers; l++) {
+        int err = e->ops->upload(r, r->buf.w_uv + l * layer * sizeof(float), e->params.w_uv[l] + first,
+                                 layer * sizeof(float));
+        if (err)
+            return err;
+    }
+    return DCP_OK;
 }
 
 static void free_rank_buffers(struct dcp_rank *r)
@@ -392,13 +428,18 @@ static size_t kernel_scratch(const struct dcp_engine *e)
     const struct dcpk_fill_params fill = {
         .rows = e->max_tokens, .heads = e->gathered_heads, .dim = e->qk_dim, .dtype = e->dtype,
     };
+    const struct dcpk_uv_proj_params uv = {
+        .num_tokens = e->max_qtokens, .num_heads = e->gathered_heads, .heads_per_chunk = e->q_heads_per_rank,
+        .in_dim = e->v_dim, .out_dim = e->out_dim,
+    };
     /* Every family is sized here: a new one in DCPK_KERNEL_FAMILIES must be added. */
-    _Static_assert(DCPK_KERNEL_COUNT == 6, "kernel_scratch: size the scratch of every kernel family");
+    _Static_assert(DCPK_KERNEL_COUNT == 7, "kernel_scratch: size the scratch of every kernel family");
     size_t need = dcpk_kernels[DCPK_KERNEL_attn].scratch(&attn);
     need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_merge].scratch(&merge));
     need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_lse_scale].scratch(&scale));
     need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_kv_append].scratch(&append));
     need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_reduce].scratch(&reduce));
+    need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_uv_proj].scratch(&uv));
     return DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_fill].scratch(&fill));
 }
 
@@ -459,6 +500,8 @@ DCP_API int dcp_engine_create(const struct dcp_engine_params *params, dcp_engine
         if (err)
             goto fail;
         err = alloc_rank_buffers(r);
+        if (!err)
+            err = upload_w_uv(r);
         if (err)
             goto fail;
     }
@@ -512,6 +555,9 @@ DCP_API void dcp_engine_get_info(const dcp_engine *e, struct dcp_engine_info *in
         .gathered_heads = e->gathered_heads,
         .qk_dim = e->qk_dim,
         .v_dim = e->v_dim,
+        .out_dim = e->out_dim,
+        .replicate_q = e->replicate_q,
+        .merge_after_uv = e->merge_uv,
         .block_size = e->block_size,
         .num_blocks = e->num_blocks,
         .tokens_per_block = (uint64_t)e->block_size * e->dcp,

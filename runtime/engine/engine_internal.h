@@ -65,6 +65,10 @@ struct dcp_backend_ops {
     int (*reduce_scatter)(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t floats);
     /** recv[s][bytes] = member s's send[group_rank][bytes]. */
     int (*all_to_all)(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes);
+    /** Optional: bytes the rank's collectives sent to other ranks so far, counted where the
+     *  backend sees them move (shared-memory and device copies: what peers copied from it;
+     *  NCCL: what it handed NCCL for other ranks). For tests (tests/engine/test_engine_wire.c). */
+    uint64_t (*wire_bytes)(const struct dcp_rank *r);
     /** Waits for all queued work of the rank. */
     int (*synchronize)(struct dcp_rank *r);
     /** Wakes every rank blocked in a collective after a failure (they return DCP_EABORTED).
@@ -121,13 +125,16 @@ struct dcp_rank_buffers {
     uint64_t slots;         ///< int64 [max_step_tokens] (this rank's write slots)
     uint64_t token_keys;    ///< uint64 [max_step_tokens]
     /* The rest is sized for T = max_query_tokens. */
-    uint64_t q_gathered;    ///< fp32 [dcp][T][H_l][qk]   (dcp > 1)
-    uint64_t part;          ///< fp32 partial outputs (+ LSEs for a2a), chunked per destination
+    uint64_t q_gathered;    ///< fp32 [dcp][T][H_l][qk]   (dcp > 1 without replicate_q)
+    uint64_t latent;        ///< fp32 [dcp][T][H_l][v] partial latent outputs before W_UV (merge_after_uv)
+    uint64_t part;          ///< fp32 partial outputs [dcp][T][H_l][o] (a2a: [o+1], the LSE last), chunked per
+                            ///< destination; o = out_dim
     uint64_t part_lse;      ///< fp32 [dcp][T][H_l]       (ag_rs)
-    uint64_t recv;          ///< fp32 a2a receive [dcp][T][H_l][v+1], or ag_rs LSE gather [dcp][dcp*T*H_l]
+    uint64_t recv;          ///< fp32 a2a receive [dcp][T][H_l][o+1], or ag_rs LSE gather [dcp][dcp*T*H_l]
     uint64_t lse_scratch;   ///< fp32 [T][H_l] when the caller passes no LSE buffer
     uint64_t ws_o;          ///< fp32 split-KV partial outputs [splits][T][Hg][v], split_rows x Hg x v in all
     uint64_t ws_lse;        ///< fp32 split-KV partial LSEs [splits][T][Hg], split_rows x Hg in all
+    uint64_t w_uv;          ///< fp32 [layers][Hg][v][o]: W_UV of the gathered heads (merge_after_uv)
 };
 
 /** Bytes begin_step uploads to each rank at most (block_table .. token_keys above). */
@@ -184,6 +191,9 @@ struct dcp_engine {
     struct dcp_rank_geometry geo;   ///< Per-rank geometry (the fields below are copied from it).
     uint32_t gathered_heads;        ///< dcp * H_l
     uint32_t qk_dim, v_dim, v_row_stride;
+    uint32_t out_dim;               ///< Values per head on the merge's wire and in out (v_dim, or v_head_dim).
+    bool replicate_q;               ///< The caller passes all gathered heads' queries (dcp > 1): no Q gather.
+    bool merge_uv;                  ///< Partial latent outputs are projected by W_UV before the merge.
     uint32_t dtype;                 ///< enum dcpk_dtype of the cache.
     float scale, kv_scale;
     bool mla;
@@ -229,6 +239,9 @@ static inline uint32_t dcp_engine_head_tile(const struct dcp_engine *e)
     const uint32_t heads_per_kv = e->geo.q_per_kv_head;
     return e->caps.head_tile && e->caps.head_tile < heads_per_kv ? e->caps.head_tile : heads_per_kv;
 }
+
+/** The backend's wire byte count of a rank (ops->wire_bytes), 0 when it keeps none. */
+uint64_t dcp_rank_wire_bytes(const struct dcp_rank *r);
 
 /** DCP_OK, or DCP_EABORTED with a message when the engine failed for good. */
 int dcp_engine_check_usable(const struct dcp_engine *e);

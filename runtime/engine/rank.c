@@ -1,6 +1,7 @@
 /*
  * rank.c: one rank's decode-path operations: KV append and the DCP attention step
- * (Q AllGather -> local attention -> merge by ag_rs or a2a), plus its buffers.
+ * (Q AllGather unless replicate_q -> local attention -> W_UV projection with
+ * merge_after_uv -> merge by ag_rs or a2a), plus its buffers.
  */
 #include <math.h>
 #include <string.h>
@@ -214,11 +215,33 @@ static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint
     return launch(r, PROF_MERGE, DCPK_KERNEL_merge, &m);
 }
 
+/* merge_after_uv: the latent rows (chunk stride T * H_l * v) of every gathered head
+ * times its W_UV of this layer, into dst's chunks (rows of out_dim). */
+static int project_uv(struct dcp_rank *r, uint32_t layer, uint64_t dst, uint64_t dst_chunk_stride)
+{
+    const struct dcp_engine *e = r->engine;
+    const uint64_t T = e->step.tokens, H = e->q_heads_per_rank, Hg = e->gathered_heads;
+    const uint64_t head = (uint64_t)e->v_dim * e->out_dim;
+    const struct dcpk_uv_proj_params p = {
+        .src = r->buf.latent,
+        .w = r->buf.w_uv + (uint64_t)layer * Hg * head * sizeof(float),
+        .dst = dst,
+        .src_chunk_stride = T * H * e->v_dim,
+        .dst_chunk_stride = dst_chunk_stride,
+        .num_tokens = (uint32_t)T,
+        .num_heads = e->gathered_heads,
+        .heads_per_chunk = e->q_heads_per_rank,
+        .in_dim = e->v_dim,
+        .out_dim = e->out_dim,
+    };
+    return launch(r, PROF_MERGE, DCPK_KERNEL_uv_proj, &p);
+}
+
 /* ag_rs: gather every rank's LSEs, scale the local partials, ReduceScatter (sum). */
 static int merge_ag_rs(struct dcp_rank *r, uint64_t out, uint64_t lse)
 {
     const struct dcp_engine *e = r->engine;
-    const uint64_t T = e->step.tokens, H = e->q_heads_per_rank, N = e->dcp, v = e->v_dim;
+    const uint64_t T = e->step.tokens, H = e->q_heads_per_rank, N = e->dcp, v = e->out_dim;
     const uint64_t rows = N * T * H;
     int err = collective(r, ALL_GATHER, r->buf.part_lse, r->buf.recv, rows * sizeof(float));
     if (err)
@@ -232,7 +255,7 @@ static int merge_ag_rs(struct dcp_rank *r, uint64_t out, uint64_t lse)
         .rows = (uint32_t)rows,
         .rows_per_chunk = (uint32_t)(T * H),
         .own_chunk = r->group_rank,
-        .v_dim = e->v_dim,
+        .v_dim = (uint32_t)v,
     };
     if ((err = launch(r, PROF_MERGE, DCPK_KERNEL_lse_scale, &p)))
         return err;
@@ -243,7 +266,7 @@ static int merge_ag_rs(struct dcp_rank *r, uint64_t out, uint64_t lse)
 static int merge_a2a(struct dcp_rank *r, uint64_t out, uint64_t lse)
 {
     const struct dcp_engine *e = r->engine;
-    const uint64_t T = e->step.tokens, H = e->q_heads_per_rank, v = e->v_dim;
+    const uint64_t T = e->step.tokens, H = e->q_heads_per_rank, v = e->out_dim;
     const uint64_t chunk = T * H * (v + 1);
     int err = collective(r, ALL_TO_ALL, r->buf.part, r->buf.recv, chunk * sizeof(float));
     if (err)
@@ -260,40 +283,48 @@ static int merge_a2a(struct dcp_rank *r, uint64_t out, uint64_t lse)
         .n_src = e->dcp,
         .rows = (uint32_t)(T * H),
         .rows_per_chunk = (uint32_t)(T * H),
-        .v_dim = e->v_dim,
+        .v_dim = (uint32_t)v,
     };
     return launch(r, PROF_MERGE, DCPK_KERNEL_merge, &m);
 }
 
-/* The attention flow once its arguments are checked; its failures are the backend's. */
+/* The attention flow once its arguments are checked; its failures are the backend's.
+ * Queries: the caller's (dcp = 1, or replicate_q: all gathered heads already) or
+ * gathered. Partial outputs: straight into the merge's chunks, or (merge_after_uv)
+ * into the latent buffer and from there, projected, into them. */
 static int attention(struct dcp_rank *r, uint32_t layer, const void *q, void *out, void *lse)
 {
     const struct dcp_engine *e = r->engine;
-    const uint64_t T = e->step.tokens, H = e->q_heads_per_rank, v = e->v_dim, qk = e->qk_dim;
+    const uint64_t T = e->step.tokens, H = e->q_heads_per_rank, v = e->v_dim, o = e->out_dim, qk = e->qk_dim;
     const uint64_t out_lse = lse ? ADDR(lse) : r->buf.lse_scratch;
+    const uint64_t latent_stride = T * H * v;
+    int err;
     if (e->dcp == 1) {
-        const struct attn_target t = {.out = ADDR(out), .lse = out_lse};
-        return launch_attention(r, layer, ADDR(q), 0, &t);
+        const struct attn_target t = {.out = e->merge_uv ? r->buf.latent : ADDR(out), .lse = out_lse,
+                                      .out_chunk_stride = latent_stride};
+        if ((err = launch_attention(r, layer, ADDR(q), 0, &t)))
+            return err;
+        return e->merge_uv ? project_uv(r, layer, ADDR(out), T * H * o) : DCP_OK;
     }
-    /* Every rank gets all N * H_l heads' queries, laid out [N][T][H_l][qk]. */
-    int err = collective(r, ALL_GATHER, ADDR(q), r->buf.q_gathered, T * H * qk * sizeof(float));
-    if (err)
-        return err;
+    /* Every rank attends all N * H_l heads' queries, laid out [N][T][H_l][qk]. */
+    uint64_t q_all = ADDR(q);
+    if (!e->replicate_q) {
+        if ((err = collective(r, ALL_GATHER, ADDR(q), r->buf.q_gathered, T * H * qk * sizeof(float))))
+            return err;
+        q_all = r->buf.q_gathered;
+    }
     const bool a2a = dcp_merge_scheme(e->comm)->packed_lse;
     const uint64_t f = sizeof(float);
-    const struct attn_target t = a2a ? (struct attn_target){
-        .out = r->buf.part,
-        .lse = r->buf.part + T * H * v * f,
-        .out_chunk_stride = T * H * (v + 1),
-        .lse_chunk_stride = T * H * (v + 1),
-    } : (struct attn_target){
-        .out = r->buf.part,
-        .lse = r->buf.part_lse,
-        .out_chunk_stride = T * H * v,
-        .lse_chunk_stride = T * H,
+    const uint64_t part_stride = a2a ? T * H * (o + 1) : T * H * o;
+    const struct attn_target t = {
+        .out = e->merge_uv ? r->buf.latent : r->buf.part,
+        .lse = a2a ? r->buf.part + T * H * o * f : r->buf.part_lse,
+        .out_chunk_stride = e->merge_uv ? latent_stride : part_stride,
+        .lse_chunk_stride = a2a ? part_stride : T * H,
     };
-    err = launch_attention(r, layer, r->buf.q_gathered, T * H * qk, &t);
-    if (err)
+    if ((err = launch_attention(r, layer, q_all, T * H * qk, &t)))
+        return err;
+    if (e->merge_uv && (err = project_uv(r, layer, r->buf.part, part_stride)))
         return err;
     return a2a ? merge_a2a(r, ADDR(out), out_lse) : merge_ag_rs(r, ADDR(out), out_lse);
 }
@@ -318,6 +349,11 @@ DCP_API int dcp_rank_attention(dcp_rank *r, uint32_t layer, const void *q, void 
     if (err && err != DCP_EABORTED)
         dcp_engine_abort(r->engine);
     return err;
+}
+
+uint64_t dcp_rank_wire_bytes(const struct dcp_rank *r)
+{
+    return r->engine->ops->wire_bytes ? r->engine->ops->wire_bytes(r) : 0;
 }
 
 DCP_API int dcp_rank_synchronize(dcp_rank *r)

@@ -119,6 +119,10 @@ static void plan_context(const struct dcp_config *cfg, uint64_t len, uint64_t pa
  *   ag_rs: all n*h LSEs it computed (after the Q gather it attends for the whole
  *          group's heads), then the ReduceScatter of h value vectors per peer;
  *   a2a:   h value vectors plus their LSEs per peer, in one collective.
+ * A value vector has v_dim values, or v_head_dim when MLA merges after the value
+ * up-projection (merge_after_uv). The engine's collectives move exactly these bytes
+ * with comm_dtype fp32 (tests/engine/test_engine_wire.c counts them); it moves fp32
+ * whatever comm_dtype says.
  */
 static void plan_comm(const struct dcp_config *cfg, struct dcp_plan_comm *out)
 {
@@ -127,7 +131,7 @@ static void plan_comm(const struct dcp_config *cfg, struct dcp_plan_comm *out)
     if (n == 1)
         return;
     const struct dcp_rank_geometry g = baseline_geometry(cfg);
-    const uint32_t qk_dim = g.qk_dim, v_dim = g.v_dim;
+    const uint32_t qk_dim = g.qk_dim, v_dim = dcp_merged_v_dim(cfg, g.v_dim);
     const double peers = n - 1;
     const double heads = g.q_heads_per_rank; /* H_l */
     const double wire = dcp_dtype_size(cfg->parallel.comm_dtype);

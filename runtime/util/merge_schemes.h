@@ -41,6 +41,16 @@ static inline const struct dcp_merge_scheme *dcp_merge_scheme(enum dcp_comm_sche
     return (unsigned)s < sizeof(rows) / sizeof(rows[0]) ? &rows[s] : &rows[0];
 }
 
+/**
+ * Values per head in each partial output row a DCP group merges (and the caller
+ * receives): the model's value length v_dim (geometry.h), or model.v_head_dim when an
+ * MLA deployment merges after the value up-projection (parallel.merge_after_uv).
+ */
+static inline uint32_t dcp_merged_v_dim(const struct dcp_config *cfg, uint32_t v_dim)
+{
+    return cfg->parallel.merge_after_uv && cfg->model.attention == DCP_ATTN_MLA ? cfg->model.v_head_dim : v_dim;
+}
+
 /** Row numbers of the table (equal to enum dcp_comm_scheme), and their count. */
 enum dcp_merge_scheme_row {
 #define DCP_MERGE_SCHEME_ENUM_(NAME, name, collectives, packed) DCP_MERGE_ROW_##NAME,

@@ -129,3 +129,17 @@ double oracle_rel_l2(const double *ref, const double *got, size_t n)
     }
     return norm > 0.0 ? sqrt(err / norm) : sqrt(err);
 }
+
+void oracle_uv_proj(size_t rows, uint32_t in_dim, uint32_t out_dim, const double *x, const uint32_t *head_of,
+                    const double *w, double *out)
+{
+    for (size_t r = 0; r < rows; r++) {
+        const double *wh = w + (size_t)head_of[r] * in_dim * out_dim;
+        for (uint32_t j = 0; j < out_dim; j++) {
+            double acc = 0.0;
+            for (uint32_t i = 0; i < in_dim; i++)
+                acc += x[r * in_dim + i] * wh[(size_t)i * out_dim + j];
+            out[r * out_dim + j] = acc;
+        }
+    }
+}

@@ -51,6 +51,13 @@ double oracle_quantize(float x, uint32_t dtype, float inv_scale, float kv_scale)
 void oracle_quantize_array(double *dst, const float *src, size_t n, uint32_t dtype, float inv_scale,
                            float kv_scale);
 
+/**
+ * The MLA value up-projection of rows rows of in_dim values: out[r][j] = sum_i
+ * x[r][i] * w[head_of[r]][i][j] (w [heads][in_dim][out_dim]), in float64.
+ */
+void oracle_uv_proj(size_t rows, uint32_t in_dim, uint32_t out_dim, const double *x, const uint32_t *head_of,
+                    const double *w, double *out);
+
 /** sqrt(sum (got - ref)^2 / sum ref^2); the absolute L2 error when ref is all zero. */
 double oracle_rel_l2(const double *ref, const double *got, size_t n);
 

@@ -53,6 +53,19 @@ static void test_gqa_dcp_divides_kv_replicas(void **state)
                                 "without replication; valid dcp: 1");
 }
 
+/* merge_after_uv projects an MLA latent: refused for GQA/MHA, accepted for MLA. */
+static void test_merge_after_uv_needs_mla(void **state)
+{
+    (void)state;
+    struct dcp_config c = deepseek_v3_h200();
+    c.parallel.merge_after_uv = true;
+    expect_config_accepted(&c);
+    struct dcp_config g = llama_70b_h200();
+    g.parallel.merge_after_uv = true;
+    expect_config_error(&g, "parallel.merge_after_uv: merge_after_uv applies to mla (it projects the latent output "
+                            "with W_UV before the merge); gqa outputs are already values: set it to false");
+}
+
 static void test_gqa_query_heads_group_kv_heads(void **state)
 {
     (void)state;
@@ -267,6 +280,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mla_dcp_divides_tp),
         cmocka_unit_test(test_gqa_dcp_divides_kv_replicas),
+        cmocka_unit_test(test_merge_after_uv_needs_mla),
         cmocka_unit_test(test_gqa_query_heads_group_kv_heads),
         cmocka_unit_test(test_kv_heads_of_mha_and_mla),
         cmocka_unit_test(test_tp_splits_heads),

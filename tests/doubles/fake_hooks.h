@@ -67,6 +67,9 @@ typedef int (*fake_cuda_stream_enqueue_sized_fn)(CUstream stream, void (*fn)(voi
 /** 1 if the stream is capturing (cuStreamBeginCapture, or joined through an event), else 0. */
 typedef int (*fake_cuda_stream_capturing_fn)(CUstream stream);
 
+/** Ranks whose wire bytes fake_nccl_stats counts one by one (by rank within their communicator). */
+#define FAKE_NCCL_STATS_RANKS 16
+
 /** Counters of the fake NCCL since it was loaded. */
 struct fake_nccl_stats {
     unsigned long comms_created;  ///< ncclCommInitRankConfig calls that made a communicator.
@@ -75,6 +78,14 @@ struct fake_nccl_stats {
     unsigned long operations;     ///< Collectives and groups run (or stalled by injection).
     unsigned long stalled;        ///< Operations stalled by FAKE_NCCL_HANG.
     unsigned long waiting;        ///< Ranks blocked in a rendezvous right now.
+    /** Wire bytes each rank sends to the other ranks of its communicator, counted when an operation is
+     *  submitted (planner's definition, runtime/plan/plan.c: a rank sends its share to each of the n-1
+     *  others): ncclAllGather sendcount x (n-1), ncclReduceScatter recvcount x (n-1), ncclSend to a
+     *  peer its count (to itself: 0), in bytes of the data type; ncclAllReduce is not counted. Indexed by
+     *  the rank within the communicator (summed over communicators of the same rank; ranks beyond
+     *  FAKE_NCCL_STATS_RANKS counted only in sent_bytes). */
+    unsigned long long sent_bytes_by_rank[FAKE_NCCL_STATS_RANKS];
+    unsigned long long sent_bytes; ///< All ranks together.
 };
 
 /** Snapshot of the NCCL counters. */

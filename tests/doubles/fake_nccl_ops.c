@@ -729,12 +729,28 @@ static ncclResult_t validate(const struct fake_op *op)
     return ncclSuccess;
 }
 
+/* Wire bytes of an operation: what op->comm's rank sends to the others (fake_hooks.h). */
+static void count_sent(const struct fake_op *op)
+{
+    const unsigned long long n = (unsigned long long)op->comm->clique->nranks;
+    const unsigned long long size = op->count * type_size(op->type);
+    const unsigned long long bytes = op->kind == OP_ALLGATHER || op->kind == OP_REDUCESCATTER ? (n - 1) * size
+                                     : op->kind == OP_SEND && op->peer != op->comm->rank  ? size
+                                                                                          : 0;
+    pthread_mutex_lock(&fake_nccl_lock);
+    fake_nccl_counters.sent_bytes += bytes;
+    if (op->comm->rank < FAKE_NCCL_STATS_RANKS)
+        fake_nccl_counters.sent_bytes_by_rank[op->comm->rank] += bytes;
+    pthread_mutex_unlock(&fake_nccl_lock);
+}
+
 static ncclResult_t submit(const struct fake_op *op)
 {
     fake_nccl_configure_once();
     ncclResult_t r = validate(op);
     if (r != ncclSuccess)
         return r;
+    count_sent(op);
     if ((op->kind == OP_SEND || op->kind == OP_RECV) && group_depth == 0)
         return fake_nccl_fail(op->comm, ncclInvalidUsage,
                               "fake NCCL: ncclSend/ncclRecv only inside ncclGroupStart/End");

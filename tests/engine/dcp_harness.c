@@ -22,8 +22,8 @@ static struct harness_stats stats;
 /** One rank's buffers: backend memory per kind covering all layers, and host staging. */
 struct rank_io {
     uint32_t q0, kv0;     /* first query head and KV head of the rank */
-    float *dq, *dk, *dv;  /* backend [layers][T][heads][dim] */
-    float *dout, *dlse;   /* backend [layers][Tq][H_l][v], [layers][Tq][H_l] */
+    float *dq, *dk, *dv;  /* backend [layers][T][heads][dim]; dq with replicate_q [layers][dcp][Tq][H_l][qk] */
+    float *dout, *dlse;   /* backend [layers][Tq][H_l][out_dim], [layers][Tq][H_l] */
     float *stage;         /* host: one layer's packed input */
     float *out, *lse;     /* host copies of dout, dlse */
 };
@@ -33,6 +33,7 @@ struct side {
     struct harness *h;
     dcp_engine *e;
     uint32_t dcp;
+    bool replicate_q;     /* the engine takes all gathered heads' queries */
     struct rank_io io[8];
 };
 
@@ -53,7 +54,11 @@ struct harness {
     struct test_rng rng;
     /* shape */
     uint32_t tp, dcp, interleave, layers, qh, kvh, hl, kvpr, qk, vd, dtype;
-    bool mla;
+    uint32_t od;              /* output row length: vd, or v_head_dim with merge_after_uv */
+    bool mla, merge_uv;
+    float *w_uv;              /* merge_after_uv: [layers][qh][vd][od] */
+    const float *w_uv_layers[64];
+    double *w_uv64;           /* the same in float64, for the oracle */
     float kv_scale;
     double scale;
     uint32_t head_rank[512]; /* query head -> tp rank that owns it */
@@ -109,7 +114,7 @@ static int rank_step(dcp_rank *r, void *arg)
     const struct harness *h = sd->h;
     struct rank_io *io = &sd->io[dcp_rank_tp_rank(r)];
     const uint32_t T = h->tokens, S = h->cfg.max_step_tokens, Q = h->cfg.max_query_tokens;
-    const size_t out_layer = (size_t)Q * h->hl * h->vd, lse_layer = (size_t)Q * h->hl;
+    const size_t out_layer = (size_t)Q * h->hl * h->od, lse_layer = (size_t)Q * h->hl;
     int err;
     for (uint32_t l = 0; l < h->layers; l++) {
         float *dk = io->dk + (size_t)l * S * h->kvpr * h->qk;
@@ -124,11 +129,17 @@ static int rank_step(dcp_rank *r, void *arg)
             return err;
         if (!h->attend)
             continue;
-        float *dq = io->dq + (size_t)l * Q * h->hl * h->qk;
+        /* replicate_q: chunk c holds group rank c's heads, [dcp][T][H_l][qk]. */
+        const uint32_t chunks = sd->replicate_q ? sd->dcp : 1;
+        const uint32_t group0 = dcp_rank_tp_rank(r) - dcp_rank_group_rank(r);
+        float *dq = io->dq + (size_t)l * chunks * Q * h->hl * h->qk;
         float *dout = io->dout + l * out_layer, *dlse = io->dlse + l * lse_layer;
-        if ((err = upload_heads(r, io->stage, dq, h->q_in + (size_t)l * S * h->qh * h->qk, T, h->qh,
-                                io->q0, h->hl, h->qk)) ||
-            (err = dcp_rank_upload(r, dout, h->poison, (size_t)T * h->hl * h->vd * sizeof(float))) ||
+        for (uint32_t c = 0; c < chunks; c++)
+            if ((err = upload_heads(r, io->stage, dq + (size_t)c * T * h->hl * h->qk,
+                                    h->q_in + (size_t)l * S * h->qh * h->qk, T, h->qh,
+                                    sd->replicate_q ? sd->io[group0 + c].q0 : io->q0, h->hl, h->qk)))
+                return err;
+        if ((err = dcp_rank_upload(r, dout, h->poison, (size_t)T * h->hl * h->od * sizeof(float))) ||
             (err = dcp_rank_upload(r, dlse, h->poison, (size_t)T * h->hl * sizeof(float))))
             return err;
         if ((err = dcp_rank_attention(r, l, dq, dout, h->with_lse ? dlse : NULL)))
@@ -150,6 +161,11 @@ static void side_alloc(struct harness *h, struct side *sd)
     struct dcp_engine_info in;
     dcp_engine_get_info(sd->e, &in);
     assert_true(in.num_local_ranks <= 8);
+    sd->replicate_q = in.replicate_q;
+    assert_true(in.replicate_q == (dcp_deployment_config(h->dep)->parallel.replicate_q && in.dcp > 1));
+    assert_true(in.merge_after_uv == h->merge_uv);
+    assert_int_equal(in.out_dim, h->od);
+    const size_t chunks = in.replicate_q ? in.dcp : 1;
     for (uint32_t i = 0; i < in.num_local_ranks; i++) {
         dcp_rank *r = dcp_engine_rank(sd->e, i);
         assert_int_equal(dcp_rank_tp_rank(r), i);
@@ -159,12 +175,12 @@ static void side_alloc(struct harness *h, struct side *sd)
         assert_int_equal(dcp_rank_alloc(r, L * S * h->kvpr * h->qk * f, (void **)&io->dk), DCP_OK);
         if (!h->mla)
             assert_int_equal(dcp_rank_alloc(r, L * S * h->kvpr * h->vd * f, (void **)&io->dv), DCP_OK);
-        assert_int_equal(dcp_rank_alloc(r, L * Q * h->hl * h->qk * f, (void **)&io->dq), DCP_OK);
-        assert_int_equal(dcp_rank_alloc(r, L * Q * h->hl * h->vd * f, (void **)&io->dout), DCP_OK);
+        assert_int_equal(dcp_rank_alloc(r, L * chunks * Q * h->hl * h->qk * f, (void **)&io->dq), DCP_OK);
+        assert_int_equal(dcp_rank_alloc(r, L * Q * h->hl * h->od * f, (void **)&io->dout), DCP_OK);
         assert_int_equal(dcp_rank_alloc(r, L * Q * h->hl * f, (void **)&io->dlse), DCP_OK);
         const size_t stage = DCP_MAX(S * h->kvpr * DCP_MAX(h->qk, h->vd), Q * h->hl * h->qk);
         io->stage = xcalloc(stage, f);
-        io->out = xcalloc(L * Q * h->hl * h->vd, f);
+        io->out = xcalloc(L * Q * h->hl * h->od, f);
         io->lse = xcalloc(L * Q * h->hl, f);
     }
 }
@@ -234,6 +250,30 @@ static void map_heads(struct harness *h)
     }
 }
 
+/* merge_after_uv: a random W_UV per layer over all heads (distinct per head, so a
+ * head mixed up shows), scaled so projected rows stay of the latent's magnitude. */
+static void make_w_uv(struct harness *h)
+{
+    const struct dcp_config *dc = dcp_deployment_config(h->dep);
+    dcp_model_attention_dims(&dc->model, NULL, &h->od);
+    h->merge_uv = dc->parallel.merge_after_uv;
+    if (!h->merge_uv)
+        return;
+    const uint32_t L = dc->model.num_layers, vd = h->od, od = dc->model.v_head_dim;
+    assert_true(L <= 64);
+    const size_t per_layer = (size_t)dc->model.num_q_heads * vd * od;
+    h->w_uv = xcalloc(L * per_layer, sizeof(float));
+    h->w_uv64 = xcalloc(L * per_layer, sizeof(double));
+    const double amplitude = 2.0 / sqrt((double)vd);
+    for (size_t i = 0; i < L * per_layer; i++) {
+        h->w_uv[i] = (float)(amplitude * test_rng_unit(&h->rng));
+        h->w_uv64[i] = h->w_uv[i];
+    }
+    for (uint32_t l = 0; l < L; l++)
+        h->w_uv_layers[l] = h->w_uv + l * per_layer;
+    h->od = od;
+}
+
 struct harness *harness_create(const struct harness_config *cfg, uint64_t seed, const char *label)
 {
     struct harness *h = xcalloc(1, sizeof(*h));
@@ -243,6 +283,7 @@ struct harness *harness_create(const struct harness_config *cfg, uint64_t seed, 
     snprintf(h->label, sizeof(h->label), "%s", label);
     test_rng_seed(&h->rng, seed);
     h->dep = fixture_deployment(&cfg->shape);
+    make_w_uv(h);
     const uint32_t N = cfg->shape.dcp, B = cfg->shape.block_size;
     const uint64_t blocks = cfg->num_blocks
                                 ? cfg->num_blocks
@@ -253,6 +294,8 @@ struct harness *harness_create(const struct harness_config *cfg, uint64_t seed, 
         .max_query_tokens = cfg->max_query_tokens,
         .max_step_tokens = cfg->max_step_tokens,
         .max_context = cfg->max_context,
+        .w_uv = h->merge_uv ? h->w_uv_layers : NULL,
+        .profile = cfg->profile,
     };
     h->side[0].e = fixture_engine_with(h->dep, &lim);
     h->side[0].e->split_override = cfg->splits;
@@ -278,7 +321,7 @@ struct harness *harness_create(const struct harness_config *cfg, uint64_t seed, 
     h->q_in = xcalloc(L * S * h->qh * h->qk, sizeof(float));
     h->k_in = xcalloc(L * S * h->kvh * h->qk, sizeof(float));
     h->v_in = xcalloc(L * S * h->kvh * h->vd, sizeof(float));
-    const size_t poison = (size_t)cfg->max_query_tokens * h->hl * h->vd;
+    const size_t poison = (size_t)cfg->max_query_tokens * h->hl * DCP_MAX(h->vd, h->od);
     h->poison = xcalloc(poison, sizeof(float));
     for (size_t i = 0; i < poison; i++)
         h->poison[i] = NAN;
@@ -297,12 +340,19 @@ void harness_destroy(struct harness **hp)
         free(h->seqs[i].v);
     }
     dcp_deployment_destroy(&h->dep);
+    free(h->w_uv);
+    free(h->w_uv64);
     free(h->q_in);
     free(h->k_in);
     free(h->v_in);
     free(h->poison);
     free(h);
     *hp = NULL;
+}
+
+const dcp_deployment *harness_deployment(const struct harness *h)
+{
+    return h->dep;
 }
 
 dcp_engine *harness_engine(struct harness *h, bool baseline)
@@ -466,8 +516,8 @@ static void gather_side(const struct harness *h, const struct side *sd, uint32_t
         for (uint32_t g = 0; g < h->qh; g++) {
             const struct rank_io *io = &sd->io[h->head_rank[g]];
             const size_t row = ((size_t)layer * Q + t0 + t) * h->hl + (g - io->q0);
-            for (uint32_t d = 0; d < h->vd; d++)
-                out[((size_t)t * h->qh + g) * h->vd + d] = io->out[row * h->vd + d];
+            for (uint32_t d = 0; d < h->od; d++)
+                out[((size_t)t * h->qh + g) * h->od + d] = io->out[row * h->od + d];
             lse[(size_t)t * h->qh + g] = io->lse[row];
         }
 }
@@ -483,8 +533,8 @@ static size_t mask_nan_rows(const struct harness *h, double *ref, double *ref_ls
             continue;
         count++;
         ref_lse[i] = 0.0;
-        for (size_t d = 0; d < h->vd; d++)
-            ref[i * h->vd + d] = 0.0;
+        for (size_t d = 0; d < h->od; d++)
+            ref[i * h->od + d] = 0.0;
     }
     return count;
 }
@@ -495,10 +545,10 @@ static void check_nan_rows(const struct harness *h, const char *what, double *ou
                            size_t rows)
 {
     for (size_t i = 0; i < rows; i++) {
-        for (size_t d = 0; d < h->vd; d++)
-            if ((bool)isnan(out[i * h->vd + d]) != nan[i])
+        for (size_t d = 0; d < h->od; d++)
+            if ((bool)isnan(out[i * h->od + d]) != nan[i])
                 fail_msg("%s: %s: output %g at row %zu dim %zu where the oracle's row is %s (step %llu)", h->label,
-                         what, out[i * h->vd + d], i, d, nan[i] ? "NaN" : "finite", (unsigned long long)h->steps);
+                         what, out[i * h->od + d], i, d, nan[i] ? "NaN" : "finite", (unsigned long long)h->steps);
         /* Every query sees at least its own key, so its LSE is finite unless NaN. */
         if (h->with_lse && (nan[i] ? !isnan(lse[i]) : !isfinite(lse[i])))
             fail_msg("%s: %s: lse %g at row %zu where the oracle's row is %s (step %llu)", h->label, what, lse[i],
@@ -506,8 +556,8 @@ static void check_nan_rows(const struct harness *h, const char *what, double *ou
         if (!nan[i])
             continue;
         lse[i] = 0.0;
-        for (size_t d = 0; d < h->vd; d++)
-            out[i * h->vd + d] = 0.0;
+        for (size_t d = 0; d < h->od; d++)
+            out[i * h->od + d] = 0.0;
     }
 }
 
@@ -522,6 +572,8 @@ static double worst_lse_error(const double *ref, const double *got, size_t rows)
 /** Float64 buffers of one sequence's check: queries, the oracle's and each side's results. */
 struct check_buffers {
     double *q;
+    double *latent;          /* the oracle's attention output [rows][vd] (projected into ref with W_UV) */
+    uint32_t *head_of;       /* [rows]: the global head of each row */
     double *ref, *ref_lse;
     bool *nan;               /* rows the oracle makes NaN */
     double *out[2], *lse[2]; /* DCP engine, baseline */
@@ -540,7 +592,12 @@ static void check_sequence(struct harness *h, const struct mirror *m, uint32_t l
         .qk_dim = h->qk, .v_dim = h->vd, .scale = h->scale,
     };
     const size_t row0 = (size_t)layer * h->cfg.max_context;
-    oracle_attention(&shape, b->q, m->k + row0 * k_stride(h), m->v + row0 * v_stride(h), b->ref, b->ref_lse);
+    oracle_attention(&shape, b->q, m->k + row0 * k_stride(h), m->v + row0 * v_stride(h), b->latent, b->ref_lse);
+    if (h->merge_uv)
+        oracle_uv_proj(rows, h->vd, h->od, b->latent, b->head_of, h->w_uv64 + (size_t)layer * h->qh * h->vd * h->od,
+                       b->ref);
+    else
+        memcpy(b->ref, b->latent, rows * h->vd * sizeof(double));
     stats.nan_rows += mask_nan_rows(h, b->ref, b->ref_lse, b->nan, rows);
     const double tol = out_tolerance(h->dtype);
     for (uint32_t s = 0; s < h->nsides; s++) {
@@ -548,7 +605,7 @@ static void check_sequence(struct harness *h, const struct mirror *m, uint32_t l
         double *o = b->out[s], *l = b->lse[s];
         gather_side(h, &h->side[s], layer, t0, n, o, l);
         check_nan_rows(h, what, o, l, b->nan, rows);
-        const double err = oracle_rel_l2(b->ref, o, rows * h->vd);
+        const double err = oracle_rel_l2(b->ref, o, rows * h->od);
         if (!(err <= tol))
             fail_msg("%s: %s layer %u: relative L2 error %.3g > %.3g (len %llu, q_len %u, step %llu)", h->label,
                      what, layer, err, tol, (unsigned long long)m->len, n, (unsigned long long)h->steps);
@@ -562,7 +619,7 @@ static void check_sequence(struct harness *h, const struct mirror *m, uint32_t l
         }
     }
     if (h->nsides > 1) {
-        const double diff = oracle_rel_l2(b->out[1], b->out[0], rows * h->vd);
+        const double diff = oracle_rel_l2(b->out[1], b->out[0], rows * h->od);
         if (!(diff <= tol))
             fail_msg("%s: layer %u: DCP differs from the TP baseline by %.3g > %.3g", h->label, layer, diff, tol);
         stats.worst_baseline[h->dtype] = DCP_MAX(stats.worst_baseline[h->dtype], diff);
@@ -584,14 +641,18 @@ static void check_step(struct harness *h, uint32_t count, const uint32_t *seqs, 
     const size_t rows = (size_t)most * h->qh;
     struct check_buffers b = {
         .q = xcalloc(rows * h->qk, sizeof(double)),
-        .ref = xcalloc(rows * h->vd, sizeof(double)),
+        .latent = xcalloc(rows * h->vd, sizeof(double)),
+        .head_of = xcalloc(rows, sizeof(uint32_t)),
+        .ref = xcalloc(rows * h->od, sizeof(double)),
         .ref_lse = xcalloc(rows, sizeof(double)),
         .nan = xcalloc(rows, sizeof(bool)),
     };
     for (int s = 0; s < 2; s++) {
-        b.out[s] = xcalloc(rows * h->vd, sizeof(double));
+        b.out[s] = xcalloc(rows * h->od, sizeof(double));
         b.lse[s] = xcalloc(rows, sizeof(double));
     }
+    for (size_t i = 0; i < rows; i++)
+        b.head_of[i] = (uint32_t)(i % h->qh);
     for (uint32_t l = 0; l < h->layers; l++) {
         uint32_t t0 = 0;
         for (uint32_t i = 0; i < count; i++) {
@@ -600,6 +661,8 @@ static void check_step(struct harness *h, uint32_t count, const uint32_t *seqs, 
         }
     }
     free(b.q);
+    free(b.latent);
+    free(b.head_of);
     free(b.ref);
     free(b.ref_lse);
     free(b.nan);

@@ -7,6 +7,11 @@
  * V (harness_poison): the rows that see it must be NaN in their LSE and every
  * output element, exactly where the oracle has them NaN (docs/design.md §4).
  *
+ * Deployments with parallel.replicate_q get every gathered head's queries per rank
+ * ([dcp][T][H_l][qk]); with parallel.merge_after_uv (MLA) the harness makes a random
+ * W_UV per layer, passes it to both engines and projects the oracle's latent output
+ * with it in float64.
+ *
  * A step grows some sequences by a few tokens each: the engine appends their K/V
  * (uploaded by every rank for its own KV heads) and, when the step's tokens fit
  * max_query_tokens, they are also the step's queries (prefill chunk, decode or
@@ -32,6 +37,7 @@ struct harness_config {
     uint64_t num_blocks;        ///< The DCP engine's logical blocks; 0 = max_live sequences of max_context.
     bool baseline;              ///< Also run the TP baseline (dcp = 1) and compare (ignored when dcp = 1).
     uint32_t splits;            ///< Split-KV factor every step of the DCP engine uses (0: the engine chooses), within its workspace.
+    bool profile;               ///< Create the engines with profile = true (dcp_rank_get_profile()).
 };
 
 /** Results over every harness of the process, for the final report. */
@@ -56,6 +62,9 @@ struct harness *harness_create(const struct harness_config *cfg, uint64_t seed, 
 
 /** Frees everything and sets *h to NULL. */
 void harness_destroy(struct harness **h);
+
+/** The deployment both engines run. */
+const dcp_deployment *harness_deployment(const struct harness *h);
 
 /** The DCP engine (baseline = false) or the baseline (NULL when there is none). */
 dcp_engine *harness_engine(struct harness *h, bool baseline);

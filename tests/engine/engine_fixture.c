@@ -62,8 +62,13 @@ int fixture_backend_check(void)
         fprintf(stderr, "DCP_TEST_BACKEND=%s: expected host, cuda or auto\n", getenv("DCP_TEST_BACKEND"));
         return 1;
     }
+    return fixture_probe(&s) ? 77 : 0;
+}
+
+int fixture_probe(const struct fixture_shape *s)
+{
     struct dcp_config cfg;
-    fixture_config(&s, &cfg);
+    fixture_config(s, &cfg);
     dcp_deployment *dep = NULL;
     int err = dcp_deployment_from_config(&cfg, NULL, &dep);
     dcp_engine *e = NULL;
@@ -77,11 +82,11 @@ int fixture_backend_check(void)
         err = dcp_engine_create(&p, &e);
     }
     if (err)
-        fprintf(stderr, "backend %s unavailable: %s: %s\n", dcp_backend_kind_name(s.backend),
+        fprintf(stderr, "backend %s unavailable: %s: %s\n", dcp_backend_kind_name(s->backend),
                 dcp_strerror(err), dcp_last_error());
     dcp_engine_destroy(&e);
     dcp_deployment_destroy(&dep);
-    return err ? 77 : 0;
+    return err;
 }
 
 bool fixture_quick(void)
@@ -122,6 +127,8 @@ void fixture_config(const struct fixture_shape *s, struct dcp_config *cfg)
         cfg->model.num_kv_heads = 1;
         cfg->model.kv_lora_rank = s->kv_lora_rank;
         cfg->model.rope_dim = s->rope_dim;
+        if (s->v_head_dim)
+            cfg->model.v_head_dim = s->v_head_dim;
     } else {
         cfg->model.num_kv_heads = s->kv_heads;
         cfg->model.head_dim = s->head_dim;
@@ -137,6 +144,10 @@ void fixture_config(const struct fixture_shape *s, struct dcp_config *cfg)
     cfg->parallel.dcp = s->dcp;
     cfg->parallel.interleave = s->interleave;
     cfg->parallel.comm = s->comm;
+    cfg->parallel.replicate_q = s->replicate_q;
+    cfg->parallel.merge_after_uv = s->merge_after_uv;
+    cfg->parallel.comm_dtype = s->comm_dtype;
+    cfg->runtime.cuda.comm = s->cuda_comm;
     cfg->memory.block_size = s->block_size;
     cfg->memory.reserve_bytes = 0;
     cfg->workload.context_lengths[0] = 1024;
@@ -181,6 +192,8 @@ dcp_engine *fixture_engine_with(const dcp_deployment *dep, const struct fixture_
     p.max_step_tokens = lim->max_step_tokens ? lim->max_step_tokens : lim->max_query_tokens;
     p.max_seqs = lim->max_seqs ? lim->max_seqs : 64;
     p.max_context = lim->max_context;
+    p.w_uv = lim->w_uv;
+    p.profile = lim->profile;
     dcp_engine *e = NULL;
     int err = dcp_engine_create(&p, &e);
     if (err)

@@ -25,6 +25,11 @@ struct fixture_shape {
     enum dcp_comm_scheme comm;
     enum dcp_backend_kind backend;
     uint32_t host_threads;                /* runtime.host.threads (> 1 enables split-KV) */
+    bool replicate_q;                     /* parallel.replicate_q */
+    bool merge_after_uv;                  /* parallel.merge_after_uv (MLA) */
+    uint32_t v_head_dim;                  /* model.v_head_dim (MLA); 0 = the default */
+    enum dcp_dtype comm_dtype;            /* parallel.comm_dtype (0: fp32, what the engine moves) */
+    enum dcp_cuda_comm cuda_comm;         /* runtime.cuda.comm (0: auto) */
 };
 
 /** Limits of a test engine (see struct dcp_engine_params). */
@@ -36,6 +41,8 @@ struct fixture_limits {
     uint32_t max_step_tokens;  /* 0 = max_query_tokens */
     uint32_t max_seqs;         /* 0 = 64 */
     uint64_t max_context;
+    const float *const *w_uv;  /* dcp_engine_params.w_uv (merge_after_uv) */
+    bool profile;              /* dcp_engine_params.profile */
 };
 
 /** The backend DCP_TEST_BACKEND selects (host when unset; fails the test on a bad value). */
@@ -46,6 +53,9 @@ enum dcp_backend_kind fixture_backend(void);
  * backend creates an engine here, 77 (skip) if it cannot, 1 for a bad DCP_TEST_BACKEND.
  */
 int fixture_backend_check(void);
+
+/** DCP_OK if a small engine of shape s can be created here, else its error (printed to stderr). */
+int fixture_probe(const struct fixture_shape *s);
 
 /** DCP_TEST_QUICK is set (not "0") or the test runs under valgrind. */
 bool fixture_quick(void);

@@ -6,7 +6,8 @@
  * every attention result of every rank is checked against the float64 oracle over
  * the whole sequence and against the TP baseline (the same deployment at dcp = 1).
  * Plus targeted cases: empty shards, the real 512+64 MLA latent, split-KV, block
- * reuse, forks that diverge, speculative rejection, a NaN in the KV cache.
+ * reuse, forks that diverge, speculative rejection, a NaN in the KV cache, and the
+ * leaner communication options (replicate_q, merge_after_uv).
  *
  * DCP_TEST_SEED reseeds; DCP_TEST_QUICK (or valgrind) runs fewer, smaller cases;
  * DCP_TEST_BACKEND picks the backend (see engine_fixture.h).
@@ -596,6 +597,71 @@ static void test_truncate_regrow(void **state)
     harness_destroy(&h);
 }
 
+/*
+ * Leaner communication: replicate_q (the caller passes every gathered head's
+ * queries, no Q gather) and merge_after_uv (MLA partial outputs projected by W_UV
+ * before the merge) in every combination with both merge schemes, on one DCP group
+ * (tp = dcp = 4) and on two (tp 4, dcp 2: the second group's heads and W_UV rows
+ * are offset), with split-KV on some (splits merged in latent space, then
+ * projected); GQA with replicate_q. The oracle projects its float64 latent output.
+ */
+static void test_lean_comm(void **state)
+{
+    (void)state;
+    const uint64_t split_before = harness_get_stats()->split_steps;
+    for (int variant = 0; variant < 10; variant++) {
+        struct test_rng rng;
+        test_rng_seed(&rng, test_seed() + 808u + (uint32_t)variant);
+        struct harness_config c = base_config();
+        c.max_context = fixture_quick() ? 80 : 128;
+        c.shape.layers = 2;
+        c.shape.comm = variant & 1 ? DCP_COMM_A2A : DCP_COMM_AG_RS;
+        c.shape.replicate_q = variant & 2;
+        c.shape.tp = 4;
+        c.shape.dcp = variant & 4 ? 2 : 4;
+        c.shape.interleave = 2;
+        c.shape.host_threads = 2;
+        c.splits = variant % 3 == 0 ? 3 : 0;
+        if (variant < 8) {
+            c.shape.merge_after_uv = variant < 4 || variant >= 6;
+            c.shape.q_heads = 8;
+            c.shape.kv_lora_rank = 32;
+            c.shape.rope_dim = 16;
+            c.shape.v_head_dim = 20;
+            c.shape.dtype = variant & 4 ? DCP_DTYPE_BF16 : DCP_DTYPE_FP32;
+        } else {
+            c.shape.kind = DCP_ATTN_GQA;
+            c.shape.replicate_q = true;
+            c.shape.q_heads = 8;
+            c.shape.kv_heads = 1;
+            c.shape.head_dim = 32;
+        }
+        char label[300];
+        describe(label, sizeof(label), c.shape.replicate_q ? "lean, replicate_q" : "lean", &c.shape);
+        if (c.shape.merge_after_uv)
+            snprintf(label + strlen(label), sizeof(label) - strlen(label), " merge_after_uv v_head_dim=%u",
+                     c.shape.v_head_dim);
+        struct harness *h = harness_create(&c, test_seed() + 909u + (uint32_t)variant, label);
+        struct dcp_engine_info in;
+        dcp_engine_get_info(harness_engine(h, false), &in);
+        assert_true(in.replicate_q == c.shape.replicate_q);
+        assert_true(in.merge_after_uv == c.shape.merge_after_uv);
+        if (c.shape.merge_after_uv)
+            assert_int_equal(in.out_dim, c.shape.v_head_dim);
+        else
+            assert_int_equal(in.out_dim, in.v_dim);
+        uint32_t seqs[3];
+        const uint64_t target[3] = {3, 41, c.max_context - 20};
+        for (uint32_t i = 0; i < 3; i++)
+            seqs[i] = harness_seq_create(h);
+        prefill(h, &rng, 3, seqs, target, c.max_step_tokens);
+        decode(h, &rng, 3, seqs, 2);
+        harness_destroy(&h);
+    }
+    if (fixture_backend() == DCP_BACKEND_HOST)
+        assert_true(harness_get_stats()->split_steps > split_before);
+}
+
 /* GQA (V in its own cache) with a step of exactly max_query_tokens tokens: the
  * host backend once sized the attention scratch without the V tile. */
 static void test_gqa_full_query_step(void **state)
@@ -636,6 +702,7 @@ int main(void)
         cmocka_unit_test(test_fork_diverge),
         cmocka_unit_test(test_truncate_regrow),
         cmocka_unit_test(test_gqa_full_query_step),
+        cmocka_unit_test(test_lean_comm),
         cmocka_unit_test(test_random_deployments),
     };
     return cmocka_run_group_tests(tests, NULL, print_stats);

@@ -266,6 +266,71 @@ static void test_kv_budget_validated(void **state)
     dcp_deployment_destroy(&dep);
 }
 
+/* W_UV is given exactly when the deployment merges after the value up-projection;
+ * a mismatch, or a layer without weights, is refused naming what is wrong. */
+static void test_w_uv_matches_deployment(void **state)
+{
+    (void)state;
+    struct fixture_shape s = default_shape();
+    dcp_deployment *plain = fixture_deployment(&s);
+    s.merge_after_uv = true;
+    s.v_head_dim = 8;
+    dcp_deployment *uv = fixture_deployment(&s);
+    const struct dcp_config *cfg = dcp_deployment_config(uv);
+    const size_t per_layer = (size_t)cfg->model.num_q_heads * cfg->model.kv_lora_rank * cfg->model.v_head_dim;
+    float *w = calloc(per_layer * cfg->model.num_layers, sizeof(float));
+    assert_non_null(w);
+    const float *layers[8] = {0};
+    assert_true(cfg->model.num_layers <= 8);
+    for (uint32_t l = 0; l < cfg->model.num_layers; l++)
+        layers[l] = w + l * per_layer;
+    struct {
+        const dcp_deployment *dep;
+        const float *const *w_uv;
+        const char *want;
+    } cases[] = {
+        {uv, NULL, "dcp_engine_params.w_uv is NULL"},
+        {plain, layers, "does not set parallel.merge_after_uv"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct dcp_engine_params p;
+        dcp_engine_default_params(&p);
+        p.deployment = cases[i].dep;
+        p.kv_budget_bytes = 1 << 20;
+        p.max_context = 64;
+        p.w_uv = cases[i].w_uv;
+        dcp_engine *e = NULL;
+        const int err = dcp_engine_create(&p, &e);
+        if (err != DCP_EINVAL || !strstr(dcp_last_error(), cases[i].want))
+            fail_msg("case %zu: expected DCP_EINVAL with \"%s\", got %d (%s)", i, cases[i].want, err, dcp_last_error());
+        assert_null(e);
+    }
+    /* One layer missing. */
+    const float *missing = layers[cfg->model.num_layers - 1];
+    layers[cfg->model.num_layers - 1] = NULL;
+    struct dcp_engine_params p;
+    dcp_engine_default_params(&p);
+    p.deployment = uv;
+    p.kv_budget_bytes = 1 << 20;
+    p.max_context = 64;
+    p.w_uv = layers;
+    dcp_engine *e = NULL;
+    assert_int_equal(dcp_engine_create(&p, &e), DCP_EINVAL);
+    assert_non_null(strstr(dcp_last_error(), "is NULL: merge_after_uv needs the W_UV of each"));
+    /* All layers: created, and the info says what is in use. */
+    layers[cfg->model.num_layers - 1] = missing;
+    assert_int_equal(dcp_engine_create(&p, &e), DCP_OK);
+    struct dcp_engine_info in;
+    dcp_engine_get_info(e, &in);
+    assert_true(in.merge_after_uv);
+    assert_int_equal(in.out_dim, 8);
+    assert_int_equal(in.v_dim, cfg->model.kv_lora_rank);
+    dcp_engine_destroy(&e);
+    free(w);
+    dcp_deployment_destroy(&uv);
+    dcp_deployment_destroy(&plain);
+}
+
 /* ---- a fork's shared prefix is read-only ------------------------------------------------ */
 
 static void test_fork_prefix_read_only(void **state)
@@ -703,6 +768,7 @@ int main(void)
         cmocka_unit_test(test_absurd_sizes),
         cmocka_unit_test(test_page_overflow),
         cmocka_unit_test(test_kv_budget_validated),
+        cmocka_unit_test(test_w_uv_matches_deployment),
         cmocka_unit_test(test_fork_prefix_read_only),
         cmocka_unit_test(test_stale_ids),
         cmocka_unit_test(test_argument_errors_keep_engine),

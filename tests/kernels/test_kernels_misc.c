@@ -1,7 +1,8 @@
 /*
  * The small kernels: merge (edge cases of docs/design.md §4 and random cases against
  * the oracle), lse_scale, reduce (ordered sums), fill (determinism and range),
- * kv_append (skipped slots, dtypes, 64-bit addressing), and the family table.
+ * kv_append (skipped slots, dtypes, 64-bit addressing), uv_proj (chunked rows against
+ * the oracle), and the family table.
  */
 #include <float.h>
 #include <math.h>
@@ -557,6 +558,73 @@ static void test_kv_append_past_4gib(void **state)
     munmap(base, span);
 }
 
+/* ---- uv_proj ------------------------------------------------------------------ */
+
+/* Random chunked shapes: every row against the float64 oracle with its gathered
+ * head's own W (distinct per head, so a wrong head or chunk index shows), the gaps
+ * between chunks untouched, a NaN in one latent row reaching its outputs only. */
+static void test_uv_proj(void **state)
+{
+    (void)state;
+    struct test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0x5e11);
+    for (int rep = 0; rep < 20; rep++) {
+        const uint32_t chunks = (uint32_t)test_rng_range(&rng, 1, 4), hpc = (uint32_t)test_rng_range(&rng, 1, 4);
+        const uint32_t T = (uint32_t)test_rng_range(&rng, 1, 6), in = (uint32_t)test_rng_range(&rng, 1, 70);
+        const uint32_t out = (uint32_t)test_rng_range(&rng, 1, 40), heads = chunks * hpc;
+        const uint64_t src_stride = (uint64_t)T * hpc * in + 3, dst_stride = (uint64_t)T * hpc * out + 5;
+        float *src = xmalloc(chunks * src_stride * sizeof(float)), *w = xmalloc((size_t)heads * in * out * sizeof(float));
+        float *dst = xmalloc(chunks * dst_stride * sizeof(float));
+        for (uint64_t i = 0; i < chunks * src_stride; i++)
+            src[i] = (float)test_rng_unit(&rng);
+        for (size_t i = 0; i < (size_t)heads * in * out; i++)
+            w[i] = (float)test_rng_unit(&rng);
+        for (uint64_t i = 0; i < chunks * dst_stride; i++)
+            dst[i] = 777.0f;
+        const uint32_t nan_row = (uint32_t)test_rng_range(&rng, 0, heads * T - 1); /* row (c, t, h) numbered c-major */
+        const uint32_t nc = nan_row / (T * hpc), nrow = nan_row % (T * hpc);
+        src[nc * src_stride + (uint64_t)nrow * in + (uint32_t)test_rng_range(&rng, 0, in - 1)] = NAN;
+        const struct dcpk_uv_proj_params p = {
+            .src = (uint64_t)(uintptr_t)src, .w = (uint64_t)(uintptr_t)w, .dst = (uint64_t)(uintptr_t)dst,
+            .src_chunk_stride = src_stride, .dst_chunk_stride = dst_stride, .num_tokens = T, .num_heads = heads,
+            .heads_per_chunk = hpc, .in_dim = in, .out_dim = out,
+        };
+        run_kernel(DCPK_KERNEL_uv_proj, &p, &rng);
+        const size_t rows = (size_t)heads * T;
+        double *x = xmalloc(rows * in * sizeof(double)), *wd = xmalloc((size_t)heads * in * out * sizeof(double));
+        double *ref = xmalloc(rows * out * sizeof(double));
+        uint32_t *head_of = xmalloc(rows * sizeof(uint32_t));
+        for (size_t i = 0; i < (size_t)heads * in * out; i++)
+            wd[i] = w[i];
+        for (uint32_t c = 0; c < chunks; c++)
+            for (uint32_t r = 0; r < T * hpc; r++) {
+                const size_t row = (size_t)c * T * hpc + r;
+                head_of[row] = c * hpc + r % hpc;
+                for (uint32_t i = 0; i < in; i++)
+                    x[row * in + i] = src[c * src_stride + (uint64_t)r * in + i];
+            }
+        oracle_uv_proj(rows, in, out, x, head_of, wd, ref);
+        for (uint32_t c = 0; c < chunks; c++) {
+            for (uint32_t r = 0; r < T * hpc; r++)
+                for (uint32_t j = 0; j < out; j++) {
+                    const double want = ref[((size_t)c * T * hpc + r) * out + j];
+                    const float got = dst[c * dst_stride + (uint64_t)r * out + j];
+                    if (isnan(want) ? !isnan(got) : !(fabs(got - want) <= 1e-5 * (1.0 + fabs(want))))
+                        fail_msg("uv_proj chunk %u row %u col %u: %g, want %g", c, r, j, got, want);
+                }
+            for (uint64_t i = (uint64_t)T * hpc * out; i < dst_stride; i++)
+                assert_true(dst[c * dst_stride + i] == 777.0f); /* between chunks: untouched */
+        }
+        free(src);
+        free(w);
+        free(dst);
+        free(x);
+        free(wd);
+        free(ref);
+        free(head_of);
+    }
+}
+
 /* ---- the family table -------------------------------------------------------- */
 
 static void test_registry(void **state)
@@ -566,6 +634,7 @@ static void test_registry(void **state)
         sizeof(struct dcpk_kv_append_params), sizeof(struct dcpk_attn_params),
         sizeof(struct dcpk_merge_params), sizeof(struct dcpk_lse_scale_params),
         sizeof(struct dcpk_reduce_params), sizeof(struct dcpk_fill_params),
+        sizeof(struct dcpk_uv_proj_params),
     };
     for (int i = 0; i < DCPK_KERNEL_COUNT; i++) {
         const struct dcpk_kernel_desc *k = &dcpk_kernels[i];
@@ -612,6 +681,8 @@ static void test_grids(void **state)
     assert_int_equal(dcpk_grid_items(dcpk_reduce_grid(&rp)), 2);
     const struct dcpk_fill_params fp = {.rows = 9};
     assert_int_equal(dcpk_grid_items(dcpk_fill_grid(&fp)), 9);
+    const struct dcpk_uv_proj_params up = {.num_heads = 6, .num_tokens = 3};
+    assert_int_equal(dcpk_grid_items(dcpk_uv_proj_grid(&up)), 6);
     const struct dcpk_kv_append_params kp = {.num_tokens = 4};
     assert_int_equal(dcpk_grid_items(dcpk_kv_append_grid(&kp)), 4);
 }
@@ -631,6 +702,7 @@ int main(void)
         cmocka_unit_test(test_kv_append_mla),
         cmocka_unit_test(test_kv_row_index_64bit),
         cmocka_unit_test(test_kv_append_past_4gib),
+        cmocka_unit_test(test_uv_proj),
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_grids),
     };

@@ -1132,6 +1132,54 @@ void test_lse_scale(void **state)
     assert_true(std::isnan(o[4 * vd + 5]) && std::isnan(o[5 * vd + 6]) && o[5 * vd + 7] == 0.f);
 }
 
+/* ---- uv_proj ------------------------------------------------------------------ */
+
+/* Chunked rows with gaps between chunks, more tokens than one token group (4) and a
+ * partial last group, out_dim above the block (128 threads) with a partial stride,
+ * fewer blocks than heads (grid-stride), every head's W distinct: each output
+ * against float64 from params.h, the gaps untouched. */
+void test_uv_proj(void **state)
+{
+    (void)state;
+    test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0x0e11);
+    const uint32_t chunks = 3, hpc = 2, T = 6, in = 37, out = 131, heads = chunks * hpc;
+    const uint64_t src_stride = (uint64_t)T * hpc * in + 7, dst_stride = (uint64_t)T * hpc * out + 9;
+    std::vector<float> src(chunks * src_stride), w((size_t)heads * in * out), dst(chunks * dst_stride, 777.f);
+    for (float &x : src)
+        x = (float)test_rng_unit(&rng);
+    for (float &x : w)
+        x = (float)test_rng_unit(&rng);
+    dcpk_uv_proj_params p{};
+    p.src = addr(src.data());
+    p.w = addr(w.data());
+    p.dst = addr(dst.data());
+    p.src_chunk_stride = src_stride;
+    p.dst_chunk_stride = dst_stride;
+    p.num_tokens = T;
+    p.num_heads = heads;
+    p.heads_per_chunk = hpc;
+    p.in_dim = in;
+    p.out_dim = out;
+    launch(dcpk_uv_proj, p, dim3(4), dim3(dcpk::kBlock_uv_proj));
+    for (uint32_t c = 0; c < chunks; c++) {
+        for (uint32_t t = 0; t < T; t++)
+            for (uint32_t h = 0; h < hpc; h++) {
+                const uint64_t row = (uint64_t)t * hpc + h, g = (uint64_t)c * hpc + h;
+                for (uint32_t j = 0; j < out; j++) {
+                    double want = 0;
+                    for (uint32_t i = 0; i < in; i++)
+                        want += (double)src[c * src_stride + row * in + i] * w[(g * in + i) * out + j];
+                    const float got = dst[c * dst_stride + row * out + j];
+                    if (!close_to(got, want, 1e-5))
+                        fail_msg("uv_proj chunk %u token %u head %u col %u = %g, want %g", c, t, h, j, got, want);
+                }
+            }
+        for (uint64_t i = (uint64_t)T * hpc * out; i < dst_stride; i++)
+            assert_true(dst[c * dst_stride + i] == 777.f);
+    }
+}
+
 /* ---- kv_append, fill, reduce ------------------------------------------------ */
 
 void test_kv_append(void **state)
@@ -1264,6 +1312,7 @@ int main()
         cmocka_unit_test(test_kv_append),
         cmocka_unit_test(test_fill),
         cmocka_unit_test(test_reduce),
+        cmocka_unit_test(test_uv_proj),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

@@ -382,6 +382,18 @@ static void test_comm_schemes(void **state)
     cfg.parallel.comm_dtype = DCP_DTYPE_FP32;
     compute_plan(&cfg, &plan);
     check_near(plan.comm.total_send, 487872, 0, "fp32 wire");
+
+    /* Merging after the value up-projection sends v_head_dim = 128 values per head
+     * instead of 512: 7 * 16 * (128 * 4 + 4) = 57,792; the Q gather is unchanged. */
+    cfg.parallel.merge_after_uv = true;
+    compute_plan(&cfg, &plan);
+    check_near(plan.comm.out_send, 57792, 0, "merge_after_uv a2a out");
+    check_near(plan.comm.total_send, 258048 + 57792, 0, "merge_after_uv total");
+    cfg.model.v_head_dim = 64;
+    cfg.parallel.comm = DCP_COMM_AG_RS;
+    compute_plan(&cfg, &plan);
+    check_near(plan.comm.out_send, 7 * 16 * 64 * 4, 0, "merge_after_uv ag_rs rs");
+    check_near(plan.comm.lse_send, 7 * 8 * 16 * 4, 0, "merge_after_uv ag_rs lse");
 }
 
 /*

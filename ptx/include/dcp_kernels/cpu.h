@@ -44,7 +44,8 @@ struct dcpk_kernel_desc {
     X(merge, dcpk_merge_params)              \
     X(lse_scale, dcpk_lse_scale_params)      \
     X(reduce, dcpk_reduce_params)            \
-    X(fill, dcpk_fill_params)
+    X(fill, dcpk_fill_params)                \
+    X(uv_proj, dcpk_uv_proj_params)
 
 #define DCPK_DECLARE_CPU(name, type)                                                         \
     struct dcpk_grid dcpk_##name##_grid(const void *params);                                \

@@ -24,7 +24,8 @@
     X(merge, 128)              \
     X(lse_scale, 128)          \
     X(reduce, 256)             \
-    X(fill, 256)
+    X(fill, 256)               \
+    X(uv_proj, 128)
 
 /*
  * Attention entries, one per layout and cache dtype:

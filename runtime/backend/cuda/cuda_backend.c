@@ -238,6 +238,7 @@ const struct dcp_backend_ops dcp_cuda_backend = {
     .all_gather = cuda_all_gather,
     .reduce_scatter = cuda_reduce_scatter,
     .all_to_all = cuda_all_to_all,
+    .wire_bytes = cuda_wire_bytes,
     .synchronize = cuda_synchronize,
     .abort = cuda_abort,
     .recover = cuda_recover,

@@ -269,8 +269,10 @@ static int virtual_all_gather(struct dcp_rank *r, uint64_t send, uint64_t recv, 
     struct cuda_rank *cr = CR(r);
     const struct dcp_cuda_api *api = &CE(r->engine)->cu->api;
     int err = virtual_begin(r, send);
-    for (uint32_t s = 0; s < cr->group->size && !err; s++)
+    for (uint32_t s = 0; s < cr->group->size && !err; s++) {
         err = CU_CALL(api, cuMemcpyDtoDAsync, recv + s * bytes, cr->group->published[s], bytes, cr->compute);
+        rank_group_count_sent(cr->group, r->group_rank, s, err ? 0 : bytes);
+    }
     return err ? err : virtual_end(r);
 }
 
@@ -279,9 +281,11 @@ static int virtual_all_to_all(struct dcp_rank *r, uint64_t send, uint64_t recv, 
     struct cuda_rank *cr = CR(r);
     const struct dcp_cuda_api *api = &CE(r->engine)->cu->api;
     int err = virtual_begin(r, send);
-    for (uint32_t s = 0; s < cr->group->size && !err; s++)
+    for (uint32_t s = 0; s < cr->group->size && !err; s++) {
         err = CU_CALL(api, cuMemcpyDtoDAsync, recv + s * bytes, cr->group->published[s] + r->group_rank * bytes,
                                            bytes, cr->compute);
+        rank_group_count_sent(cr->group, r->group_rank, s, err ? 0 : bytes);
+    }
     return err ? err : virtual_end(r);
 }
 
@@ -318,6 +322,8 @@ static int virtual_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t re
     };
     if ((err = cuda_launch(r, DCPK_KERNEL_reduce, &p)))
         return err;
+    for (uint32_t s = 0; s < n; s++) /* the reduce kernel reads every member's chunk of this rank */
+        rank_group_count_sent(cr->group, r->group_rank, s, floats * sizeof(float));
     return virtual_end(r);
 }
 
@@ -383,9 +389,22 @@ static int nccl_end(struct dcp_rank *r, int begun, int result, const char *call)
     return err;
 }
 
+/* What an NCCL collective of per-peer share bytes sends to the other members. */
+static void nccl_count_sent(struct dcp_rank *r, uint64_t share)
+{
+    CR(r)->nccl_sent += (uint64_t)(r->engine->dcp - 1) * share;
+}
+
+uint64_t cuda_wire_bytes(const struct dcp_rank *r)
+{
+    const struct cuda_rank *cr = CR(r);
+    return cr->group ? rank_group_sent(cr->group, r->group_rank) : cr->nccl_sent;
+}
+
 static int nccl_all_gather(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes)
 {
     struct cuda_rank *cr = CR(r);
+    nccl_count_sent(r, bytes);
     const struct dcp_nccl_api *nc = &CE(r->engine)->nccl->api;
     const int err = nccl_begin(r);
     return nccl_end(r, err,
@@ -397,6 +416,7 @@ static int nccl_all_gather(struct dcp_rank *r, uint64_t send, uint64_t recv, siz
 static int nccl_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t floats)
 {
     struct cuda_rank *cr = CR(r);
+    nccl_count_sent(r, floats * sizeof(float));
     const struct dcp_nccl_api *nc = &CE(r->engine)->nccl->api;
     const int err = nccl_begin(r);
     return nccl_end(r, err,
@@ -409,6 +429,7 @@ static int nccl_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t recv,
 static int nccl_all_to_all(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes)
 {
     struct cuda_rank *cr = CR(r);
+    nccl_count_sent(r, bytes);
     const struct dcp_nccl_api *nc = &CE(r->engine)->nccl->api;
     const int err = nccl_begin(r);
     if (err)

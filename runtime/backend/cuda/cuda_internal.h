@@ -81,6 +81,7 @@ struct cuda_rank {
     size_t staging_used;         ///< Bytes of it handed out since it was last known free.
     bool stage_pending[2];       ///< EV_STAGED0/1 was recorded and not yet seen done.
     ncclComm_t nccl_comm;        ///< NCCL: this rank's communicator in its DCP group.
+    uint64_t nccl_sent;          ///< NCCL: bytes of its collectives destined for other ranks (wire bytes).
     struct cuda_alloc *allocs;
     size_t num_allocs, cap_allocs;
     CUevent timer_start[CUDA_TIMER_PAIRS]; ///< Profiling: timing events (engine params.profile).
@@ -185,6 +186,8 @@ int cuda_engine_start(struct dcp_engine *e);
 int cuda_all_gather(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes);
 int cuda_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t floats);
 int cuda_all_to_all(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes);
+/** Wire bytes the rank sent to its peers (virtual: copied from it; NCCL: handed to NCCL for them). */
+uint64_t cuda_wire_bytes(const struct dcp_rank *r);
 void cuda_abort(struct dcp_engine *e);
 
 /* cuda_memory.c: allocations and copies. */

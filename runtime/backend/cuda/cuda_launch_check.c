@@ -84,6 +84,12 @@ const char *cuda_launch_problem(const struct dcpk_attn_variant *attn, enum dcpk_
             return "unknown dtype";
         return aligned(p->dst, dcpk_dtype_size(p->dtype)) && aligned(p->row_keys, 8) ? NULL : "misaligned buffer";
     }
+    case DCPK_KERNEL_uv_proj: {
+        const struct dcpk_uv_proj_params *p = params;
+        if (!aligned(p->src | p->w | p->dst, 4))
+            return "misaligned buffer";
+        return p->heads_per_chunk || !p->num_heads ? NULL : "a zero size";
+    }
     default:
         return "unknown kernel";
     }

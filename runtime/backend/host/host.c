@@ -56,8 +56,10 @@ static int host_all_gather(struct dcp_rank *r, uint64_t send, uint64_t recv, siz
     int err = group_publish(r, send);
     if (err)
         return err;
-    for (uint32_t s = 0; s < g->size; s++)
+    for (uint32_t s = 0; s < g->size; s++) {
         memcpy((char *)(uintptr_t)recv + s * bytes, (const void *)(uintptr_t)g->published[s], bytes);
+        rank_group_count_sent(g, r->group_rank, s, bytes);
+    }
     return rank_group_barrier(g); /* nobody reuses its send buffer before all have read it */
 }
 
@@ -70,7 +72,9 @@ static int host_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t recv,
     float *restrict dst = (float *)(uintptr_t)recv;
     const size_t offset = (size_t)r->group_rank * floats;
     memcpy(dst, (const float *)(uintptr_t)g->published[0] + offset, floats * sizeof(float));
+    rank_group_count_sent(g, r->group_rank, 0, floats * sizeof(float));
     for (uint32_t s = 1; s < g->size; s++) {
+        rank_group_count_sent(g, r->group_rank, s, floats * sizeof(float));
         const float *restrict src = (const float *)(uintptr_t)g->published[s] + offset;
         for (size_t i = 0; i < floats; i++)
             dst[i] += src[i];
@@ -84,10 +88,18 @@ static int host_all_to_all(struct dcp_rank *r, uint64_t send, uint64_t recv, siz
     int err = group_publish(r, send);
     if (err)
         return err;
-    for (uint32_t s = 0; s < g->size; s++)
+    for (uint32_t s = 0; s < g->size; s++) {
         memcpy((char *)(uintptr_t)recv + s * bytes,
                (const char *)(uintptr_t)g->published[s] + (size_t)r->group_rank * bytes, bytes);
+        rank_group_count_sent(g, r->group_rank, s, bytes);
+    }
     return rank_group_barrier(g);
+}
+
+/* Wire bytes of the rank's collectives: what its peers copied from it. */
+static uint64_t host_wire_bytes(const struct dcp_rank *r)
+{
+    return HR(r)->group ? rank_group_sent(HR(r)->group, r->group_rank) : 0;
 }
 
 static void host_abort(struct dcp_engine *e)
@@ -293,6 +305,7 @@ const struct dcp_backend_ops dcp_host_backend = {
     .all_gather = host_all_gather,
     .reduce_scatter = host_reduce_scatter,
     .all_to_all = host_all_to_all,
+    .wire_bytes = host_wire_bytes,
     .synchronize = host_synchronize,
     .abort = host_abort,
     .recover = host_recover,
