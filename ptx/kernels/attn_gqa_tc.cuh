@@ -194,12 +194,13 @@ class GqaTcBlock {
         const uint32_t base = (uint32_t)it_.lo + tile * C::kTK;
         const uint32_t nload = min(ntok - tile * C::kTK, (uint32_t)C::kTK);
         unsigned char *kt = k_tile(s), *vt = v_tile(s);
+        const TileRows<C::kTK> rows(p_, it_, base, nload);
 #pragma unroll
         for (int i = 0; i < C::kTK * C::kChunks / C::kNT; i++) {
             const int idx = (int)threadIdx.x + i * C::kNT;
             const int j = idx / C::kChunks, ch = idx % C::kChunks;
             const bool valid = (uint32_t)j < nload;
-            const uint64_t row = valid ? attn_key_row(p_, it_, base + j) : 0;
+            const uint64_t row = rows.row(TileRows<C::kTK>::template group<C::kNT, C::kChunks>(i), j);
             const char *ks = reinterpret_cast<const char *>(p_.k_cache) + (row * C::kQK * C::kEsize + ch * 16);
             const char *vs = reinterpret_cast<const char *>(p_.v_cache) + (row * p_.v_row_stride * C::kEsize + ch * 16);
             cp_async16(kt + swz(j, ch), ks, valid);

@@ -193,14 +193,15 @@ class MlaTcBlock {
         const uint32_t nload = min(ntok - tile * C::kTK, (uint32_t)C::kTK);
         unsigned char *kt = C::kFp8 ? raw_tile(buf) : k_tile(buf);
         constexpr int kTotal = C::kTK * C::kRawChunks;
+        const TileRows<C::kTK> rows(p_, it_, base, nload);
 #pragma unroll
         for (int i = 0; i < (kTotal + C::kNT - 1) / C::kNT; i++) {
             const int idx = (int)threadIdx.x + i * C::kNT;
+            const int j = idx / C::kRawChunks, ch = idx % C::kRawChunks;
+            const uint64_t row = rows.row(TileRows<C::kTK>::template group<C::kNT, C::kRawChunks>(i), j);
             if (kTotal % C::kNT != 0 && idx >= kTotal)
                 break;
-            const int j = idx / C::kRawChunks, ch = idx % C::kRawChunks;
             const bool valid = (uint32_t)j < nload;
-            const uint64_t row = valid ? attn_key_row(p_, it_, base + j) : 0;
             const char *src = reinterpret_cast<const char *>(p_.k_cache) + (row * C::kQK * C::kEsize + ch * 16);
             cp_async16(kt + (C::kFp8 ? j * C::kQK : j * C::kRowBytes) + ch * 16, src, valid);
         }

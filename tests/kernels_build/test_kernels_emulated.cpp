@@ -500,6 +500,27 @@ void test_mla_shapes(void **state)
     attn_case({"mla", DCPK_FP8_E4M3, {33}, {1}, 1, 16, 1, 0, 1, 1, 64, 16, 1});
 }
 
+/*
+ * Page sizes that are not powers of two (attn_page_index divides; a power of two
+ * shifts): pages of 3 (several in one tile, tiles that start inside a page) and of
+ * 48 (tiles inside one page, a 64-key tile over two), two splits of whole pages, on
+ * the tensor-core MLA and GQA entries (their per-key lookups shared by shuffle,
+ * TileRows) and a SIMT one (a lookup per copied chunk).
+ */
+void test_page_sizes(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *layout;
+        uint32_t dtype;
+    } entries[] = {{"mla_tc", DCPK_BF16}, {"gqa_d64_tc", DCPK_FP16}, {"gqa_d128_tc", DCPK_BF16}, {"gqa_d128", DCPK_FP8_E4M3}};
+    for (const auto &e : entries)
+        for (uint32_t bs : {3u, 48u}) {
+            const bool mla = std::strncmp(e.layout, "mla", 3) == 0;
+            attn_case({e.layout, e.dtype, {150, 61}, {1, 2}, mla ? 1u : 2u, 3, 1, 1, 2, 1, bs, 3, 2});
+        }
+}
+
 /* ---- the tensor-core MLA entries ------------------------------------------- */
 
 /*
@@ -1254,6 +1275,7 @@ int main()
         cmocka_unit_test(test_every_entry_small),
         cmocka_unit_test(test_gqa_shapes),
         cmocka_unit_test(test_mla_shapes),
+        cmocka_unit_test(test_page_sizes),
         cmocka_unit_test(test_mla_tc_random),
         cmocka_unit_test(test_mla_tc_mutants),
         cmocka_unit_test(test_gqa_tc_random),
