@@ -639,6 +639,21 @@ __device__ __forceinline__ void attn_kernel(const dcpk_attn_params &p)
     block.run();
 }
 
+/**
+ * The body of a tensor-core entry (Block = MlaTcBlock or GqaTcBlock): decodes the
+ * work item (attn_item: the same launch checks; an unknown precision is refused too)
+ * and runs it.
+ */
+template <template <class> class Block, class C>
+__device__ __forceinline__ void attn_tc_kernel(const dcpk_attn_params &p)
+{
+    AttnItem it;
+    if (p.precision > DCPK_PRECISION_EXACT || !attn_item<C>(p, it))
+        return;
+    Block<C> block(p, it);
+    block.run();
+}
+
 } // namespace dcpk
 
 /* esize (the shared-memory plan's element size, variants.h) must be the dtype's
