@@ -131,12 +131,73 @@ __device__ __forceinline__ uint32_t attn_visible_count(const dcpk_attn_params &p
     return end > it.lo ? (uint32_t)(end - it.lo) : 0u;
 }
 
+/**
+ * Block-table index of local key index c: a shift for a power-of-two page size (what
+ * deployments use), else a division. Taken from params each time, not kept in the
+ * work item: a register held through the tile loop makes the SIMT gqa_d256
+ * entries (128-register cap) spill.
+ */
+__device__ __forceinline__ uint32_t attn_page_index(const dcpk_attn_params &p, uint32_t c)
+{
+    const uint32_t bs = p.block_size;
+    return (bs & (bs - 1)) == 0 ? c >> __popc(bs - 1) : c / bs;
+}
+
 /** Cache row (in rows of the layer's pages) of local key index c. */
 __device__ __forceinline__ uint64_t attn_key_row(const dcpk_attn_params &p, const AttnItem &it, uint32_t c)
 {
-    const uint32_t page = (uint32_t)it.pages[c / p.block_size];
-    return ((uint64_t)page * p.num_kv_heads + it.kv_head) * p.block_size + c % p.block_size;
+    const uint32_t index = attn_page_index(p, c);
+    const uint32_t page = (uint32_t)it.pages[index];
+    return ((uint64_t)page * p.num_kv_heads + it.kv_head) * p.block_size + (c - index * p.block_size);
 }
+
+/**
+ * Cache rows of the keys of one KV tile (the tensor-core entries), looked up once
+ * per key and warp instead of once per 16-byte copy: lane l holds the rows of the
+ * tile's keys l, l + 32, ... (0 from nload on), one block-table read each (the lanes
+ * of one page read the same word: one transaction), and a lane that copies a chunk
+ * of key j takes j's row from the lane that looked it up, by shuffle (row()).
+ */
+template <int TK>
+struct TileRows {
+    static constexpr int kGroups = (TK + 31) / 32;
+    uint32_t lo_[kGroups], hi_[kGroups];
+
+    __device__ TileRows(const dcpk_attn_params &p, const AttnItem &it, uint32_t base, uint32_t nload)
+    {
+        const uint32_t lane = threadIdx.x % 32;
+#pragma unroll
+        for (int g = 0; g < kGroups; g++) {
+            const uint32_t j = lane + 32u * (uint32_t)g;
+            const uint64_t r = j < nload ? attn_key_row(p, it, base + j) : 0;
+            lo_[g] = (uint32_t)r;
+            hi_[g] = (uint32_t)(r >> 32);
+        }
+    }
+
+    /**
+     * Row of key j of the tile; g = j / 32, a compile-time constant (group()). Every
+     * lane of the warp calls it (a shuffle), also lanes whose copy step is past the tile.
+     */
+    __device__ uint64_t row(int g, int j) const
+    {
+        const uint32_t lo = __shfl_sync(0xffffffffu, lo_[g], j % 32);
+        const uint32_t hi = __shfl_sync(0xffffffffu, hi_[g], j % 32);
+        return (uint64_t)hi << 32 | lo;
+    }
+
+    /**
+     * The 32-key group of the keys that copy step i reaches when NT threads copy the
+     * tile's TK keys x CH chunks in index order (thread t, step i: chunk t + i * NT):
+     * 0 for tiles of at most 32 keys, else the step's keys must lie in one group.
+     */
+    template <int NT, int CH>
+    __device__ static constexpr int group(int i)
+    {
+        static_assert(TK <= 32 || (NT % CH == 0 && 32 % (NT / CH) == 0), "a copy step's keys in one 32-key group");
+        return TK <= 32 ? 0 : i * (NT / CH) / 32;
+    }
+};
 
 template <class C>
 class AttnBlock {
@@ -214,6 +275,8 @@ class AttnBlock {
         const uint32_t nload = min(ntok - tile * C::kTK, (uint32_t)C::kTK);
         uint4 *kt = k_tile(buf);
         uint4 *vt = v_tile(buf);
+        // One page lookup per copied chunk: TileRows would share them, but its registers
+        // live through the copies, and the gqa_d256 entries' 128-register cap spills then.
 #pragma unroll
         for (int i = 0; i < (kChunks + C::kNT - 1) / C::kNT; i++) {
             const int idx = threadIdx.x + i * C::kNT;
@@ -573,6 +636,21 @@ __device__ __forceinline__ void attn_kernel(const dcpk_attn_params &p)
     if (!attn_item<C>(p, it))
         return;
     AttnBlock<C> block(p, it);
+    block.run();
+}
+
+/**
+ * The body of a tensor-core entry (Block = MlaTcBlock or GqaTcBlock): decodes the
+ * work item (attn_item: the same launch checks; an unknown precision is refused too)
+ * and runs it.
+ */
+template <template <class> class Block, class C>
+__device__ __forceinline__ void attn_tc_kernel(const dcpk_attn_params &p)
+{
+    AttnItem it;
+    if (p.precision > DCPK_PRECISION_EXACT || !attn_item<C>(p, it))
+        return;
+    Block<C> block(p, it);
     block.run();
 }
 

@@ -128,28 +128,10 @@ class GqaTcBlock {
     /** The pass's first key whose (non-finite) value sanitize_values() zeroed, or ~0. */
     __device__ static uint32_t *nan_key() { return reinterpret_cast<uint32_t *>(dcpk_smem + C::kOffNan); }
 
-    __device__ static uint32_t pack(float x, float y)
-    {
-        if constexpr (C::kIn == MmaIn::bf16)
-            return pack_bf16(x, y);
-        else
-            return pack_fp16(x, y);
-    }
-    __device__ static float2 unpack(uint32_t u)
-    {
-        if constexpr (C::kIn == MmaIn::bf16)
-            return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
-        else
-            return __half22float2(half2_bits(u));
-    }
-    /** hi = (x, y) rounded, lo = the residues rounded; returns (hi.x + lo.x, hi.y + lo.y), the values used. */
+    /** mma_split of (x, y): returns (hi.x + lo.x, hi.y + lo.y), the values the MMAs use. */
     __device__ static float2 split(float x, float y, uint32_t &hi, uint32_t &lo)
     {
-        hi = pack(x, y);
-        const float2 h = unpack(hi);
-        lo = pack(x - h.x, y - h.y);
-        const float2 l = unpack(lo);
-        return make_float2(h.x + l.x, h.y + l.y);
+        return mma_split<C::kIn>(x, y, hi, lo);
     }
 
     __device__ static void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
@@ -194,12 +176,13 @@ class GqaTcBlock {
         const uint32_t base = (uint32_t)it_.lo + tile * C::kTK;
         const uint32_t nload = min(ntok - tile * C::kTK, (uint32_t)C::kTK);
         unsigned char *kt = k_tile(s), *vt = v_tile(s);
+        const TileRows<C::kTK> rows(p_, it_, base, nload);
 #pragma unroll
         for (int i = 0; i < C::kTK * C::kChunks / C::kNT; i++) {
             const int idx = (int)threadIdx.x + i * C::kNT;
             const int j = idx / C::kChunks, ch = idx % C::kChunks;
             const bool valid = (uint32_t)j < nload;
-            const uint64_t row = valid ? attn_key_row(p_, it_, base + j) : 0;
+            const uint64_t row = rows.row(TileRows<C::kTK>::template group<C::kNT, C::kChunks>(i), j);
             const char *ks = reinterpret_cast<const char *>(p_.k_cache) + (row * C::kQK * C::kEsize + ch * 16);
             const char *vs = reinterpret_cast<const char *>(p_.v_cache) + (row * p_.v_row_stride * C::kEsize + ch * 16);
             cp_async16(kt + swz(j, ch), ks, valid);
@@ -487,17 +470,6 @@ class GqaTcBlock {
     }
 };
 
-/** The entry body: decodes the work item (attn_item: same launch checks as attn.cuh) and runs it. */
-template <class C>
-__device__ __forceinline__ void gqa_tc_kernel(const dcpk_attn_params &p)
-{
-    AttnItem it;
-    if (p.precision > DCPK_PRECISION_EXACT || !attn_item<C>(p, it))
-        return;
-    GqaTcBlock<C> block(p, it);
-    block.run();
-}
-
 } // namespace dcpk
 
 #define DCPK_ATTN_GQA_TC_ENTRY(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize)             \
@@ -507,7 +479,7 @@ __device__ __forceinline__ void gqa_tc_kernel(const dcpk_attn_params &p)
                       DCPK_ATTN_GQA_TC_SMEM_BYTES(qk, esize, threads, rows, tile), "smem plan");        \
     extern "C" __global__ void __launch_bounds__(threads, 1) dcpk_attn__##layout##_##dt(const dcpk_attn_params p) \
     {                                                                                                  \
-        dcpk::gqa_tc_kernel<dcpk::GqaTcCfg<qk, dtype, threads, rows, tile>>(p);                        \
+        dcpk::attn_tc_kernel<dcpk::GqaTcBlock, dcpk::GqaTcCfg<qk, dtype, threads, rows, tile>>(p);                        \
     }
 DCPK_ATTN_GQA_TC_VARIANTS(DCPK_ATTN_GQA_TC_ENTRY)
 #undef DCPK_ATTN_GQA_TC_ENTRY

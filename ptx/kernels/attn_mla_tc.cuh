@@ -124,32 +124,11 @@ class MlaTcBlock {
         return reinterpret_cast<uint4 *>(dcpk_smem + C::kOffQ) + (part * C::kKSteps + ks) * C::kNT + threadIdx.x;
     }
 
-    /** x, y rounded to the MMA input type, packed (x low). */
-    __device__ static uint32_t pack(float x, float y)
-    {
-        if constexpr (C::kIn == MmaIn::bf16)
-            return pack_bf16(x, y);
-        else
-            return pack_fp16(x, y);
-    }
-    /** The two values of a packed pair (exact). */
-    __device__ static float2 unpack(uint32_t u)
-    {
-        if constexpr (C::kIn == MmaIn::bf16)
-            return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
-        else
-            return __half22float2(half2_bits(u));
-    }
-    /** hi = (x, y) rounded, lo = the residues rounded; returns hi.x + lo.x + hi.y + lo.y as used. */
+    /** mma_split of (x, y); returns the sum of the two values the MMAs use. */
     __device__ static float split(float x, float y, uint32_t &hi, uint32_t &lo, bool with_lo)
     {
-        hi = pack(x, y);
-        const float2 h = unpack(hi);
-        lo = pack(x - h.x, y - h.y);
-        if (!with_lo)
-            return h.x + h.y;
-        const float2 l = unpack(lo);
-        return (h.x + l.x) + (h.y + l.y);
+        const float2 used = mma_split<C::kIn>(x, y, hi, lo, with_lo);
+        return used.x + used.y;
     }
 
     __device__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) const
@@ -193,14 +172,15 @@ class MlaTcBlock {
         const uint32_t nload = min(ntok - tile * C::kTK, (uint32_t)C::kTK);
         unsigned char *kt = C::kFp8 ? raw_tile(buf) : k_tile(buf);
         constexpr int kTotal = C::kTK * C::kRawChunks;
+        const TileRows<C::kTK> rows(p_, it_, base, nload);
 #pragma unroll
         for (int i = 0; i < (kTotal + C::kNT - 1) / C::kNT; i++) {
             const int idx = (int)threadIdx.x + i * C::kNT;
+            const int j = idx / C::kRawChunks, ch = idx % C::kRawChunks;
+            const uint64_t row = rows.row(TileRows<C::kTK>::template group<C::kNT, C::kRawChunks>(i), j);
             if (kTotal % C::kNT != 0 && idx >= kTotal)
                 break;
-            const int j = idx / C::kRawChunks, ch = idx % C::kRawChunks;
             const bool valid = (uint32_t)j < nload;
-            const uint64_t row = valid ? attn_key_row(p_, it_, base + j) : 0;
             const char *src = reinterpret_cast<const char *>(p_.k_cache) + (row * C::kQK * C::kEsize + ch * 16);
             cp_async16(kt + (C::kFp8 ? j * C::kQK : j * C::kRowBytes) + ch * 16, src, valid);
         }
@@ -481,17 +461,6 @@ class MlaTcBlock {
     }
 };
 
-/** The entry body: decodes the work item (attn_item: same launch checks as attn.cuh) and runs it. */
-template <class C>
-__device__ __forceinline__ void mla_tc_kernel(const dcpk_attn_params &p)
-{
-    AttnItem it;
-    if (p.precision > DCPK_PRECISION_EXACT || !attn_item<C>(p, it))
-        return;
-    MlaTcBlock<C> block(p, it);
-    block.run();
-}
-
 } // namespace dcpk
 
 #define DCPK_ATTN_TC_ENTRY(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize)                 \
@@ -501,7 +470,7 @@ __device__ __forceinline__ void mla_tc_kernel(const dcpk_attn_params &p)
                       DCPK_ATTN_TC_SMEM_BYTES(qk, esize, threads, rows, tile), "smem plan");            \
     extern "C" __global__ void __launch_bounds__(threads, 1) dcpk_attn__##layout##_##dt(const dcpk_attn_params p) \
     {                                                                                                  \
-        dcpk::mla_tc_kernel<dcpk::MlaTcCfg<dtype, threads, rows, tile>>(p);                            \
+        dcpk::attn_tc_kernel<dcpk::MlaTcBlock, dcpk::MlaTcCfg<dtype, threads, rows, tile>>(p);                            \
     }
 DCPK_ATTN_MLA_TC_VARIANTS(DCPK_ATTN_TC_ENTRY)
 #undef DCPK_ATTN_TC_ENTRY

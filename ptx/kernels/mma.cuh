@@ -24,6 +24,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "device.cuh"
+
 namespace dcpk {
 
 /**
@@ -122,6 +124,42 @@ __device__ __forceinline__ uint32_t pack_fp16(float x, float y)
     uint32_t u;
     memcpy(&u, &h, 4);
     return u;
+}
+
+/** x, y rounded to the MMA input type IN, packed (x low). */
+template <MmaIn IN>
+__device__ __forceinline__ uint32_t mma_pack(float x, float y)
+{
+    if constexpr (IN == MmaIn::bf16)
+        return pack_bf16(x, y);
+    else
+        return pack_fp16(x, y);
+}
+
+/** The two values of a packed pair of IN (exact). */
+template <MmaIn IN>
+__device__ __forceinline__ float2 mma_unpack(uint32_t u)
+{
+    if constexpr (IN == MmaIn::bf16)
+        return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+    else
+        return __half22float2(half2_bits(u));
+}
+
+/**
+ * hi = (x, y) rounded to IN, lo = the residues rounded (x = hi + lo up to 2^-18 |x|
+ * for bf16); returns the values the MMAs use: hi + lo, or hi alone when !with_lo.
+ */
+template <MmaIn IN>
+__device__ __forceinline__ float2 mma_split(float x, float y, uint32_t &hi, uint32_t &lo, bool with_lo = true)
+{
+    hi = mma_pack<IN>(x, y);
+    const float2 h = mma_unpack<IN>(hi);
+    lo = mma_pack<IN>(x - h.x, y - h.y);
+    if (!with_lo)
+        return h;
+    const float2 l = mma_unpack<IN>(lo);
+    return make_float2(h.x + l.x, h.y + l.y);
 }
 
 } // namespace dcpk

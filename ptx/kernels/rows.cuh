@@ -9,6 +9,7 @@
 #define DCPK_ROWS_CUH
 
 #include "dcp_kernels/merge.h"
+#include "dcp_kernels/paged.h"
 #include "dcp_kernels/params.h"
 #include "dcp_kernels/variants.h"
 #include "device.cuh"
@@ -30,13 +31,6 @@ __device__ __forceinline__ void store_row(uint64_t dst, uint64_t dst_idx, const 
     }
 }
 
-/** Element index of (slot, head, 0) in [pages][heads][block_size][row_len] (64-bit). */
-__device__ __forceinline__ uint64_t cache_row_index(uint64_t slot, uint32_t head, uint32_t heads,
-                                                    uint32_t block_size, uint32_t row_len)
-{
-    return ((slot / block_size * heads + head) * block_size + slot % block_size) * row_len;
-}
-
 } // namespace dcpk
 
 /** Work item = (token, kv head): writes its K row and, unless MLA, its V row. */
@@ -53,11 +47,11 @@ extern "C" __global__ void __launch_bounds__(dcpk::kBlock_kv_append) dcpk_kv_app
         if (slot < 0)
             continue;
         const float *k = reinterpret_cast<const float *>(p.k_src) + item * p.k_dim;
-        dcpk::store_row(p.k_cache, dcpk::cache_row_index(slot, head, p.num_kv_heads, p.block_size, p.k_dim), k,
+        dcpk::store_row(p.k_cache, dcpk_kv_row_index(slot, head, p.num_kv_heads, p.block_size, p.k_dim), k,
                         p.k_dim, p.dtype, p.inv_scale);
         if (p.v_cache != 0) {
             const float *v = reinterpret_cast<const float *>(p.v_src) + item * p.v_dim;
-            dcpk::store_row(p.v_cache, dcpk::cache_row_index(slot, head, p.num_kv_heads, p.block_size, p.v_dim),
+            dcpk::store_row(p.v_cache, dcpk_kv_row_index(slot, head, p.num_kv_heads, p.block_size, p.v_dim),
                             v, p.v_dim, p.dtype, p.inv_scale);
         }
     }

@@ -656,6 +656,11 @@ inline unsigned atomicMin(unsigned *address, unsigned val)
     return old;
 }
 
+inline int __popc(unsigned x)
+{
+    return __builtin_popcount(x);
+}
+
 inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask)
 {
     return __uint_as_float(emu::shfl_xor(mask, __float_as_uint(v), lane_mask));

@@ -500,6 +500,29 @@ void test_mla_shapes(void **state)
     attn_case({"mla", DCPK_FP8_E4M3, {33}, {1}, 1, 16, 1, 0, 1, 1, 64, 16, 1});
 }
 
+/*
+ * Page sizes that are not powers of two (attn_page_index divides; a power of two
+ * shifts): pages of 3 (several in one tile, tiles that start inside a page) and of
+ * 48 (tiles inside one page, a 64-key tile over two), two splits of whole pages, on
+ * the tensor-core MLA and GQA entries (their per-key lookups shared by shuffle,
+ * TileRows) and a SIMT one (a lookup per copied chunk).
+ */
+void test_page_sizes(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *layout;
+        uint32_t dtype;
+    } entries[] = {{"mla_tc", DCPK_BF16}, {"gqa_d64_tc", DCPK_FP16}, {"gqa_d128_tc", DCPK_BF16}, {"gqa_d128", DCPK_FP8_E4M3}};
+    for (const auto &e : entries)
+        for (uint32_t bs : {3u, 48u}) {
+            if (bs == 48 && test_quick()) // under valgrind: the 3-token pages only
+                continue;
+            const bool mla = std::strncmp(e.layout, "mla", 3) == 0;
+            attn_case({e.layout, e.dtype, {110, 45}, {1, 2}, mla ? 1u : 2u, 3, 1, 1, 2, 1, bs, 3, 2});
+        }
+}
+
 /* ---- the tensor-core MLA entries ------------------------------------------- */
 
 /*
@@ -560,7 +583,7 @@ void mla_tc_mutant(dcpk_attn_params p)
     const uint32_t cache_dtype = p.dtype;
 #define MUTANT_CFG_(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize) \
     if (cache_dtype == dtype)                                                    \
-        dcpk::mla_tc_kernel<dcpk::MlaTcCfg<dtype, threads, rows, tile, M>>(p);
+        dcpk::attn_tc_kernel<dcpk::MlaTcBlock, dcpk::MlaTcCfg<dtype, threads, rows, tile, M>>(p);
     DCPK_ATTN_MLA_TC_VARIANTS(MUTANT_CFG_)
 #undef MUTANT_CFG_
 }
@@ -673,7 +696,7 @@ void gqa_tc_mutant(dcpk_attn_params p)
 {
 #define MUTANT_CFG_(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize) \
     if (qk == 128 && dtype == DCPK_BF16)                                         \
-        dcpk::gqa_tc_kernel<dcpk::GqaTcCfg<qk, dtype, threads, rows, tile, M>>(p);
+        dcpk::attn_tc_kernel<dcpk::GqaTcBlock, dcpk::GqaTcCfg<qk, dtype, threads, rows, tile, M>>(p);
     DCPK_ATTN_GQA_TC_VARIANTS(MUTANT_CFG_)
 #undef MUTANT_CFG_
 }
@@ -1302,6 +1325,7 @@ int main()
         cmocka_unit_test(test_every_entry_small),
         cmocka_unit_test(test_gqa_shapes),
         cmocka_unit_test(test_mla_shapes),
+        cmocka_unit_test(test_page_sizes),
         cmocka_unit_test(test_mla_tc_random),
         cmocka_unit_test(test_mla_tc_mutants),
         cmocka_unit_test(test_gqa_tc_random),
