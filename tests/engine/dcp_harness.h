@@ -7,6 +7,11 @@
  * V (harness_poison): the rows that see it must be NaN in their LSE and every
  * output element, exactly where the oracle has them NaN (docs/design.md §4).
  *
+ * The engines may take q, k, v and out in bf16/fp16 (harness_config.act_dtype):
+ * the harness rounds its random inputs to that dtype (the oracle sees exactly what
+ * the engine reads), converts them as it uploads and the outputs as it downloads,
+ * and allows one more rounding of the output (unit roundoff) in every comparison.
+ *
  * A step grows some sequences by a few tokens each: the engine appends their K/V
  * (uploaded by every rank for its own KV heads) and, when the step's tokens fit
  * max_query_tokens, they are also the step's queries (prefill chunk, decode or
@@ -32,6 +37,7 @@ struct harness_config {
     uint64_t num_blocks;        ///< The DCP engine's logical blocks; 0 = max_live sequences of max_context.
     bool baseline;              ///< Also run the TP baseline (dcp = 1) and compare (ignored when dcp = 1).
     uint32_t splits;            ///< Split-KV factor every step of the DCP engine uses (0: the engine chooses), within its workspace.
+    enum dcp_dtype act_dtype;   ///< Activation dtype of both engines (0 = fp32).
 };
 
 /** Results over every harness of the process, for the final report. */

@@ -181,6 +181,7 @@ dcp_engine *fixture_engine_with(const dcp_deployment *dep, const struct fixture_
     p.max_step_tokens = lim->max_step_tokens ? lim->max_step_tokens : lim->max_query_tokens;
     p.max_seqs = lim->max_seqs ? lim->max_seqs : 64;
     p.max_context = lim->max_context;
+    p.act_dtype = lim->act_dtype;
     dcp_engine *e = NULL;
     int err = dcp_engine_create(&p, &e);
     if (err)

@@ -36,6 +36,7 @@ struct fixture_limits {
     uint32_t max_step_tokens;  /* 0 = max_query_tokens */
     uint32_t max_seqs;         /* 0 = 64 */
     uint64_t max_context;
+    enum dcp_dtype act_dtype;  /* q, k, v and out (0 = fp32) */
 };
 
 /** The backend DCP_TEST_BACKEND selects (host when unset; fails the test on a bad value). */

@@ -166,6 +166,7 @@ static void set_max_context(struct dcp_engine_params *p, uint64_t v) { p->max_co
 static void set_max_seqs(struct dcp_engine_params *p, uint64_t v) { p->max_seqs = (uint32_t)v; }
 static void set_max_step_tokens(struct dcp_engine_params *p, uint64_t v) { p->max_step_tokens = (uint32_t)v; }
 static void set_max_query_tokens(struct dcp_engine_params *p, uint64_t v) { p->max_query_tokens = (uint32_t)v; }
+static void set_act_dtype(struct dcp_engine_params *p, uint64_t v) { p->act_dtype = (enum dcp_dtype)v; }
 
 static void expect_refused(const dcp_deployment *dep, void (*edit)(struct dcp_engine_params *p, uint64_t v),
                            uint64_t v, const char *needle)
@@ -262,6 +263,31 @@ static void test_kv_budget_validated(void **state)
             fail_msg("kv_budget_bytes=%g: expected DCP_EINVAL naming kv_budget_bytes, got %d (%s)", bad[i], err,
                      dcp_last_error());
         assert_null(e);
+    }
+    dcp_deployment_destroy(&dep);
+}
+
+/* act_dtype: fp8 (a KV cache format, not an activation one) and unknown values are
+ * refused at creation; fp32 (the default), bf16 and fp16 are taken and reported. */
+static void test_act_dtype_validated(void **state)
+{
+    (void)state;
+    struct fixture_shape s = default_shape();
+    dcp_deployment *dep = fixture_deployment(&s);
+    expect_refused(dep, set_act_dtype, DCP_DTYPE_FP8_E4M3, "act_dtype=fp8_e4m3");
+    expect_refused(dep, set_act_dtype, 4, "act_dtype");
+    expect_refused(dep, set_act_dtype, 1000, "act_dtype");
+    struct dcp_engine_params p;
+    dcp_engine_default_params(&p);
+    assert_int_equal(p.act_dtype, DCP_DTYPE_FP32);
+    const enum dcp_dtype ok[] = {DCP_DTYPE_FP32, DCP_DTYPE_BF16, DCP_DTYPE_FP16};
+    for (size_t i = 0; i < 3; i++) {
+        dcp_engine *e = NULL;
+        assert_int_equal(create_with(dep, set_act_dtype, ok[i], &e), DCP_OK);
+        struct dcp_engine_info in;
+        dcp_engine_get_info(e, &in);
+        assert_int_equal(in.act_dtype, ok[i]);
+        dcp_engine_destroy(&e);
     }
     dcp_deployment_destroy(&dep);
 }
@@ -703,6 +729,7 @@ int main(void)
         cmocka_unit_test(test_absurd_sizes),
         cmocka_unit_test(test_page_overflow),
         cmocka_unit_test(test_kv_budget_validated),
+        cmocka_unit_test(test_act_dtype_validated),
         cmocka_unit_test(test_fork_prefix_read_only),
         cmocka_unit_test(test_stale_ids),
         cmocka_unit_test(test_argument_errors_keep_engine),
