@@ -213,6 +213,10 @@ static void test_act_dtypes(void **state)
             for (uint32_t qd = DCPK_FP32; qd <= DCPK_FP16; qd++)
                 for (uint32_t sd = DCPK_FP32; sd <= DCPK_FP16; sd++)
                     for (uint32_t od = DCPK_FP32; od <= DCPK_FP16; od++) {
+                        /* DCP_TEST_QUICK (valgrind): every q x source x out combination still,
+                         * with a quarter of the cache dtypes each, and one split count. */
+                        if (test_quick() && (cache + qd + sd + od) % 4 != 0)
+                            continue;
                         struct attn_problem pb;
                         memset(&pb, 0, sizeof(pb));
                         pb.mla = mla;
@@ -235,6 +239,8 @@ static void test_act_dtypes(void **state)
                         problem_fill(&pb, &rng, 2.0f);
                         const uint32_t rows = problem_tokens(&pb) * pb.heads;
                         for (uint32_t splits = 1; splits <= 3; splits += 2) {
+                            if (test_quick() && splits != 1 + 2 * ((qd + od + (uint32_t)mla) % 2))
+                                continue;
                             struct rank_run run = {.group_size = 1, .interleave = 1, .num_splits = splits,
                                                    .chunks = 2};
                             const struct attn_output res = {
