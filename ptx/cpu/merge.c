@@ -10,6 +10,9 @@
 #include "dcp_kernels/cpu.h"
 #include "dcp_kernels/merge.h"
 
+/** Alignment of the accumulators in the caller's scratch (which may be at any address). */
+#define MERGE_ALIGN 64
+
 struct dcpk_grid dcpk_merge_grid(const void *params)
 {
     const struct dcpk_merge_params *p = params;
@@ -20,7 +23,7 @@ struct dcpk_grid dcpk_merge_grid(const void *params)
 size_t dcpk_merge_scratch_bytes(const void *params)
 {
     const struct dcpk_merge_params *p = params;
-    return (size_t)p->v_dim * sizeof(float); /* one row's fp32 accumulators */
+    return (size_t)p->v_dim * sizeof(float) + MERGE_ALIGN; /* one row's fp32 accumulators, aligned */
 }
 
 void dcpk_merge_cpu(const void *params, uint64_t begin, uint64_t end, void *scratch)
@@ -30,7 +33,7 @@ void dcpk_merge_cpu(const void *params, uint64_t begin, uint64_t end, void *scra
     const float *src_lse = (const float *)(uintptr_t)p->src_lse;
     void *out = (void *)(uintptr_t)p->out;
     const uint32_t per_chunk = p->rows_per_chunk ? p->rows_per_chunk : p->rows;
-    float *acc = scratch;
+    float *acc = (float *)(((uintptr_t)scratch + MERGE_ALIGN - 1) & ~(uintptr_t)(MERGE_ALIGN - 1));
     if (!dcpk_act_dtype_ok(p->src_dtype) || !dcpk_act_dtype_ok(p->out_dtype))
         return; /* refused, as the GPU kernel does (params.h) */
     for (uint64_t r = begin; r < end; r++) {
