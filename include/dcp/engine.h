@@ -18,16 +18,20 @@
  *      LSE over the whole context (the DCP gather/merge happens inside).
  * Pointers given to rank functions are in the backend's memory: host memory for
  * the host backend, device addresses (CUdeviceptr cast to void *) for CUDA.
- * Layouts (T = query tokens of the step, in batch order):
- *   q   fp32 [T][q_heads_per_rank][qk_dim]     out fp32 [T][q_heads_per_rank][out_dim]
- *   k   fp32 [T][kv_heads_per_rank][qk_dim]    v   fp32 [T][kv_heads_per_rank][v_dim] (NULL for MLA)
- *   lse fp32 [T][q_heads_per_rank] (natural log)
+ * Layouts (T = query tokens of the step, in batch order; A = the engine's act_dtype,
+ * fp32, bf16 or fp16, chosen at creation):
+ *   q   A [T][q_heads_per_rank][qk_dim]     out A [T][q_heads_per_rank][out_dim]
+ *   k   A [T][kv_heads_per_rank][qk_dim]    v   A [T][kv_heads_per_rank][v_dim] (NULL for MLA)
+ *   lse fp32 [T][q_heads_per_rank] (natural log), whatever A is
+ * The kernels convert as they load and store (no extra pass over q, k, v or out) and
+ * compute in fp32; an out of bf16/fp16 is the fp32 result rounded once (to nearest
+ * even), and the K/V cache holds model.kv_dtype whatever A is.
  * MLA is in absorbed form: qk_dim = kv_lora_rank + rope_dim (576), v_dim = kv_lora_rank (512),
  * k holds the latent followed by the RoPE part, and the output is in latent space
  * (out_dim = v_dim) unless the engine merges after the value up-projection (below).
  * Leaner communication (deployment keys; dcp_engine_info says what is in use):
  *  - parallel.replicate_q: q holds the queries of all gathered heads of the rank's DCP
- *    group, in the layout the attention reads: fp32 [dcp][T][q_heads_per_rank][qk_dim],
+ *    group, in the layout the attention reads: A [dcp][T][q_heads_per_rank][qk_dim],
  *    chunk c = the heads of group rank c (TP rank group * dcp + c; its first head is
  *    that rank's dcp_rank_head_offsets()). No query AllGather runs. Every rank of a
  *    group passes the same values.
@@ -123,6 +127,11 @@ struct dcp_engine_params {
                                ///< during dcp_engine_create(): each rank keeps a copy of its gathered heads
                                ///< (num_layers x gathered_heads x kv_lora_rank x v_head_dim floats, counted in
                                ///< workspace_bytes_per_rank). Default NULL.
+    enum dcp_dtype act_dtype;  ///< Element type of q, k, v and out of every rank function ("activations"):
+                               ///< DCP_DTYPE_FP32, _BF16 or _FP16; fp8 or an unknown value is DCP_EINVAL.
+                               ///< LSE stays fp32. The all-gathered queries move in this dtype; the partial
+                               ///< outputs the DCP merge exchanges stay fp32. parallel.merge_after_uv needs
+                               ///< fp32 (else DCP_ENOTSUP: the W_UV projection is fp32 only). Default fp32.
 };
 
 /** What an engine was built with. */
@@ -156,6 +165,7 @@ struct dcp_engine_info {
     uint32_t max_step_tokens;     ///< In use (defaults applied).
     uint32_t max_seqs;            ///< In use (defaults applied).
     uint64_t max_context;         ///< In use (defaults applied).
+    enum dcp_dtype act_dtype;     ///< Element type of q, k, v and out (dcp_engine_params.act_dtype).
 };
 
 /** One step's batch: the sequences decoded together and their query tokens. */

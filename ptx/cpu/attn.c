@@ -16,6 +16,8 @@
  * with no horizontal sums, and a tile of K/V is broadcast from L1.
  * The causal mask is per row: row r sees local indices below
  * dcpk_local_length(pos_r + 1) (the rank's keys at global positions <= pos_r).
+ * Queries (q_dtype) are converted to fp32 as they are staged, outputs rounded to
+ * out_dtype as they are written (split-KV partials stay fp32).
  */
 #include <math.h>
 #include <string.h>
@@ -182,24 +184,35 @@ static uint64_t group_row_end(const struct dcpk_attn_params *p, const struct att
     return end > gr->lo ? end : gr->lo;
 }
 
-/** Where row i of a group writes its output row and LSE. */
-static void group_row_dst(const struct dcpk_attn_params *p, const struct attn_shape *sh,
-                          const struct attn_group *gr, uint32_t i, float **out, float **lse)
+/** Where row i of a group writes: its output row (element out_idx of out, of dtype out_dtype) and LSE. */
+struct row_dst {
+    void *out;
+    uint64_t out_idx;
+    uint32_t out_dtype;
+    float *lse;
+};
+
+static struct row_dst group_row_dst(const struct dcpk_attn_params *p, const struct attn_shape *sh,
+                                    const struct attn_group *gr, uint32_t i)
 {
     uint32_t tok, head;
     group_row(gr, i, &tok, &head);
     const uint64_t chunk = head / sh->heads_per_chunk;
     const uint64_t row = (uint64_t)tok * sh->heads_per_chunk + head % sh->heads_per_chunk;
+    struct row_dst dst;
     if (sh->splits == 1) {
-        *out = (float *)(uintptr_t)p->out + chunk * p->out_chunk_stride + row * p->v_dim;
-        *lse = (float *)(uintptr_t)p->lse + chunk * p->lse_chunk_stride + row;
+        dst.out = (void *)(uintptr_t)p->out;
+        dst.out_idx = chunk * p->out_chunk_stride + row * p->v_dim;
+        dst.out_dtype = p->out_dtype;
+        dst.lse = (float *)(uintptr_t)p->lse + chunk * p->lse_chunk_stride + row;
     } else {
         const uint64_t rows_per_chunk = (uint64_t)p->num_q_tokens * sh->heads_per_chunk;
-        *out = (float *)(uintptr_t)p->ws_o + gr->split * p->ws_split_stride_o +
-               (chunk * rows_per_chunk + row) * p->v_dim;
-        *lse = (float *)(uintptr_t)p->ws_lse + gr->split * p->ws_split_stride_lse +
-               chunk * rows_per_chunk + row;
+        dst.out = (void *)(uintptr_t)p->ws_o;
+        dst.out_idx = gr->split * p->ws_split_stride_o + (chunk * rows_per_chunk + row) * p->v_dim;
+        dst.out_dtype = DCPK_FP32;
+        dst.lse = (float *)(uintptr_t)p->ws_lse + gr->split * p->ws_split_stride_lse + chunk * rows_per_chunk + row;
     }
+    return dst;
 }
 
 /* ---- the hot loops (always inlined into each instruction-set variant) --- */
@@ -218,11 +231,13 @@ DCPK_INLINE void load_queries(const struct dcpk_attn_params *p, const struct att
         uint32_t tok, head;
         group_row(gr, i, &tok, &head);
         const uint64_t chunk = head / sh->heads_per_chunk;
-        const float *q = (const float *)(uintptr_t)p->q + chunk * p->q_chunk_stride +
-                         ((uint64_t)tok * sh->heads_per_chunk + head % sh->heads_per_chunk) * qk;
+        const void *q = (const void *)(uintptr_t)p->q;
+        const uint64_t q0 = chunk * p->q_chunk_stride +
+                            ((uint64_t)tok * sh->heads_per_chunk + head % sh->heads_per_chunk) * qk;
         /* In the order the K tile is decoded in (see simd.h). */
         for (uint32_t d = 0; d < qk; d++)
-            qt[(size_t)d * nrp + i] = q[dcpk_decode_source(p->dtype, qk, d)] * p->scale;
+            qt[(size_t)d * nrp + i] =
+                dcpk_load_as_f32(q, q0 + dcpk_decode_source(p->dtype, qk, d), p->q_dtype) * p->scale;
     }
 }
 
@@ -568,25 +583,26 @@ static void write_rows(const struct dcpk_attn_params *p, const struct attn_shape
     /* MLA's V is the head of a decoded K row: its order is that of the K row. */
     const uint32_t vdec = sh->v_in_k ? p->qk_dim : p->v_dim;
     for (uint32_t i = 0; i < gr->nrows; i++) {
-        float *out, *lse;
-        group_row_dst(p, sh, gr, i, &out, &lse);
+        const struct row_dst dst = group_row_dst(p, sh, gr, i);
         const int empty = w->row_end[i] == gr->lo; /* then ot and l were never set */
         if (!empty && !row_finite(w->ot + i, p->v_dim, nrp, w->l[i])) {
             for (uint32_t d = 0; d < p->v_dim; d++)
-                out[d] = dcpk_qnan();
-            *lse = dcpk_qnan();
+                dcpk_store_as(dst.out, dst.out_idx + d, dst.out_dtype, dcpk_qnan());
+            *dst.lse = dcpk_qnan();
             continue;
         }
         if (empty || w->l[i] == 0.0f) {
-            memset(out, 0, (size_t)p->v_dim * sizeof(float));
-            *lse = dcpk_neg_inf();
+            for (uint32_t d = 0; d < p->v_dim; d++)
+                dcpk_store_as(dst.out, dst.out_idx + d, dst.out_dtype, 0.0f);
+            *dst.lse = dcpk_neg_inf();
             continue;
         }
         /* ot holds the V dims in decode order (see simd.h); put them back. */
         const float inv = 1.0f / w->l[i];
         for (uint32_t d = 0; d < p->v_dim; d++)
-            out[dcpk_decode_source(p->dtype, vdec, d)] = w->ot[(size_t)d * nrp + i] * inv;
-        *lse = w->m[i] + logf(w->l[i]);
+            dcpk_store_as(dst.out, dst.out_idx + dcpk_decode_source(p->dtype, vdec, d), dst.out_dtype,
+                          w->ot[(size_t)d * nrp + i] * inv);
+        *dst.lse = w->m[i] + logf(w->l[i]);
     }
 }
 
@@ -736,6 +752,8 @@ DCPK_INLINE void attn_item(const struct dcpk_attn_params *p, const struct attn_s
 DCPK_INLINE void attn_items(const struct dcpk_attn_params *p, uint64_t begin, uint64_t end,
                             void *scratch, enum dcpk_cpu_isa isa)
 {
+    if (!dcpk_act_dtype_ok(p->q_dtype) || !dcpk_act_dtype_ok(p->out_dtype))
+        return; /* refused, as the GPU entries do (params.h) */
     const struct attn_shape sh = attn_shape_of(p);
     struct attn_scratch w;
     attn_scratch_layout(p, &sh, scratch, &w);

@@ -21,7 +21,9 @@
  * scores are all -inf, gets LSE -inf and output 0; a row whose accumulators or sum
  * are not finite (a NaN or an infinity reached it) gets NaN in its LSE and in every
  * output element (params.h, docs/design.md §4). LSE leaves in natural log:
- * (m2 + log2 l) * ln 2.
+ * (m2 + log2 l) * ln 2. Queries are read in q_dtype and converted as they are
+ * staged; outputs are rounded to out_dtype as they are stored (attn_load_q /
+ * attn_store_o, shared with the tensor-core entries); the split workspace is fp32.
  */
 #ifndef DCPK_ATTN_CUH
 #define DCPK_ATTN_CUH
@@ -95,12 +97,73 @@ struct AttnItem {
     const int32_t *pages;  // this sequence's block table row
 };
 
-/** Byte offsets of row r of the query, output and LSE arrays (chunked layout). */
+/** Addresses of row r of the query, output and LSE arrays (chunked layout), and the row dtypes. */
 struct RowAddr {
-    uint64_t q, o, lse;
+    uint64_t q, o, lse;       // byte addresses of the rows
+    uint32_t q_dtype, o_dtype; // q_dtype; out_dtype, or fp32 for the split workspace
 };
 
-/** Byte offsets of row `row` (counted over the work item's rows) in q, out/lse or the split workspace. */
+/** An activation dtype as a compile-time constant (with_act_dtype). */
+template <uint32_t DT>
+struct ActDtype {
+    static constexpr uint32_t value = DT;
+};
+
+/**
+ * Calls f(ActDtype<DT>{}) with DT = dtype (fp32, bf16 or fp16; the launch check and
+ * attn_launch_ok refuse others), so a loop of loads or stores inside f converts with
+ * no branch per element. dtype is the same in every thread: the branch is uniform.
+ */
+template <class F>
+__device__ __forceinline__ void with_act_dtype(uint32_t dtype, F &&f)
+{
+    switch (dtype) {
+    case DCPK_BF16:
+        f(ActDtype<DCPK_BF16>{});
+        break;
+    case DCPK_FP16:
+        f(ActDtype<DCPK_FP16>{});
+        break;
+    default:
+        f(ActDtype<DCPK_FP32>{});
+        break;
+    }
+}
+
+/**
+ * Elements d, d + 1 of the query row at byte address q of dtype dt, as fp32 (exact):
+ * the tensor-core entries' Q fragments take pairs. One code path for every dtype
+ * (the selects are uniform): per-dtype copies of their staging loops cost the MLA
+ * entry registers it does not have (with_act_dtype there made ptxas spill).
+ */
+__device__ __forceinline__ float2 attn_load_q2(uint64_t q, uint32_t dt, uint64_t d)
+{
+    if (dt == DCPK_FP32) {
+        const float *f = reinterpret_cast<const float *>(q) + d;
+        return make_float2(f[0], f[1]);
+    }
+    const uint16_t *h = reinterpret_cast<const uint16_t *>(q) + d;
+    const uint32_t w = (uint32_t)h[0] | (uint32_t)h[1] << 16;
+    if (dt == DCPK_BF16)
+        return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+    return __half22float2(half2_bits(w));
+}
+
+/** Element d of a query row of dtype DT (= a.q_dtype), as fp32 (exact). */
+template <uint32_t DT>
+__device__ __forceinline__ float attn_load_q(const RowAddr &a, uint64_t d)
+{
+    return dcpk_load_as_f32(reinterpret_cast<const void *>(a.q), d, DT);
+}
+
+/** Stores element d of an output row of dtype DT (= a.o_dtype), rounded to it. */
+template <uint32_t DT>
+__device__ __forceinline__ void attn_store_o(const RowAddr &a, uint64_t d, float v)
+{
+    store_as(a.o, d, DT, v);
+}
+
+/** Addresses of row `row` (counted over the work item's rows) in q, out/lse or the split workspace. */
 template <int QK, int DV>
 __device__ __forceinline__ RowAddr attn_row_addr(const dcpk_attn_params &p, const AttnItem &it, uint32_t row)
 {
@@ -109,12 +172,15 @@ __device__ __forceinline__ RowAddr attn_row_addr(const dcpk_attn_params &p, cons
     const uint64_t c = g / p.heads_per_chunk;
     const uint64_t in_chunk = (uint64_t)tok * p.heads_per_chunk + g % p.heads_per_chunk;
     RowAddr a;
-    a.q = p.q + 4 * (c * p.q_chunk_stride + in_chunk * QK);
+    a.q_dtype = p.q_dtype;
+    a.q = p.q + dcpk_dtype_size(p.q_dtype) * (c * p.q_chunk_stride + in_chunk * QK);
     if (p.num_splits == 1) {
-        a.o = p.out + 4 * (c * p.out_chunk_stride + in_chunk * DV);
+        a.o_dtype = p.out_dtype;
+        a.o = p.out + dcpk_dtype_size(p.out_dtype) * (c * p.out_chunk_stride + in_chunk * DV);
         a.lse = p.lse + 4 * (c * p.lse_chunk_stride + in_chunk);
     } else {
         const uint64_t rows_per_chunk = (uint64_t)p.num_q_tokens * p.heads_per_chunk;
+        a.o_dtype = DCPK_FP32;
         a.o = p.ws_o + 4 * (it.split * p.ws_split_stride_o + (c * rows_per_chunk + in_chunk) * DV);
         a.lse = p.ws_lse + 4 * (it.split * p.ws_split_stride_lse + c * rows_per_chunk + in_chunk);
     }
@@ -257,11 +323,13 @@ class AttnBlock {
         for (int r = warp; r < C::kRows; r += C::kNT / 32) {
             float *qs = q_smem() + r * C::kQK;
             const bool valid = (uint32_t)r < nvalid;
-            const float *q = valid ? reinterpret_cast<const float *>(row_addr(first + r).q) : nullptr;
-            for (int d = lane; d < C::kQK; d += 32) {
-                const int slot = ((d % C::kCE) / 4 * C::kNchK + d / C::kCE) * 4 + d % 4;
-                qs[slot] = valid ? q[d] * qscale : 0.f;
-            }
+            const RowAddr a = valid ? row_addr(first + r) : RowAddr{};
+            with_act_dtype(a.q_dtype, [&](auto dt) {
+                for (int d = lane; d < C::kQK; d += 32) {
+                    const int slot = ((d % C::kCE) / 4 * C::kNchK + d / C::kCE) * 4 + d % 4;
+                    qs[slot] = valid ? attn_load_q<decltype(dt)::value>(a, (uint64_t)d) * qscale : 0.f;
+                }
+            });
         }
         if (threadIdx.x < C::kRows)
             vis_smem()[threadIdx.x] = threadIdx.x < nvalid ? visible_count(first + threadIdx.x) : 0u;
@@ -532,10 +600,13 @@ class AttnBlock {
             const float l = l_smem()[prow];
             const bool nan = bad[prow] != 0;
             const float f = l != 0.f ? vscale / l : 0.f;
-            float *o = reinterpret_cast<float *>(row_addr(first + prow).o) + dg * C::kCE;
+            const RowAddr a = row_addr(first + prow);
+            with_act_dtype(a.o_dtype, [&](auto dt) {
 #pragma unroll
-            for (int e = 0; e < C::kCE; e++)
-                o[e] = nan ? dcpk_qnan() : l != 0.f ? acc_[r][e] * f : 0.f;
+                for (int e = 0; e < C::kCE; e++)
+                    attn_store_o<decltype(dt)::value>(a, (uint64_t)(dg * C::kCE + e),
+                                                      nan ? dcpk_qnan() : l != 0.f ? acc_[r][e] * f : 0.f);
+            });
         }
     }
 
@@ -592,7 +663,8 @@ __device__ bool attn_launch_ok(const dcpk_attn_params &p)
     return blockDim.x == C::kNT && blockDim.y == 1 && blockDim.z == 1 && p.qk_dim == (uint32_t)C::kQK &&
            p.v_dim == (uint32_t)C::kDV && p.dtype == C::kDtype && v_ok && ((p.k_cache | p.v_cache) & 15) == 0 &&
            p.num_kv_heads != 0 && p.head_tile != 0 && p.block_size != 0 && p.group_size != 0 && p.interleave != 0 &&
-           p.heads_per_chunk != 0 && p.num_splits != 0;
+           p.heads_per_chunk != 0 && p.num_splits != 0 && dcpk_act_dtype_ok(p.q_dtype) &&
+           dcpk_act_dtype_ok(p.out_dtype);
 }
 
 /** Decodes the block's work item; false when the block has none (or a bad launch). */

@@ -149,14 +149,13 @@ class GqaTcBlock {
             const int l = idx % 32, ks = idx / 32 % C::kKSteps, n = idx / (32 * C::kKSteps);
             const uint32_t r = (uint32_t)(8 * n + l / 4);
             const bool valid = r < nvalid;
-            const float *q =
-                valid ? reinterpret_cast<const float *>(attn_row_addr<C::kQK, C::kDV>(p_, it_, first + r).q) : nullptr;
+            const uint64_t q = valid ? attn_row_addr<C::kQK, C::kDV>(p_, it_, first + r).q : 0;
             const int d = 16 * ks + 2 * (l % 4);
             uint32_t hi[2], lo[2];
 #pragma unroll
             for (int i = 0; i < 2; i++) {
-                const float x = valid ? q[d + 8 * i] * qscale : 0.f, y = valid ? q[d + 8 * i + 1] * qscale : 0.f;
-                split(x, y, hi[i], lo[i]);
+                const float2 xy = valid ? attn_load_q2(q, p_.q_dtype, (uint64_t)(d + 8 * i)) : make_float2(0.f, 0.f);
+                split(xy.x * qscale, xy.y * qscale, hi[i], lo[i]);
             }
             smem_store(q_frag(n, ks, l), make_uint4(hi[0], hi[1], lo[0], lo[1]));
         }
@@ -389,20 +388,21 @@ class GqaTcBlock {
         const uint32_t nan_key0 = smem_load(nan_key());
         for (uint32_t r = (uint32_t)warp_; r < nvalid; r += C::kWarps) {
             const RowAddr a = attn_row_addr<C::kQK, C::kDV>(p_, it_, first + r);
-            float *o = reinterpret_cast<float *>(a.o);
             const uint32_t vis = attn_visible_count(p_, it_, first + r);
             bool bad = vis > nan_key0; // it sees a key whose value was sanitized
             for (int w = 0; w < C::kWarps; w++) {
                 const float mw = smem_load(ml_slot(w, (int)r)).x;
                 bad = bad || mw != mw; // a warp flagged the row
             }
-            for (int d = lane_; d < C::kDV; d += 32) {
-                float sum = 0.f;
+            with_act_dtype(a.o_dtype, [&](auto dt) {
+                for (int d = lane_; d < C::kDV; d += 32) {
+                    float sum = 0.f;
 #pragma unroll
-                for (int w = 0; w < C::kWarps; w++) // one order: results do not depend on timing
-                    sum += smem_load(o_row(w, (int)r) + d);
-                o[d] = bad ? quiet_nan() : sum;
-            }
+                    for (int w = 0; w < C::kWarps; w++) // one order: results do not depend on timing
+                        sum += smem_load(o_row(w, (int)r) + d);
+                    attn_store_o<decltype(dt)::value>(a, (uint64_t)d, bad ? quiet_nan() : sum);
+                }
+            });
             if (lane_ == 0) {
                 float mx = neg_inf(), l = 0.f;
                 for (int w = 0; w < C::kWarps; w++)

@@ -141,27 +141,29 @@ class MlaTcBlock {
     {
         const float qscale = p_.scale * kLog2e * (C::kFp8 ? p_.kv_scale : 1.f);
         const int g = lane_ / 4, t = lane_ % 4;
-        uint32_t hi[C::kKSteps][4], lo[C::kKSteps][4];
+        uint64_t q[2]; // the rows' query addresses; 0 past nvalid (a real row's never is)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const uint32_t r = (uint32_t)(rg_ * 16 + g + 8 * h);
             const bool valid = r < nvalid;
-            const float *q = valid ? reinterpret_cast<const float *>(attn_row_addr<C::kQK, C::kDV>(p_, it_, first + r).q)
-                                   : nullptr;
+            q[h] = valid ? attn_row_addr<C::kQK, C::kDV>(p_, it_, first + r).q : 0;
             vis_[h] = valid ? attn_visible_count(p_, it_, first + r) : 0u;
+        }
+        // One k-step at a time, straight to shared memory: few registers live
+        // (all k-steps in registers, as before q_dtype, leaves the entry none to spare).
+#pragma unroll 1
+        for (int ks = 0; ks < C::kKSteps; ks++) {
+            uint32_t hi[4], lo[4];
 #pragma unroll
-            for (int ks = 0; ks < C::kKSteps; ks++)
+            for (int h = 0; h < 2; h++)
 #pragma unroll
                 for (int half = 0; half < 2; half++) {
                     const int d = qd_ * (C::kQK / C::kQuarters) + 16 * ks + 8 * half + 2 * t;
-                    const float x = valid ? q[d] * qscale : 0.f, y = valid ? q[d + 1] * qscale : 0.f;
-                    split(x, y, hi[ks][h + 2 * half], lo[ks][h + 2 * half], true);
+                    const float2 xy = q[h] ? attn_load_q2(q[h], p_.q_dtype, (uint64_t)d) : make_float2(0.f, 0.f);
+                    split(xy.x * qscale, xy.y * qscale, hi[h + 2 * half], lo[h + 2 * half], true);
                 }
-        }
-#pragma unroll
-        for (int ks = 0; ks < C::kKSteps; ks++) {
-            smem_store(q_frag(0, ks), make_uint4(hi[ks][0], hi[ks][1], hi[ks][2], hi[ks][3]));
-            smem_store(q_frag(1, ks), make_uint4(lo[ks][0], lo[ks][1], lo[ks][2], lo[ks][3]));
+            smem_store(q_frag(0, ks), make_uint4(hi[0], hi[1], hi[2], hi[3]));
+            smem_store(q_frag(1, ks), make_uint4(lo[0], lo[1], lo[2], lo[3]));
         }
     }
 
@@ -382,12 +384,15 @@ class MlaTcBlock {
             if (qd_ == 0 && t == 0)
                 *reinterpret_cast<float *>(a.lse) = bad ? quiet_nan() : empty ? neg_inf() : (m_[h] + log2f(l)) * kLn2;
             const float f = empty ? 0.f : (C::kFp8 ? p_.kv_scale : 1.f) / l;
-            float *o = reinterpret_cast<float *>(a.o) + qd_ * C::kCols + 2 * t;
+            const uint64_t o = (uint64_t)(qd_ * C::kCols + 2 * t);
+            with_act_dtype(a.o_dtype, [&](auto dt) {
+                constexpr uint32_t DT = decltype(dt)::value;
 #pragma unroll
-            for (int n = 0; n < C::kOTiles; n++) {
-                o[8 * n] = bad ? quiet_nan() : empty ? 0.f : o_[n][2 * h] * f;
-                o[8 * n + 1] = bad ? quiet_nan() : empty ? 0.f : o_[n][2 * h + 1] * f;
-            }
+                for (int n = 0; n < C::kOTiles; n++) {
+                    attn_store_o<DT>(a, o + 8 * n, bad ? quiet_nan() : empty ? 0.f : o_[n][2 * h] * f);
+                    attn_store_o<DT>(a, o + 8 * n + 1, bad ? quiet_nan() : empty ? 0.f : o_[n][2 * h + 1] * f);
+                }
+            });
         }
     }
 

@@ -4,10 +4,15 @@
  * block walks the work items of params.h (rows; 1024-element blocks for reduce)
  * with a grid-stride loop, so any grid is correct; dcpk_<family>_grid() gives one
  * block per item. Block sizes: DCPK_SIMPLE_KERNELS in variants.h.
+ * Activation arrays (K/V sources, partial and merged outputs, reduce operands) are
+ * of the dtype their params field names: each element is converted as it is loaded
+ * (dcpk_load_as_f32, exact) and as it is stored (store_as); a kernel given another
+ * value there does nothing (params.h).
  */
 #ifndef DCPK_ROWS_CUH
 #define DCPK_ROWS_CUH
 
+#include "dcp_kernels/convert.h"
 #include "dcp_kernels/merge.h"
 #include "dcp_kernels/paged.h"
 #include "dcp_kernels/params.h"
@@ -20,14 +25,15 @@ namespace dcpk {
 DCPK_SIMPLE_KERNELS(DCPK_BLOCK_OF)
 #undef DCPK_BLOCK_OF
 
-/** Copies one fp32 row of n values into a cache row of dtype (fp8: times inv_scale). */
-__device__ __forceinline__ void store_row(uint64_t dst, uint64_t dst_idx, const float *src, uint32_t n,
-                                          uint32_t dtype, float inv_scale)
+/** Copies row src_idx.. of n values of src_dtype into a cache row of dtype (fp8: times inv_scale). */
+__device__ __forceinline__ void store_row(uint64_t dst, uint64_t dst_idx, uint64_t src, uint64_t src_idx,
+                                          uint32_t src_dtype, uint32_t n, uint32_t dtype, float inv_scale)
 {
     const bool scaled = dcpk_dtype_scaled(dtype);
+    const void *s = reinterpret_cast<const void *>(src);
     for (uint32_t d = threadIdx.x; d < n; d += blockDim.x) {
-        const float v = scaled ? src[d] * inv_scale : src[d];
-        store_as(dst, dst_idx + d, dtype, v);
+        const float x = dcpk_load_as_f32(s, src_idx + d, src_dtype);
+        store_as(dst, dst_idx + d, dtype, scaled ? x * inv_scale : x);
     }
 }
 
@@ -36,7 +42,7 @@ __device__ __forceinline__ void store_row(uint64_t dst, uint64_t dst_idx, const 
 /** Work item = (token, kv head): writes its K row and, unless MLA, its V row. */
 extern "C" __global__ void __launch_bounds__(dcpk::kBlock_kv_append) dcpk_kv_append(const dcpk_kv_append_params p)
 {
-    if (p.block_size == 0)
+    if (p.block_size == 0 || !dcpk_act_dtype_ok(p.src_dtype))
         return;
     const int64_t *slots = reinterpret_cast<const int64_t *>(p.slots);
     const uint64_t items = (uint64_t)p.num_tokens * p.num_kv_heads;
@@ -46,14 +52,11 @@ extern "C" __global__ void __launch_bounds__(dcpk::kBlock_kv_append) dcpk_kv_app
         const int64_t slot = slots[tok];
         if (slot < 0)
             continue;
-        const float *k = reinterpret_cast<const float *>(p.k_src) + item * p.k_dim;
-        dcpk::store_row(p.k_cache, dcpk_kv_row_index(slot, head, p.num_kv_heads, p.block_size, p.k_dim), k,
-                        p.k_dim, p.dtype, p.inv_scale);
-        if (p.v_cache != 0) {
-            const float *v = reinterpret_cast<const float *>(p.v_src) + item * p.v_dim;
+        dcpk::store_row(p.k_cache, dcpk_kv_row_index(slot, head, p.num_kv_heads, p.block_size, p.k_dim), p.k_src,
+                        item * p.k_dim, p.src_dtype, p.k_dim, p.dtype, p.inv_scale);
+        if (p.v_cache != 0)
             dcpk::store_row(p.v_cache, dcpk_kv_row_index(slot, head, p.num_kv_heads, p.block_size, p.v_dim),
-                            v, p.v_dim, p.dtype, p.inv_scale);
-        }
+                            p.v_src, item * p.v_dim, p.src_dtype, p.v_dim, p.dtype, p.inv_scale);
     }
 }
 
@@ -85,18 +88,20 @@ extern "C" __global__ void __launch_bounds__(dcpk::kBlock_merge) dcpk_merge(cons
     static __shared__ float weight[kBatch];
     static __shared__ bool empty[kBatch];
     static __shared__ float lambda;
-    if (p.rows_per_chunk == 0)
+    if (p.rows_per_chunk == 0 || !dcpk_act_dtype_ok(p.src_dtype) || !dcpk_act_dtype_ok(p.out_dtype))
         return;
     const float *src_lse = reinterpret_cast<const float *>(p.src_lse);
-    const float *src_o = reinterpret_cast<const float *>(p.src_o);
+    const void *src_o = reinterpret_cast<const void *>(p.src_o);
     for (uint64_t row = dcpk::block_linear(); row < p.rows; row += dcpk::grid_blocks()) {
         if (threadIdx.x == 0)
             lambda = dcpk_merge_lambda(src_lse + row, p.n_src, p.src_stride_lse);
         __syncthreads();
         const float total = lambda;
         const uint64_t chunk = row / p.rows_per_chunk, in_chunk = row % p.rows_per_chunk;
-        float *out = reinterpret_cast<float *>(p.out) + chunk * p.out_chunk_stride + in_chunk * p.v_dim;
-        // Batches of sources: the first starts from 0, later ones add to what is there.
+        const uint64_t out_row = chunk * p.out_chunk_stride + in_chunk * p.v_dim;
+        // Batches of sources: the first starts from 0, later ones add to what is
+        // there (one batch holds up to kBlock_merge sources: out is rounded to
+        // out_dtype once per batch, once in every merge the engine makes).
         for (uint32_t s0 = 0; s0 == 0 || s0 < p.n_src; s0 += kBatch) {
             const uint32_t n = p.n_src > s0 ? min(p.n_src - s0, kBatch) : 0u;
             if (threadIdx.x < n) {
@@ -106,11 +111,12 @@ extern "C" __global__ void __launch_bounds__(dcpk::kBlock_merge) dcpk_merge(cons
             }
             __syncthreads();
             for (uint32_t d = threadIdx.x; d < p.v_dim; d += blockDim.x) {
-                float acc = s0 == 0 ? 0.f : out[d];
+                float acc = s0 == 0 ? 0.f : dcpk_load_as_f32(reinterpret_cast<const void *>(p.out), out_row + d, p.out_dtype);
                 for (uint32_t s = 0; s < n; s++)
                     if (!empty[s]) // even at weight 0: a NaN in o_s shows
-                        acc += weight[s] * src_o[(s0 + s) * p.src_stride_o + row * p.v_dim + d];
-                out[d] = acc;
+                        acc += weight[s] * dcpk_load_as_f32(src_o, (s0 + s) * p.src_stride_o + row * p.v_dim + d,
+                                                            p.src_dtype);
+                dcpk::store_as(p.out, out_row + d, p.out_dtype, acc);
             }
             __syncthreads();
         }
@@ -128,6 +134,8 @@ extern "C" __global__ void __launch_bounds__(dcpk::kBlock_lse_scale) dcpk_lse_sc
 {
     static __shared__ float shared_w;
     static __shared__ bool shared_empty;
+    if (!dcpk_act_dtype_ok(p.o_dtype))
+        return;
     const float *lse_all = reinterpret_cast<const float *>(p.lse_all);
     for (uint64_t row = dcpk::block_linear(); row < p.rows; row += dcpk::grid_blocks()) {
         if (threadIdx.x == 0) {
@@ -142,9 +150,12 @@ extern "C" __global__ void __launch_bounds__(dcpk::kBlock_lse_scale) dcpk_lse_sc
         __syncthreads();
         const float w = shared_w;
         const bool none = shared_empty;
-        float *o = reinterpret_cast<float *>(p.o) + row * p.v_dim;
-        for (uint32_t d = threadIdx.x; d < p.v_dim; d += blockDim.x)
-            o[d] = none ? 0.f : o[d] * w; // even at weight 0: a NaN in o shows
+        const void *o = reinterpret_cast<const void *>(p.o);
+        for (uint32_t d = threadIdx.x; d < p.v_dim; d += blockDim.x) {
+            const uint64_t i = row * p.v_dim + d;
+            // even at weight 0: a NaN in o shows; an empty row is 0, never 0 * o
+            dcpk::store_as(p.o, i, p.o_dtype, none ? 0.f : dcpk_load_as_f32(o, i, p.o_dtype) * w);
+        }
         __syncthreads();
     }
 }
@@ -153,16 +164,17 @@ extern "C" __global__ void __launch_bounds__(dcpk::kBlock_lse_scale) dcpk_lse_sc
 extern "C" __global__ void __launch_bounds__(dcpk::kBlock_reduce) dcpk_reduce(const dcpk_reduce_params p)
 {
     constexpr uint64_t kItem = 1024;
+    if (!dcpk_act_dtype_ok(p.dtype))
+        return;
     const uint64_t *srcs = reinterpret_cast<const uint64_t *>(p.src_ptrs);
-    float *dst = reinterpret_cast<float *>(p.dst);
     const uint64_t items = (p.count + kItem - 1) / kItem;
     for (uint64_t item = dcpk::block_linear(); item < items; item += dcpk::grid_blocks()) {
         const uint64_t end = min((item + 1) * kItem, p.count);
         for (uint64_t i = item * kItem + threadIdx.x; i < end; i += blockDim.x) {
             float acc = 0.f;
             for (uint32_t s = 0; s < p.n_src; s++)
-                acc += reinterpret_cast<const float *>(srcs[s])[p.src_offset + i];
-            dst[i] = acc;
+                acc += dcpk_load_as_f32(reinterpret_cast<const void *>(srcs[s]), p.src_offset + i, p.dtype);
+            dcpk::store_as(p.dst, i, p.dtype, acc);
         }
     }
 }

@@ -78,6 +78,11 @@ static int resolve_shape(struct dcp_engine *e)
     e->v_dim = g.v_dim;
     e->v_row_stride = e->mla ? e->qk_dim : e->v_dim;
     e->dtype = (uint32_t)m->kv_dtype;
+    if (!dcpk_act_dtype_ok((uint32_t)e->params.act_dtype))
+        return dcp_error(DCP_EINVAL, "act_dtype=%s (%d): q, k, v and out are fp32, bf16 or fp16",
+                         dcp_dtype_name(e->params.act_dtype), (int)e->params.act_dtype);
+    e->act_dtype = (uint32_t)e->params.act_dtype;
+    e->part_dtype = DCPK_FP32; /* the partial outputs travel in fp32 */
     e->scale = (float)m->softmax_scale;
     e->kv_scale = (float)m->kv_scale;
     e->comm = cfg->parallel.comm;
@@ -90,6 +95,10 @@ static int resolve_shape(struct dcp_engine *e)
                                                    "[kv_lora_rank][v_head_dim]), which dcp-run run and replay do not have"
                                                  : "engine params give w_uv, but the deployment does not set "
                                                    "parallel.merge_after_uv (an MLA-only option): nothing would use it");
+    if (e->merge_uv && e->act_dtype != DCPK_FP32)
+        return dcp_error(DCP_ENOTSUP, "parallel.merge_after_uv with act_dtype=%s: the W_UV projection reads and "
+                         "writes fp32 only (so far); use act_dtype fp32 with it",
+                         dcp_dtype_name(e->params.act_dtype));
     for (uint32_t l = 0; e->merge_uv && l < e->num_layers; l++)
         if (!e->params.w_uv[l])
             return dcp_error(DCP_EINVAL, "w_uv[%u] is NULL: merge_after_uv needs the W_UV of each of the %u layers", l,
@@ -233,9 +242,11 @@ static void plan_rank_buffers(struct dcp_engine *e, struct dcp_rank_buffers *b, 
 {
     const uint64_t T = e->max_qtokens, H = e->q_heads_per_rank, N = e->dcp;
     const uint64_t Hg = e->gathered_heads, v = e->v_dim, o = e->out_dim, f = sizeof(float);
+    const uint64_t act = dcpk_dtype_size(e->act_dtype), part = dcpk_dtype_size(e->part_dtype);
     const bool a2a = dcp_merge_scheme(e->comm)->packed_lse;
     bp->n = 0;
     bp->overflow = false;
+    const struct dcp_a2a_chunk chunk = dcp_a2a_chunk_layout(T * H, o, e->part_dtype, &bp->overflow);
     plan_buffer(bp, &b->block_table, e->max_batch, e->max_blocks_per_seq, sizeof(int32_t), 1);
     plan_buffer(bp, &b->seq_lens, e->max_batch, sizeof(int32_t), 1, 1);
     plan_buffer(bp, &b->q_start, (uint64_t)e->max_batch + 1, sizeof(int32_t), 1, 1);
@@ -248,14 +259,17 @@ static void plan_rank_buffers(struct dcp_engine *e, struct dcp_rank_buffers *b, 
     }
     if (N > 1) {
         if (!e->replicate_q)
-            plan_buffer(bp, &b->q_gathered, N * T, H, e->qk_dim, f);
-        plan_buffer(bp, &b->part, N * T, H, a2a ? o + 1 : o, f);
-        if (!a2a)
+            plan_buffer(bp, &b->q_gathered, N * T, H, e->qk_dim, act);
+        if (a2a) {
+            plan_buffer(bp, &b->part, N, chunk.bytes, 1, 1);
+            plan_buffer(bp, &b->recv, N, chunk.bytes, 1, 1);
+        } else {
+            plan_buffer(bp, &b->part, N * T, H, o, part);
             plan_buffer(bp, &b->part_lse, N * T, H, f, 1);
-        if (a2a)
-            plan_buffer(bp, &b->recv, N * T, H, o + 1, f);
-        else
             plan_buffer(bp, &b->recv, N * N, T, H, f);
+            if (e->act_dtype != e->part_dtype)
+                plan_buffer(bp, &b->rs_out, T, H, o, part);
+        }
     }
     if (e->split_rows) {
         plan_buffer(bp, &b->ws_o, e->split_rows, Hg, v, f);
@@ -410,6 +424,8 @@ static size_t kernel_scratch(const struct dcp_engine *e)
         .interleave = e->interleave,
         .num_splits = e->caps.max_splits,
         .dtype = e->dtype,
+        .q_dtype = e->act_dtype,
+        .out_dtype = e->act_dtype,
     };
     const struct dcpk_merge_params merge = {
         .n_src = DCP_MAX(e->dcp, e->caps.max_splits),
@@ -568,6 +584,7 @@ DCP_API void dcp_engine_get_info(const dcp_engine *e, struct dcp_engine_info *in
         .max_step_tokens = e->max_tokens,
         .max_seqs = e->max_seqs,
         .max_context = e->max_context,
+        .act_dtype = (enum dcp_dtype)e->act_dtype,
     };
 }
 

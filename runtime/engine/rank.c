@@ -137,6 +137,7 @@ DCP_API int dcp_rank_append_kv(dcp_rank *r, uint32_t layer, const void *k, const
         .block_size = e->block_size,
         .dtype = e->dtype,
         .inv_scale = 1.0f / e->kv_scale,
+        .src_dtype = e->act_dtype,
     };
     return launch(r, PROF_APPEND, DCPK_KERNEL_kv_append, &p);
 }
@@ -144,10 +145,12 @@ DCP_API int dcp_rank_append_kv(dcp_rank *r, uint32_t layer, const void *k, const
 /* ---- attention --------------------------------------------------------------- */
 
 /* Where the local attention writes: directly to the caller (dcp = 1) or into the
- * per-destination chunks the merge collective moves. */
+ * per-destination chunks the merge collective moves. Strides in elements of each
+ * array: out_dtype for out, fp32 for lse. */
 struct attn_target {
     uint64_t out, lse;
     uint64_t out_chunk_stride, lse_chunk_stride;
+    uint32_t out_dtype;
 };
 
 static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint64_t q_chunk_stride,
@@ -192,6 +195,8 @@ static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint
         .scale = e->scale,
         .kv_scale = e->kv_scale,
         .precision = (uint32_t)e->cfg->runtime.cuda.precision,
+        .q_dtype = e->act_dtype,
+        .out_dtype = t->out_dtype,
     };
     int err = launch(r, PROF_ATTENTION, DCPK_KERNEL_attn, &p);
     if (err || s->num_splits == 1)
@@ -211,6 +216,30 @@ static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint
         .rows = (uint32_t)(T * Hg),
         .rows_per_chunk = (uint32_t)(T * H),
         .v_dim = e->v_dim,
+        .src_dtype = DCPK_FP32, /* the split workspace */
+        .out_dtype = t->out_dtype,
+    };
+    return launch(r, PROF_MERGE, DCPK_KERNEL_merge, &m);
+}
+
+/* ag_rs when out is not of part_dtype: the ReduceScatter summed into rs_out; the merge
+ * kernel with that one source and its merged LSE (weight exp(0) = 1, exactly) stores it
+ * into out in act_dtype: a pass over T * H * v values that a ReduceScatter in act_dtype
+ * (comm_dtype = act_dtype) does not need. */
+static int store_reduced(struct dcp_rank *r, uint64_t out, uint64_t lse)
+{
+    const struct dcp_engine *e = r->engine;
+    const uint64_t rows = (uint64_t)e->step.tokens * e->q_heads_per_rank;
+    const struct dcpk_merge_params m = {
+        .src_o = r->buf.rs_out,
+        .src_lse = lse,
+        .out = out,
+        .n_src = 1,
+        .rows = (uint32_t)rows,
+        .rows_per_chunk = (uint32_t)rows,
+        .v_dim = e->out_dim,
+        .src_dtype = e->part_dtype,
+        .out_dtype = e->act_dtype,
     };
     return launch(r, PROF_MERGE, DCPK_KERNEL_merge, &m);
 }
@@ -256,10 +285,13 @@ static int merge_ag_rs(struct dcp_rank *r, uint64_t out, uint64_t lse)
         .rows_per_chunk = (uint32_t)(T * H),
         .own_chunk = r->group_rank,
         .v_dim = (uint32_t)v,
+        .o_dtype = e->part_dtype,
     };
     if ((err = launch(r, PROF_MERGE, DCPK_KERNEL_lse_scale, &p)))
         return err;
-    return collective(r, REDUCE_SCATTER, r->buf.part, out, T * H * v);
+    const bool direct = e->act_dtype == e->part_dtype;
+    err = collective(r, REDUCE_SCATTER, r->buf.part, direct ? out : r->buf.rs_out, T * H * v);
+    return err || direct ? err : store_reduced(r, out, lse);
 }
 
 /* a2a: send each destination its heads' partial outputs and LSEs; merge in fp32. */
@@ -267,23 +299,26 @@ static int merge_a2a(struct dcp_rank *r, uint64_t out, uint64_t lse)
 {
     const struct dcp_engine *e = r->engine;
     const uint64_t T = e->step.tokens, H = e->q_heads_per_rank, v = e->out_dim;
-    const uint64_t chunk = T * H * (v + 1);
-    int err = collective(r, ALL_TO_ALL, r->buf.part, r->buf.recv, chunk * sizeof(float));
+    bool ovf = false; /* cannot overflow: the buffers were planned for more */
+    const struct dcp_a2a_chunk c = dcp_a2a_chunk_layout(T * H, v, e->part_dtype, &ovf);
+    int err = collective(r, ALL_TO_ALL, r->buf.part, r->buf.recv, c.bytes);
     if (err)
         return err;
     const struct dcpk_merge_params m = {
         .src_o = r->buf.recv,
-        .src_lse = r->buf.recv + T * H * v * sizeof(float),
+        .src_lse = r->buf.recv + c.lse_offset,
         .out = out,
         .out_lse = lse,
-        .src_stride_o = chunk,
-        .src_stride_lse = chunk,
+        .src_stride_o = c.bytes / dcpk_dtype_size(e->part_dtype),
+        .src_stride_lse = c.bytes / sizeof(float),
         .out_chunk_stride = 0,
         .out_lse_chunk_stride = 0,
         .n_src = e->dcp,
         .rows = (uint32_t)(T * H),
         .rows_per_chunk = (uint32_t)(T * H),
         .v_dim = (uint32_t)v,
+        .src_dtype = e->part_dtype,
+        .out_dtype = e->act_dtype,
     };
     return launch(r, PROF_MERGE, DCPK_KERNEL_merge, &m);
 }
@@ -300,27 +335,33 @@ static int attention(struct dcp_rank *r, uint32_t layer, const void *q, void *ou
     const uint64_t latent_stride = T * H * v;
     int err;
     if (e->dcp == 1) {
+        /* merge_after_uv needs act_dtype fp32 (dcp_engine_create): uv_proj stores fp32. */
         const struct attn_target t = {.out = e->merge_uv ? r->buf.latent : ADDR(out), .lse = out_lse,
-                                      .out_chunk_stride = latent_stride};
+                                      .out_chunk_stride = latent_stride,
+                                      .out_dtype = e->merge_uv ? DCPK_FP32 : e->act_dtype};
         if ((err = launch_attention(r, layer, ADDR(q), 0, &t)))
             return err;
         return e->merge_uv ? project_uv(r, layer, ADDR(out), T * H * o) : DCP_OK;
     }
-    /* Every rank attends all N * H_l heads' queries, laid out [N][T][H_l][qk]. */
+    /* Every rank attends all N * H_l heads' queries, laid out [N][T][H_l][qk] (act_dtype). */
     uint64_t q_all = ADDR(q);
     if (!e->replicate_q) {
-        if ((err = collective(r, ALL_GATHER, ADDR(q), r->buf.q_gathered, T * H * qk * sizeof(float))))
+        if ((err = collective(r, ALL_GATHER, ADDR(q), r->buf.q_gathered,
+                              T * H * qk * dcpk_dtype_size(e->act_dtype))))
             return err;
         q_all = r->buf.q_gathered;
     }
     const bool a2a = dcp_merge_scheme(e->comm)->packed_lse;
-    const uint64_t f = sizeof(float);
-    const uint64_t part_stride = a2a ? T * H * (o + 1) : T * H * o;
+    bool ovf = false; /* cannot overflow: the buffers were planned for more */
+    const struct dcp_a2a_chunk c = dcp_a2a_chunk_layout(T * H, o, e->part_dtype, &ovf);
+    /* Chunk strides in elements of each array (params.h). */
+    const uint64_t part_stride = a2a ? c.bytes / dcpk_dtype_size(e->part_dtype) : T * H * o;
     const struct attn_target t = {
         .out = e->merge_uv ? r->buf.latent : r->buf.part,
-        .lse = a2a ? r->buf.part + T * H * o * f : r->buf.part_lse,
+        .lse = a2a ? r->buf.part + c.lse_offset : r->buf.part_lse,
         .out_chunk_stride = e->merge_uv ? latent_stride : part_stride,
-        .lse_chunk_stride = a2a ? part_stride : T * H,
+        .lse_chunk_stride = a2a ? c.bytes / sizeof(float) : T * H,
+        .out_dtype = e->merge_uv ? DCPK_FP32 : e->part_dtype,
     };
     if ((err = launch_attention(r, layer, q_all, T * H * qk, &t)))
         return err;

@@ -635,6 +635,19 @@ static void test_launch_checks(void **state)
     p = ok;
     p.out += 2;
     assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &p, v->threads, v->smem_bytes), "misaligned"));
+    /* Activation dtypes: fp8 or unknown q/out refused; alignment is the dtype's. */
+    p.out_dtype = DCPK_BF16; /* out + 2 is aligned for bf16 */
+    assert_null(cuda_launch_problem(v, DCPK_KERNEL_attn, &p, v->threads, v->smem_bytes));
+    p.out_dtype = DCPK_FP8_E4M3;
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &p, v->threads, v->smem_bytes),
+                           "activation dtype"));
+    p = ok;
+    p.q_dtype = 9;
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &p, v->threads, v->smem_bytes),
+                           "activation dtype"));
+    p.q_dtype = DCPK_FP16;
+    p.q += 1;
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &p, v->threads, v->smem_bytes), "misaligned"));
 
     const struct dcpk_kv_append_params a = {.k_cache = 0x1000, .v_cache = 0x2000, .k_src = 0x3000, .v_src = 0x4000,
                                             .slots = 0x5004, .block_size = 16, .dtype = DCPK_BF16};
@@ -646,6 +659,29 @@ static void test_launch_checks(void **state)
     assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_fill, &f, 256, 0), "dtype"));
     const struct dcpk_reduce_params red = {.dst = 0x1000, .src_ptrs = 0x2004, .count = 4, .n_src = 2};
     assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_reduce, &red, 256, 0), "misaligned"));
+
+    /* The row kernels' activation dtypes: fp8 or unknown refused, 2-byte alignment for bf16/fp16. */
+    struct dcpk_kv_append_params a2 = {.k_cache = 0x1000, .v_cache = 0x2000, .k_src = 0x3002, .v_src = 0x4000,
+                                       .slots = 0x5000, .block_size = 16, .dtype = DCPK_FP8_E4M3,
+                                       .src_dtype = DCPK_BF16};
+    assert_null(cuda_launch_problem(v, DCPK_KERNEL_kv_append, &a2, 256, 0));
+    a2.src_dtype = DCPK_FP8_E4M3;
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_kv_append, &a2, 256, 0), "activation dtype"));
+    struct dcpk_merge_params m2 = {.src_o = 0x1002, .src_lse = 0x2000, .out = 0x3006, .rows = 4,
+                                   .rows_per_chunk = 4, .v_dim = 8, .n_src = 2, .src_dtype = DCPK_FP16,
+                                   .out_dtype = DCPK_BF16};
+    assert_null(cuda_launch_problem(v, DCPK_KERNEL_merge, &m2, 128, 0));
+    m2.out_dtype = 4;
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_merge, &m2, 128, 0), "activation dtype"));
+    struct dcpk_lse_scale_params s2 = {.lse_all = 0x1000, .o = 0x2002, .rows = 4, .rows_per_chunk = 4,
+                                       .v_dim = 8, .n_src = 2, .o_dtype = DCPK_FP16};
+    assert_null(cuda_launch_problem(v, DCPK_KERNEL_lse_scale, &s2, 128, 0));
+    s2.o_dtype = DCPK_FP32;
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_lse_scale, &s2, 128, 0), "misaligned"));
+    s2.o_dtype = DCPK_FP8_E4M3;
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_lse_scale, &s2, 128, 0), "activation dtype"));
+    const struct dcpk_reduce_params red2 = {.dst = 0x1000, .src_ptrs = 0x2000, .count = 4, .n_src = 2, .dtype = 7};
+    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_reduce, &red2, 256, 0), "activation dtype"));
 }
 
 /*

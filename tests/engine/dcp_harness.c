@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "dcp_harness.h"
+#include "dcp_kernels/convert.h"
 #include "oracle.h"
 #include "test_util.h"
 
@@ -59,12 +60,14 @@ struct harness {
     float *w_uv;              /* merge_after_uv: [layers][qh][vd][od] */
     const float *w_uv_layers[64];
     double *w_uv64;           /* the same in float64, for the oracle */
+    uint32_t act;             /* activation dtype (enum dcpk_dtype) of q, k, v, out */
+    size_t asz;               /* its bytes */
     float kv_scale;
     double scale;
     uint32_t head_rank[512]; /* query head -> tp rank that owns it */
     /* the current step */
     float *q_in, *k_in, *v_in; /* [layers][max_step][heads][dim], all heads */
-    float *poison;             /* NaNs to pre-fill outputs with */
+    unsigned char *poison;     /* 0xff bytes (NaN in every dtype) to pre-fill outputs with */
     uint32_t tokens;
     bool attend, with_lse;
     uint64_t steps;
@@ -88,6 +91,20 @@ static double out_tolerance(uint32_t dtype)
     return dtype == DCP_DTYPE_FP32 ? OUT_TOL_FP32 : OUT_TOL_16BIT;
 }
 
+/** Unit roundoff of an activation dtype: the error one rounding of the output adds (relative). */
+static double act_roundoff(uint32_t act)
+{
+    return act == DCPK_BF16 ? 0x1p-8 : act == DCPK_FP16 ? 0x1p-11 : 0.0;
+}
+
+/** x rounded to the activation dtype, as the engine reads it. */
+static float act_round(uint32_t act, float x)
+{
+    unsigned char bits[4];
+    dcpk_store_as(bits, 0, act, x);
+    return dcpk_load_as_f32(bits, 0, act);
+}
+
 /* ---- per-rank work (runs on the rank's thread) ----------------------------- */
 
 /* dst[t][j][:] = src[t][first + j][:] for j < count: one rank's heads of every token. */
@@ -99,11 +116,26 @@ static void pack_heads(float *dst, const float *src, uint32_t tokens, uint32_t h
                (size_t)count * dim * sizeof(float));
 }
 
-static int upload_heads(dcp_rank *r, float *stage, float *dst, const float *src, uint32_t tokens,
-                        uint32_t heads, uint32_t first, uint32_t count, uint32_t dim)
+/* Packs one rank's heads and uploads them in the activation dtype (converted in place:
+ * element i moves down from byte 4i to byte i * asz). */
+static int upload_heads(const struct harness *h, dcp_rank *r, float *stage, float *dst, const float *src,
+                        uint32_t tokens, uint32_t heads, uint32_t first, uint32_t count, uint32_t dim)
 {
     pack_heads(stage, src, tokens, heads, first, count, dim);
-    return dcp_rank_upload(r, dst, stage, (size_t)tokens * count * dim * sizeof(float));
+    const size_t n = (size_t)tokens * count * dim;
+    for (size_t i = 0; h->act != DCPK_FP32 && i < n; i++)
+        dcpk_store_as(stage, i, h->act, stage[i]);
+    return dcp_rank_upload(r, dst, stage, n * h->asz);
+}
+
+/* The downloaded outputs of every layer (layer l at float offset l * per_layer, n
+ * elements of the activation dtype) as fp32, in place: from the last element down,
+ * so each element is read before the wider write reaches it. */
+static void widen_outputs(const struct harness *h, float *out, size_t per_layer, size_t n)
+{
+    for (uint32_t l = 0; h->act != DCPK_FP32 && l < h->layers; l++)
+        for (size_t i = n; i-- > 0;)
+            out[l * per_layer + i] = dcpk_load_as_f32(out + l * per_layer, i, h->act);
 }
 
 /* Appends every layer's K/V of the step and, when the step attends, runs attention
@@ -119,10 +151,10 @@ static int rank_step(dcp_rank *r, void *arg)
     for (uint32_t l = 0; l < h->layers; l++) {
         float *dk = io->dk + (size_t)l * S * h->kvpr * h->qk;
         float *dv = h->mla ? NULL : io->dv + (size_t)l * S * h->kvpr * h->vd;
-        if ((err = upload_heads(r, io->stage, dk, h->k_in + (size_t)l * S * h->kvh * h->qk, T, h->kvh,
+        if ((err = upload_heads(h, r, io->stage, dk, h->k_in + (size_t)l * S * h->kvh * h->qk, T, h->kvh,
                                 io->kv0, h->kvpr, h->qk)))
             return err;
-        if (dv && (err = upload_heads(r, io->stage, dv, h->v_in + (size_t)l * S * h->kvh * h->vd, T,
+        if (dv && (err = upload_heads(h, r, io->stage, dv, h->v_in + (size_t)l * S * h->kvh * h->vd, T,
                                       h->kvh, io->kv0, h->kvpr, h->vd)))
             return err;
         if ((err = dcp_rank_append_kv(r, l, dk, dv)))
@@ -135,11 +167,11 @@ static int rank_step(dcp_rank *r, void *arg)
         float *dq = io->dq + (size_t)l * chunks * Q * h->hl * h->qk;
         float *dout = io->dout + l * out_layer, *dlse = io->dlse + l * lse_layer;
         for (uint32_t c = 0; c < chunks; c++)
-            if ((err = upload_heads(r, io->stage, dq + (size_t)c * T * h->hl * h->qk,
+            if ((err = upload_heads(h, r, io->stage, (float *)((char *)dq + (size_t)c * T * h->hl * h->qk * h->asz),
                                     h->q_in + (size_t)l * S * h->qh * h->qk, T, h->qh,
                                     sd->replicate_q ? sd->io[group0 + c].q0 : io->q0, h->hl, h->qk)))
                 return err;
-        if ((err = dcp_rank_upload(r, dout, h->poison, (size_t)T * h->hl * h->od * sizeof(float))) ||
+        if ((err = dcp_rank_upload(r, dout, h->poison, (size_t)T * h->hl * h->od * h->asz)) ||
             (err = dcp_rank_upload(r, dlse, h->poison, (size_t)T * h->hl * sizeof(float))))
             return err;
         if ((err = dcp_rank_attention(r, l, dq, dout, h->with_lse ? dlse : NULL)))
@@ -150,6 +182,7 @@ static int rank_step(dcp_rank *r, void *arg)
     /* One download per kind after all layers: it waits for the queued work. */
     if ((err = dcp_rank_download(r, io->out, io->dout, h->layers * out_layer * sizeof(float))))
         return err;
+    widen_outputs(h, io->out, out_layer, (size_t)T * h->hl * h->od);
     return dcp_rank_download(r, io->lse, io->dlse, h->layers * lse_layer * sizeof(float));
 }
 
@@ -296,7 +329,10 @@ struct harness *harness_create(const struct harness_config *cfg, uint64_t seed, 
         .max_context = cfg->max_context,
         .w_uv = h->merge_uv ? h->w_uv_layers : NULL,
         .profile = cfg->profile,
+        .act_dtype = cfg->act_dtype,
     };
+    h->act = (uint32_t)cfg->act_dtype;
+    h->asz = dcpk_dtype_size(h->act);
     h->side[0].e = fixture_engine_with(h->dep, &lim);
     h->side[0].e->split_override = cfg->splits;
     h->side[0].dcp = N;
@@ -323,8 +359,7 @@ struct harness *harness_create(const struct harness_config *cfg, uint64_t seed, 
     h->v_in = xcalloc(L * S * h->kvh * h->vd, sizeof(float));
     const size_t poison = (size_t)cfg->max_query_tokens * h->hl * DCP_MAX(h->vd, h->od);
     h->poison = xcalloc(poison, sizeof(float));
-    for (size_t i = 0; i < poison; i++)
-        h->poison[i] = NAN;
+    memset(h->poison, 0xff, poison * sizeof(float));
     return h;
 }
 
@@ -489,6 +524,13 @@ static void generate_step(struct harness *h, uint32_t count, const uint32_t *seq
                 v[i] = (float)test_rng_unit(&h->rng);
         for (size_t i = 0; i < (size_t)h->tokens * h->qh * h->qk; i++)
             q[i] = (float)(2.0 * test_rng_unit(&h->rng)); /* peaky enough to weigh keys unevenly */
+        /* The values the engine reads: rounded to the activation dtype. */
+        for (size_t i = 0; h->act != DCPK_FP32 && i < h->tokens * k_stride(h); i++)
+            k[i] = act_round(h->act, k[i]);
+        for (size_t i = 0; h->act != DCPK_FP32 && !h->mla && i < h->tokens * v_stride(h); i++)
+            v[i] = act_round(h->act, v[i]);
+        for (size_t i = 0; h->act != DCPK_FP32 && i < (size_t)h->tokens * h->qh * h->qk; i++)
+            q[i] = act_round(h->act, q[i]);
         uint32_t t = 0;
         for (uint32_t i = 0; i < count; i++) {
             struct mirror *m = &h->seqs[seqs[i]];
@@ -599,7 +641,8 @@ static void check_sequence(struct harness *h, const struct mirror *m, uint32_t l
     else
         memcpy(b->ref, b->latent, rows * h->vd * sizeof(double));
     stats.nan_rows += mask_nan_rows(h, b->ref, b->ref_lse, b->nan, rows);
-    const double tol = out_tolerance(h->dtype);
+    /* One more rounding (the output's) when out is bf16/fp16: relative, so it adds to the L2 bound. */
+    const double tol = out_tolerance(h->dtype) + act_roundoff(h->act);
     for (uint32_t s = 0; s < h->nsides; s++) {
         const char *what = s ? "baseline" : "dcp";
         double *o = b->out[s], *l = b->lse[s];
@@ -620,7 +663,7 @@ static void check_sequence(struct harness *h, const struct mirror *m, uint32_t l
     }
     if (h->nsides > 1) {
         const double diff = oracle_rel_l2(b->out[1], b->out[0], rows * h->od);
-        if (!(diff <= tol))
+        if (!(diff <= tol + act_roundoff(h->act))) /* each side rounded its output once */
             fail_msg("%s: layer %u: DCP differs from the TP baseline by %.3g > %.3g", h->label, layer, diff, tol);
         stats.worst_baseline[h->dtype] = DCP_MAX(stats.worst_baseline[h->dtype], diff);
         stats.baseline_checks++;

@@ -12,6 +12,11 @@
  * W_UV per layer, passes it to both engines and projects the oracle's latent output
  * with it in float64.
  *
+ * The engines may take q, k, v and out in bf16/fp16 (harness_config.act_dtype):
+ * the harness rounds its random inputs to that dtype (the oracle sees exactly what
+ * the engine reads), converts them as it uploads and the outputs as it downloads,
+ * and allows one more rounding of the output (unit roundoff) in every comparison.
+ *
  * A step grows some sequences by a few tokens each: the engine appends their K/V
  * (uploaded by every rank for its own KV heads) and, when the step's tokens fit
  * max_query_tokens, they are also the step's queries (prefill chunk, decode or
@@ -38,6 +43,7 @@ struct harness_config {
     bool baseline;              ///< Also run the TP baseline (dcp = 1) and compare (ignored when dcp = 1).
     uint32_t splits;            ///< Split-KV factor every step of the DCP engine uses (0: the engine chooses), within its workspace.
     bool profile;               ///< Create the engines with profile = true (dcp_rank_get_profile()).
+    enum dcp_dtype act_dtype;   ///< Activation dtype of both engines (0 = fp32).
 };
 
 /** Results over every harness of the process, for the final report. */

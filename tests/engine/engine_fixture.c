@@ -194,6 +194,7 @@ dcp_engine *fixture_engine_with(const dcp_deployment *dep, const struct fixture_
     p.max_context = lim->max_context;
     p.w_uv = lim->w_uv;
     p.profile = lim->profile;
+    p.act_dtype = lim->act_dtype;
     dcp_engine *e = NULL;
     int err = dcp_engine_create(&p, &e);
     if (err)

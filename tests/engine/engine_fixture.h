@@ -43,6 +43,7 @@ struct fixture_limits {
     uint64_t max_context;
     const float *const *w_uv;  /* dcp_engine_params.w_uv (merge_after_uv) */
     bool profile;              /* dcp_engine_params.profile */
+    enum dcp_dtype act_dtype;  /* q, k, v and out (0 = fp32) */
 };
 
 /** The backend DCP_TEST_BACKEND selects (host when unset; fails the test on a bad value). */

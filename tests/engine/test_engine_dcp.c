@@ -6,8 +6,9 @@
  * every attention result of every rank is checked against the float64 oracle over
  * the whole sequence and against the TP baseline (the same deployment at dcp = 1).
  * Plus targeted cases: empty shards, the real 512+64 MLA latent, split-KV, block
- * reuse, forks that diverge, speculative rejection, a NaN in the KV cache, and the
- * leaner communication options (replicate_q, merge_after_uv).
+ * reuse, forks that diverge, speculative rejection, a NaN in the KV cache, the
+ * leaner communication options (replicate_q, merge_after_uv); q, k, v and out in
+ * bf16 and fp16 (act_dtype) with both merge schemes and split-KV.
  *
  * DCP_TEST_SEED reseeds; DCP_TEST_QUICK (or valgrind) runs fewer, smaller cases;
  * DCP_TEST_BACKEND picks the backend (see engine_fixture.h).
@@ -394,6 +395,65 @@ static void test_split_kv(void **state)
         assert_true(harness_get_stats()->split_steps > before);
 }
 
+/*
+ * act_dtype bf16 and fp16: q, k, v and out in the activation dtype, against the
+ * oracle on the rounded inputs and against the TP baseline, within the fp32 bound
+ * plus one output rounding: dcp = 1 (the TP engine alone), dcp = 2 with ag_rs (its
+ * ReduceScatter lands in fp32 and the merge kernel stores out) and with a2a (the
+ * merge stores out), GQA and MLA, split-KV forced to 2 on some. A backend that read
+ * q or k/v, or wrote out, as fp32 gives garbage and fails.
+ */
+static void test_act_dtypes(void **state)
+{
+    (void)state;
+    static const struct {
+        uint32_t dcp;
+        enum dcp_comm_scheme comm;
+        int mla;
+        uint32_t splits;
+    } cases[] = {{1, DCP_COMM_AG_RS, 0, 1}, {2, DCP_COMM_AG_RS, 0, 2}, {2, DCP_COMM_A2A, 0, 1},
+                 {2, DCP_COMM_A2A, 1, 2}, {2, DCP_COMM_AG_RS, 1, 1}};
+    const enum dcp_dtype acts[] = {DCP_DTYPE_BF16, DCP_DTYPE_FP16};
+    for (int a = 0; a < 2; a++)
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+            if (fixture_quick() && (i + (size_t)a) % 2)
+                continue;
+            struct test_rng rng;
+            test_rng_seed(&rng, test_seed() + 11u + (uint32_t)(a * 16 + (int)i));
+            struct harness_config c = base_config();
+            c.act_dtype = acts[a];
+            c.splits = cases[i].splits;
+            c.shape.tp = 2;
+            c.shape.dcp = cases[i].dcp;
+            c.shape.interleave = 2;
+            c.shape.comm = cases[i].comm;
+            c.shape.dtype = a ? DCP_DTYPE_BF16 : DCP_DTYPE_FP32;
+            c.max_context = 160;
+            if (cases[i].mla) {
+                c.shape.kind = DCP_ATTN_MLA;
+                c.shape.q_heads = 4;
+                c.shape.kv_lora_rank = 32;
+                c.shape.rope_dim = 16;
+            } else {
+                c.shape.kind = DCP_ATTN_GQA;
+                c.shape.q_heads = 4;
+                c.shape.kv_heads = 1;
+                c.shape.head_dim = 64;
+            }
+            char label[256];
+            describe(label, sizeof(label), a ? "act fp16" : "act bf16", &c.shape);
+            struct harness *h = harness_create(&c, test_seed() + 91u + (uint32_t)i, label);
+            struct dcp_engine_info in;
+            dcp_engine_get_info(harness_engine(h, false), &in);
+            assert_int_equal(in.act_dtype, acts[a]);
+            uint32_t seqs[2] = {harness_seq_create(h), harness_seq_create(h)};
+            const uint64_t target[2] = {120, 9};
+            prefill(h, &rng, 2, seqs, target, c.max_step_tokens);
+            decode(h, &rng, 2, seqs, 2);
+            harness_destroy(&h);
+        }
+}
+
 /* Every split-KV factor gives the oracle's result, more splits than pages (empty
  * splits) included, with an uneven batch: forced factors from 1 to 9, or as many
  * as the backend's workspace holds. */
@@ -703,6 +763,7 @@ int main(void)
         cmocka_unit_test(test_truncate_regrow),
         cmocka_unit_test(test_gqa_full_query_step),
         cmocka_unit_test(test_lean_comm),
+        cmocka_unit_test(test_act_dtypes),
         cmocka_unit_test(test_random_deployments),
     };
     return cmocka_run_group_tests(tests, NULL, print_stats);

@@ -166,6 +166,7 @@ static void set_max_context(struct dcp_engine_params *p, uint64_t v) { p->max_co
 static void set_max_seqs(struct dcp_engine_params *p, uint64_t v) { p->max_seqs = (uint32_t)v; }
 static void set_max_step_tokens(struct dcp_engine_params *p, uint64_t v) { p->max_step_tokens = (uint32_t)v; }
 static void set_max_query_tokens(struct dcp_engine_params *p, uint64_t v) { p->max_query_tokens = (uint32_t)v; }
+static void set_act_dtype(struct dcp_engine_params *p, uint64_t v) { p->act_dtype = (enum dcp_dtype)v; }
 
 static void expect_refused(const dcp_deployment *dep, void (*edit)(struct dcp_engine_params *p, uint64_t v),
                            uint64_t v, const char *needle)
@@ -319,6 +320,12 @@ static void test_w_uv_matches_deployment(void **state)
     assert_non_null(strstr(dcp_last_error(), "is NULL: merge_after_uv needs the W_UV of each"));
     /* All layers: created, and the info says what is in use. */
     layers[cfg->model.num_layers - 1] = missing;
+    /* The projection is fp32 only: bf16 activations with it are refused, not run in fp32. */
+    p.act_dtype = DCP_DTYPE_BF16;
+    assert_int_equal(dcp_engine_create(&p, &e), DCP_ENOTSUP);
+    assert_non_null(strstr(dcp_last_error(), "merge_after_uv with act_dtype=bf16"));
+    assert_null(e);
+    p.act_dtype = DCP_DTYPE_FP32;
     assert_int_equal(dcp_engine_create(&p, &e), DCP_OK);
     struct dcp_engine_info in;
     dcp_engine_get_info(e, &in);
@@ -329,6 +336,31 @@ static void test_w_uv_matches_deployment(void **state)
     free(w);
     dcp_deployment_destroy(&uv);
     dcp_deployment_destroy(&plain);
+}
+
+/* act_dtype: fp8 (a KV cache format, not an activation one) and unknown values are
+ * refused at creation; fp32 (the default), bf16 and fp16 are taken and reported. */
+static void test_act_dtype_validated(void **state)
+{
+    (void)state;
+    struct fixture_shape s = default_shape();
+    dcp_deployment *dep = fixture_deployment(&s);
+    expect_refused(dep, set_act_dtype, DCP_DTYPE_FP8_E4M3, "act_dtype=fp8_e4m3");
+    expect_refused(dep, set_act_dtype, 4, "act_dtype");
+    expect_refused(dep, set_act_dtype, 1000, "act_dtype");
+    struct dcp_engine_params p;
+    dcp_engine_default_params(&p);
+    assert_int_equal(p.act_dtype, DCP_DTYPE_FP32);
+    const enum dcp_dtype ok[] = {DCP_DTYPE_FP32, DCP_DTYPE_BF16, DCP_DTYPE_FP16};
+    for (size_t i = 0; i < 3; i++) {
+        dcp_engine *e = NULL;
+        assert_int_equal(create_with(dep, set_act_dtype, ok[i], &e), DCP_OK);
+        struct dcp_engine_info in;
+        dcp_engine_get_info(e, &in);
+        assert_int_equal(in.act_dtype, ok[i]);
+        dcp_engine_destroy(&e);
+    }
+    dcp_deployment_destroy(&dep);
 }
 
 /* ---- a fork's shared prefix is read-only ------------------------------------------------ */
@@ -769,6 +801,7 @@ int main(void)
         cmocka_unit_test(test_page_overflow),
         cmocka_unit_test(test_kv_budget_validated),
         cmocka_unit_test(test_w_uv_matches_deployment),
+        cmocka_unit_test(test_act_dtype_validated),
         cmocka_unit_test(test_fork_prefix_read_only),
         cmocka_unit_test(test_stale_ids),
         cmocka_unit_test(test_argument_errors_keep_engine),

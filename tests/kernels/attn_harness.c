@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dcp_kernels/convert.h"
 #include "dcp_kernels/placement.h"
 #include "oracle.h"
 #include "ptx/cpu/isa.h"
@@ -33,19 +34,49 @@ static void fill_unit(float *dst, size_t n, struct test_rng *rng, float amplitud
         dst[i] = (float)test_rng_unit(rng) * amplitude;
 }
 
+float act_round(uint32_t dtype, float x)
+{
+    unsigned char bits[4];
+    dcpk_store_as(bits, 0, dtype, x);
+    return dcpk_load_as_f32(bits, 0, dtype);
+}
+
+double act_unit_roundoff(uint32_t dtype)
+{
+    return dtype == DCPK_BF16 ? 0x1p-8 : dtype == DCPK_FP16 ? 0x1p-11 : 0x1p-24; /* 2^-p, p significand bits */
+}
+
+void *act_encode(const float *src, size_t n, uint32_t dtype)
+{
+    void *dst = xmalloc(n * dcpk_dtype_size(dtype));
+    for (size_t i = 0; i < n; i++)
+        dcpk_store_as(dst, i, dtype, src[i]);
+    return dst;
+}
+
+/** Rounds n values in place to an activation dtype. */
+static void round_all(float *x, size_t n, uint32_t dtype)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = act_round(dtype, x[i]);
+}
+
 void problem_fill(struct attn_problem *pb, struct test_rng *rng, float amplitude)
 {
     for (uint32_t b = 0; b < pb->batch; b++) {
         const size_t len = pb->seq_len[b];
         pb->k_src[b] = xmalloc(len * pb->kv_heads * pb->qk_dim * sizeof(float));
         fill_unit(pb->k_src[b], len * pb->kv_heads * pb->qk_dim, rng, amplitude);
+        round_all(pb->k_src[b], len * pb->kv_heads * pb->qk_dim, pb->src_dtype);
         pb->v_src[b] = NULL;
         if (!pb->mla) {
             pb->v_src[b] = xmalloc(len * pb->kv_heads * pb->v_dim * sizeof(float));
             fill_unit(pb->v_src[b], len * pb->kv_heads * pb->v_dim, rng, 1.0f);
+            round_all(pb->v_src[b], len * pb->kv_heads * pb->v_dim, pb->src_dtype);
         }
         pb->q[b] = xmalloc((size_t)pb->q_len[b] * pb->heads * pb->qk_dim * sizeof(float));
         fill_unit(pb->q[b], (size_t)pb->q_len[b] * pb->heads * pb->qk_dim, rng, amplitude);
+        round_all(pb->q[b], (size_t)pb->q_len[b] * pb->heads * pb->qk_dim, pb->q_dtype);
     }
 }
 
@@ -69,8 +100,8 @@ uint32_t problem_tokens(const struct attn_problem *pb)
 void problem_describe(const struct attn_problem *pb, const struct rank_run *run, char *buf, size_t len)
 {
     int n = snprintf(buf, len,
-                     "%s dtype %u heads %u/%u dims %u/%u block %u | rank %u/%u il %u splits %u tile %u chunks %u isa %s | seqs",
-                     pb->mla ? "MLA" : "GQA", pb->dtype, pb->heads, pb->kv_heads, pb->qk_dim, pb->v_dim,
+                     "%s dtype %u q/k,v/out %u/%u/%u heads %u/%u dims %u/%u block %u | rank %u/%u il %u splits %u tile %u chunks %u isa %s | seqs",
+                     pb->mla ? "MLA" : "GQA", pb->dtype, pb->q_dtype, pb->src_dtype, pb->out_dtype, pb->heads, pb->kv_heads, pb->qk_dim, pb->v_dim,
                      pb->block_size, run->rank, run->group_size, run->interleave, run->num_splits,
                      run->head_tile, run->chunks,
                      run->variant > 0 ? dcpk_cpu_isa_name((enum dcpk_cpu_isa)(run->variant - 1)) : "default");
@@ -136,6 +167,8 @@ static void append_sequence(const struct attn_problem *pb, const struct rank_run
                             uint32_t b)
 {
     const uint32_t len = pb->seq_len[b], bs = pb->block_size;
+    void *k_src = act_encode(pb->k_src[b], (size_t)len * pb->kv_heads * pb->qk_dim, pb->src_dtype);
+    void *v_src = pb->mla ? NULL : act_encode(pb->v_src[b], (size_t)len * pb->kv_heads * pb->v_dim, pb->src_dtype);
     int64_t *slots = xmalloc((size_t)len * sizeof(int64_t));
     for (uint32_t p = 0; p < len; p++) {
         if (dcpk_owner_rank(p, run->group_size, run->interleave) != run->rank) {
@@ -147,13 +180,15 @@ static void append_sequence(const struct attn_problem *pb, const struct rank_run
     }
     const struct dcpk_kv_append_params ap = {
         .k_cache = (uint64_t)(uintptr_t)k_cache, .v_cache = (uint64_t)(uintptr_t)v_cache,
-        .k_src = (uint64_t)(uintptr_t)pb->k_src[b], .v_src = (uint64_t)(uintptr_t)pb->v_src[b],
+        .k_src = (uint64_t)(uintptr_t)k_src, .v_src = (uint64_t)(uintptr_t)v_src,
         .slots = (uint64_t)(uintptr_t)slots, .num_tokens = len, .num_kv_heads = pb->kv_heads,
         .k_dim = pb->qk_dim, .v_dim = pb->v_dim, .block_size = bs, .dtype = pb->dtype,
-        .inv_scale = 1.0f / pb->kv_scale,
+        .inv_scale = 1.0f / pb->kv_scale, .src_dtype = pb->src_dtype,
     };
     run_kernel(DCPK_KERNEL_kv_append, &ap, rng);
     free(slots);
+    free(k_src);
+    free(v_src);
 }
 
 /** Queries in the chunked layout (padding between chunks poisoned with NaN). */
@@ -184,21 +219,55 @@ HARNESS_ATTN_ISA(AVX512)
 #undef HARNESS_ATTN_ISA
 static const dcpk_cpu_fn attn_variants[DCPK_CPU_ISA_COUNT] = {attn_BASELINE, attn_AVX2, attn_F16C, attn_AVX512};
 
-/** Combines the split partials in ws into dst with dcpk_merge. */
+/** Combines the split partials in ws (fp32) into out (pb->out_dtype, dst's layout) with dcpk_merge. */
 static void merge_splits(const struct attn_problem *pb, const struct rank_run *run, struct test_rng *rng,
                          const float *ws_o, const float *ws_lse, uint64_t stride_o, uint64_t stride_lse,
-                         const struct attn_output *dst)
+                         const struct attn_output *dst, void *out)
 {
     const uint32_t rows_per_chunk = problem_tokens(pb) * (pb->heads / run->chunks);
     const struct dcpk_merge_params mp = {
         .src_o = (uint64_t)(uintptr_t)ws_o, .src_lse = (uint64_t)(uintptr_t)ws_lse,
-        .out = (uint64_t)(uintptr_t)dst->out, .out_lse = (uint64_t)(uintptr_t)dst->lse,
+        .out = (uint64_t)(uintptr_t)out, .out_lse = (uint64_t)(uintptr_t)dst->lse,
         .src_stride_o = stride_o, .src_stride_lse = stride_lse,
         .out_chunk_stride = dst->out_chunk_stride, .out_lse_chunk_stride = dst->lse_chunk_stride,
         .n_src = run->num_splits, .rows = rows_per_chunk * run->chunks,
-        .rows_per_chunk = rows_per_chunk, .v_dim = pb->v_dim,
+        .rows_per_chunk = rows_per_chunk, .v_dim = pb->v_dim, .src_dtype = DCPK_FP32, .out_dtype = pb->out_dtype,
     };
     run_kernel(DCPK_KERNEL_merge, &mp, rng);
+}
+
+/*
+ * The output the kernels write when it is not fp32: dst's layout in out_dtype,
+ * every byte 0xff first (NaN in every dtype). typed_output_finish decodes the rows
+ * into dst->out and checks that the padding between chunks kept its bytes.
+ */
+static void *typed_output(const struct attn_problem *pb, const struct rank_run *run, const struct attn_output *dst)
+{
+    if (pb->out_dtype == DCPK_FP32)
+        return dst->out;
+    const size_t bytes = (size_t)dst->out_chunk_stride * run->chunks * dcpk_dtype_size(pb->out_dtype);
+    void *out = xmalloc(bytes);
+    memset(out, 0xff, bytes);
+    return out;
+}
+
+static void typed_output_finish(const struct attn_problem *pb, const struct rank_run *run,
+                                const struct attn_output *dst, void *out)
+{
+    if (out == dst->out)
+        return;
+    const uint64_t used = (uint64_t)problem_tokens(pb) * (pb->heads / run->chunks) * pb->v_dim;
+    const uint32_t es = dcpk_dtype_size(pb->out_dtype);
+    for (uint64_t c = 0; c < run->chunks; c++)
+        for (uint64_t i = 0; i < dst->out_chunk_stride; i++) {
+            const uint64_t at = c * dst->out_chunk_stride + i;
+            if (i < used)
+                dst->out[at] = dcpk_load_as_f32(out, at, pb->out_dtype);
+            else
+                for (uint32_t k = 0; k < es; k++)
+                    assert_int_equal(((const unsigned char *)out)[at * es + k], 0xff);
+        }
+    free(out);
 }
 
 void rank_attention(const struct attn_problem *pb, const struct rank_run *run,
@@ -243,7 +312,10 @@ void rank_attention(const struct attn_problem *pb, const struct rank_run *run,
 
     const uint32_t tokens = problem_tokens(pb), hpc = pb->heads / run->chunks;
     const uint64_t q_chunk_stride = (uint64_t)tokens * hpc * pb->qk_dim + test_rng_range(rng, 0, 3);
-    float *q = chunked_queries(pb, run, q_chunk_stride);
+    float *q32 = chunked_queries(pb, run, q_chunk_stride);
+    void *q = act_encode(q32, q_chunk_stride * run->chunks, pb->q_dtype);
+    free(q32);
+    void *out = typed_output(pb, run, dst);
     int32_t seq_lens[HARNESS_MAX_BATCH], q_start[HARNESS_MAX_BATCH + 1];
     q_start[0] = 0;
     for (uint32_t b = 0; b < pb->batch; b++) {
@@ -261,7 +333,7 @@ void rank_attention(const struct attn_problem *pb, const struct rank_run *run,
         .q = (uint64_t)(uintptr_t)q, .k_cache = (uint64_t)(uintptr_t)k_cache,
         .v_cache = (uint64_t)(uintptr_t)(pb->mla ? k_cache : v_cache),
         .block_table = (uint64_t)(uintptr_t)table, .seq_lens = (uint64_t)(uintptr_t)seq_lens,
-        .q_start = (uint64_t)(uintptr_t)q_start, .out = (uint64_t)(uintptr_t)dst->out,
+        .q_start = (uint64_t)(uintptr_t)q_start, .out = (uint64_t)(uintptr_t)out,
         .lse = (uint64_t)(uintptr_t)dst->lse, .ws_o = (uint64_t)(uintptr_t)ws_o,
         .ws_lse = (uint64_t)(uintptr_t)ws_lse, .q_chunk_stride = q_chunk_stride,
         .out_chunk_stride = dst->out_chunk_stride, .lse_chunk_stride = dst->lse_chunk_stride,
@@ -271,13 +343,14 @@ void rank_attention(const struct attn_problem *pb, const struct rank_run *run,
         .v_dim = pb->v_dim, .v_row_stride = pb->mla ? pb->qk_dim : pb->v_dim, .block_size = bs,
         .max_blocks = max_blocks, .rank = run->rank, .group_size = n, .interleave = run->interleave,
         .num_splits = run->num_splits, .dtype = pb->dtype, .scale = pb->scale,
-        .kv_scale = pb->kv_scale,
+        .kv_scale = pb->kv_scale, .q_dtype = pb->q_dtype, .out_dtype = pb->out_dtype,
     };
     run_kernel_with(DCPK_KERNEL_attn,
                     run->variant > 0 && run->variant <= DCPK_CPU_ISA_COUNT ? attn_variants[run->variant - 1] : dcpk_attn_cpu,
                     &ap, rng);
     if (run->num_splits > 1)
-        merge_splits(pb, run, rng, ws_o, ws_lse, ws_stride_o, ws_stride_lse, dst);
+        merge_splits(pb, run, rng, ws_o, ws_lse, ws_stride_o, ws_stride_lse, dst, out);
+    typed_output_finish(pb, run, dst, out);
 
     free(ws_o);
     free(ws_lse);

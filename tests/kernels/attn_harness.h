@@ -3,7 +3,9 @@
  * sequences, each rank's paged cache filled through dcpk_kv_append with slots
  * from the placement formulas, dcpk_attn run over its whole grid (in random
  * pieces, with guarded scratch), split partials merged with dcpk_merge, and the
- * float64 oracle over the same (quantized) values.
+ * float64 oracle over the same (quantized) values. Queries, K/V sources and outputs
+ * may be bf16/fp16 (the activation dtypes): the sources are rounded to them when
+ * filled, so the oracle sees exactly what the kernels read.
  */
 #ifndef DCP_TEST_ATTN_HARNESS_H
 #define DCP_TEST_ATTN_HARNESS_H
@@ -26,9 +28,12 @@ struct attn_problem {
     uint32_t block_size;
     float scale;        ///< Softmax scale.
     float kv_scale;     ///< fp8 scale (inv_scale = 1 / kv_scale when appending).
-    float *k_src[HARNESS_MAX_BATCH]; ///< fp32 [seq_len][kv_heads][qk_dim].
-    float *v_src[HARNESS_MAX_BATCH]; ///< fp32 [seq_len][kv_heads][v_dim]; NULL for MLA.
-    float *q[HARNESS_MAX_BATCH];     ///< fp32 [q_len][heads][qk_dim].
+    uint32_t q_dtype;   ///< Activation dtype of the queries (0 = fp32); set before problem_fill.
+    uint32_t src_dtype; ///< Activation dtype of the K/V rows appended; set before problem_fill.
+    uint32_t out_dtype; ///< Activation dtype the attention (or the split merge) writes out in.
+    float *k_src[HARNESS_MAX_BATCH]; ///< [seq_len][kv_heads][qk_dim], values of src_dtype (held in fp32).
+    float *v_src[HARNESS_MAX_BATCH]; ///< [seq_len][kv_heads][v_dim], values of src_dtype; NULL for MLA.
+    float *q[HARNESS_MAX_BATCH];     ///< [q_len][heads][qk_dim], values of q_dtype (held in fp32).
 };
 
 /** How one rank runs its attention. */
@@ -39,13 +44,21 @@ struct rank_run {
     int variant;      ///< 0: dcpk_attn_cpu (the variant it picks); k > 0: variant k - 1 of enum dcpk_cpu_isa.
 };
 
-/** Where a rank's output goes: chunked layout with these strides (floats). */
+/** Where a rank's output goes: chunked layout with these strides (floats). The
+ * kernels write out_dtype; rank_attention decodes the rows it wrote into out. */
 struct attn_output {
     float *out;
     float *lse;
     uint64_t out_chunk_stride;
     uint64_t lse_chunk_stride;
 };
+
+/** x rounded to an activation dtype (to nearest even), as the kernels store it. */
+float act_round(uint32_t dtype, float x);
+/** Unit roundoff of an activation dtype (fp32 2^-24, bf16 2^-8, fp16 2^-11): the relative error of one rounding to nearest. */
+double act_unit_roundoff(uint32_t dtype);
+/** n fp32 values converted to an array of dtype (malloc'd). */
+void *act_encode(const float *src, size_t n, uint32_t dtype);
 
 /** Allocates and fills the sources of a problem whose shape fields are set. */
 void problem_fill(struct attn_problem *pb, struct test_rng *rng, float amplitude);

@@ -3,7 +3,9 @@
  * 1-4, lengths 0..300 (0 and shorter than a page included), 1, 2 or 4 query
  * tokens, GQA/MHA/MLA head layouts, dims that are and are not multiples of the
  * decode blocks, pages of 1, 4, 16 and 64 tokens, 1-4 splits, every head tile,
- * every dtype, chunked head layouts with padded strides.
+ * every dtype, chunked head layouts with padded strides; queries, K/V sources and
+ * outputs in every activation dtype (fp32, bf16, fp16), every combination with every
+ * cache dtype in test_act_dtypes.
  */
 #include <math.h>
 #include <stdio.h>
@@ -13,8 +15,15 @@
 #include "attn_harness.h"
 #include "ptx/cpu/isa.h"
 
-/** Every case must match the oracle this closely (relative L2 of the outputs). */
+/** Every case must match the oracle this closely (relative L2 of the outputs)... */
 #define ATTN_TOLERANCE 1e-5
+
+/** ...plus one rounding of the output to its dtype (the oracle runs on the rounded
+ * inputs, so that is the only other error: at most the unit roundoff, relative). */
+static double case_tolerance(const struct attn_problem *pb)
+{
+    return ATTN_TOLERANCE + act_unit_roundoff(pb->out_dtype);
+}
 /** Random cases per run (about 4 ms each). */
 #define ATTN_CASES 1000
 
@@ -76,6 +85,12 @@ static void random_problem(struct attn_problem *pb, struct test_rng *rng)
     pb->block_size = pick(rng, blocks, 4);
     pb->kv_scale = pb->dtype == DCPK_FP8_E4M3 ? kv_scales[test_rng_range(rng, 0, 2)] : 1.0f;
     pb->scale = (float)((0.5 + test_rng_unit(rng) * 0.4 + 0.4) / sqrt((double)pb->qk_dim));
+    /* Activations fp32 half the time, else any of the three for each array. */
+    if (test_rng_range(rng, 0, 1)) {
+        pb->q_dtype = (uint32_t)test_rng_range(rng, DCPK_FP32, DCPK_FP16);
+        pb->src_dtype = (uint32_t)test_rng_range(rng, DCPK_FP32, DCPK_FP16);
+        pb->out_dtype = (uint32_t)test_rng_range(rng, DCPK_FP32, DCPK_FP16);
+    }
     random_lengths(pb, rng);
     /* Amplitudes up to 3 make some softmaxes peaky. */
     problem_fill(pb, rng, (float)test_rng_range(rng, 1, 3));
@@ -149,7 +164,7 @@ static double run_case(struct test_rng *rng, int case_no, int many_rows)
     char desc[512];
     int n = snprintf(desc, sizeof(desc), "case %d: ", case_no);
     problem_describe(&pb, &run, desc + n, sizeof(desc) - (size_t)n);
-    const double err = check_against_oracle(&pb, 0, pb.heads, hpc, &res, ATTN_TOLERANCE, desc);
+    const double err = check_against_oracle(&pb, 0, pb.heads, hpc, &res, case_tolerance(&pb), desc);
     check_padding(res.out, run.chunks, res.out_chunk_stride, rows_per_chunk * pb.v_dim);
     check_padding(res.lse, run.chunks, res.lse_chunk_stride, rows_per_chunk);
     free(res.out);
@@ -178,6 +193,75 @@ static void test_many_rows(void **state)
     test_rng_seed(&rng, test_seed() ^ 0x3a7e);
     for (int i = 0; i < 40; i++)
         run_case(&rng, i, 1);
+}
+
+/*
+ * Every activation dtype combination (q x K/V source x out) with every cache dtype,
+ * GQA and MLA, one split and three (the merge then writes out), against the oracle
+ * on the rounded inputs within ATTN_TOLERANCE + the output's unit roundoff: a
+ * kernel that read q or the sources, or wrote out, in another dtype than its
+ * params say gives garbage and fails (checked by mutation).
+ */
+static void test_act_dtypes(void **state)
+{
+    (void)state;
+    struct test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0xd7e);
+    int cases = 0;
+    for (int mla = 0; mla <= 1; mla++)
+        for (uint32_t cache = DCPK_FP32; cache <= DCPK_FP8_E4M3; cache++)
+            for (uint32_t qd = DCPK_FP32; qd <= DCPK_FP16; qd++)
+                for (uint32_t sd = DCPK_FP32; sd <= DCPK_FP16; sd++)
+                    for (uint32_t od = DCPK_FP32; od <= DCPK_FP16; od++) {
+                        /* DCP_TEST_QUICK (valgrind): every q x source x out combination still,
+                         * with a quarter of the cache dtypes each, and one split count. */
+                        if (test_quick() && (cache + qd + sd + od) % 4 != 0)
+                            continue;
+                        struct attn_problem pb;
+                        memset(&pb, 0, sizeof(pb));
+                        pb.mla = mla;
+                        pb.kv_heads = mla ? 1 : 2;
+                        pb.heads = mla ? 4 : 4;
+                        pb.qk_dim = mla ? 576 : 64;
+                        pb.v_dim = mla ? 512 : 64;
+                        pb.dtype = cache;
+                        pb.block_size = 16;
+                        pb.kv_scale = cache == DCPK_FP8_E4M3 ? 0.05f : 1.0f;
+                        pb.scale = (float)(1.0 / sqrt((double)pb.qk_dim));
+                        pb.q_dtype = qd;
+                        pb.src_dtype = sd;
+                        pb.out_dtype = od;
+                        pb.batch = 2;
+                        pb.seq_len[0] = 45;
+                        pb.seq_len[1] = 3;
+                        pb.q_len[0] = 2;
+                        pb.q_len[1] = 1;
+                        problem_fill(&pb, &rng, 2.0f);
+                        const uint32_t rows = problem_tokens(&pb) * pb.heads;
+                        for (uint32_t splits = 1; splits <= 3; splits += 2) {
+                            if (test_quick() && splits != 1 + 2 * ((qd + od + (uint32_t)mla) % 2))
+                                continue;
+                            struct rank_run run = {.group_size = 1, .interleave = 1, .num_splits = splits,
+                                                   .chunks = 2};
+                            const struct attn_output res = {
+                                .out = malloc((size_t)rows * pb.v_dim * sizeof(float)),
+                                .lse = malloc(rows * sizeof(float)),
+                                .out_chunk_stride = (uint64_t)rows / 2 * pb.v_dim,
+                                .lse_chunk_stride = rows / 2,
+                            };
+                            assert_non_null(res.out);
+                            assert_non_null(res.lse);
+                            rank_attention(&pb, &run, &rng, &res);
+                            char desc[512];
+                            problem_describe(&pb, &run, desc, sizeof(desc));
+                            check_against_oracle(&pb, 0, pb.heads, pb.heads / 2, &res, case_tolerance(&pb), desc);
+                            free(res.out);
+                            free(res.lse);
+                            cases++;
+                        }
+                        problem_free(&pb);
+                    }
+    print_message("%d activation dtype cases\n", cases);
 }
 
 /** Relative L2 distance of two float vectors (0 when both are 0). */
@@ -299,6 +383,7 @@ int main(void)
         cmocka_unit_test(test_random_shapes),
         cmocka_unit_test(test_many_rows),
         cmocka_unit_test(test_variants_agree),
+        cmocka_unit_test(test_act_dtypes),
         cmocka_unit_test(test_isa_select),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,7 +2,8 @@
  * The small kernels: merge (edge cases of docs/design.md §4 and random cases against
  * the oracle), lse_scale, reduce (ordered sums), fill (determinism and range),
  * kv_append (skipped slots, dtypes, 64-bit addressing), uv_proj (chunked rows against
- * the oracle), and the family table.
+ * the oracle), and the family table; the activation dtypes of merge, lse_scale, reduce
+ * and kv_append, and their refusal of any other value.
  */
 #include <float.h>
 #include <math.h>
@@ -351,6 +352,176 @@ static void test_reduce_order(void **state)
         free(src[s]);
 }
 
+/* ---- activation dtypes of merge, lse_scale and reduce ------------------------ */
+
+/* merge with sources in src_dtype and the output in out_dtype, every pair: the
+ * oracle on the rounded sources; the output within one rounding (unit roundoff,
+ * relative) of it. Reading or writing another dtype than the params say fails. */
+static void test_merge_act_dtypes(void **state)
+{
+    (void)state;
+    struct test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0xd7e3);
+    enum { N = 3, V = 37, ROWS = 5 };
+    for (uint32_t sd = DCPK_FP32; sd <= DCPK_FP16; sd++)
+        for (uint32_t od = DCPK_FP32; od <= DCPK_FP16; od++) {
+            float o[N * ROWS * V], lse[N * ROWS];
+            for (int i = 0; i < N * ROWS; i++)
+                lse[i] = i % 7 == 3 ? -INFINITY : (float)(test_rng_unit(&rng) * 8.0);
+            for (int i = 0; i < N * ROWS * V; i++)
+                o[i] = act_round(sd, (float)test_rng_unit(&rng) * 3.0f);
+            void *src = act_encode(o, N * ROWS * V, sd);
+            unsigned char out[ROWS * V * 4];
+            float out_lse[ROWS];
+            const struct dcpk_merge_params mp = {
+                .src_o = (uint64_t)(uintptr_t)src, .src_lse = (uint64_t)(uintptr_t)lse,
+                .out = (uint64_t)(uintptr_t)out, .out_lse = (uint64_t)(uintptr_t)out_lse,
+                .src_stride_o = ROWS * V, .src_stride_lse = ROWS, .out_chunk_stride = ROWS * V,
+                .n_src = N, .rows = ROWS, .rows_per_chunk = ROWS, .v_dim = V, .src_dtype = sd, .out_dtype = od,
+            };
+            run_kernel(DCPK_KERNEL_merge, &mp, &rng);
+            for (uint32_t r = 0; r < ROWS; r++) {
+                double od_[N * V], ld[N], ref[V], ref_lse;
+                for (uint32_t s = 0; s < N; s++) {
+                    ld[s] = lse[s * ROWS + r];
+                    for (uint32_t d = 0; d < V; d++)
+                        od_[s * V + d] = o[(s * ROWS + r) * V + d];
+                }
+                oracle_merge(N, V, od_, ld, ref, &ref_lse);
+                for (uint32_t d = 0; d < V; d++) {
+                    const double got = dcpk_load_as_f32(out, (uint64_t)r * V + d, od);
+                    if (!(fabs(got - ref[d]) <= act_unit_roundoff(od) * fabs(ref[d]) + 1e-5))
+                        fail_msg("src %u out %u: row %u dim %u: %.9g, oracle %.9g", sd, od, r, d, got, ref[d]);
+                }
+                assert_true(fabs(out_lse[r] - ref_lse) <= 1e-5 * (1 + fabs(ref_lse)));
+            }
+            free(src);
+        }
+}
+
+/* lse_scale on o in each activation dtype: o x exp(lse_self - Lambda) rounded once. */
+static void test_lse_scale_act_dtypes(void **state)
+{
+    (void)state;
+    struct test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0xd7e4);
+    enum { N = 3, V = 19, PER = 4, ROWS = PER * N };
+    for (uint32_t dt = DCPK_FP32; dt <= DCPK_FP16; dt++) {
+        float lse_all[N * ROWS], o[ROWS * V];
+        for (int i = 0; i < N * ROWS; i++)
+            lse_all[i] = i % 5 == 1 ? -INFINITY : (float)(test_rng_unit(&rng) * 6.0);
+        for (int i = 0; i < ROWS * V; i++)
+            o[i] = act_round(dt, (float)test_rng_unit(&rng) * 2.0f);
+        void *buf = act_encode(o, ROWS * V, dt);
+        const uint32_t self = 1;
+        const struct dcpk_lse_scale_params sp = {
+            .lse_all = (uint64_t)(uintptr_t)lse_all, .o = (uint64_t)(uintptr_t)buf, .n_src = N, .self = self,
+            .rows = ROWS, .rows_per_chunk = PER, .own_chunk = self, .v_dim = V, .o_dtype = dt,
+        };
+        run_kernel(DCPK_KERNEL_lse_scale, &sp, &rng);
+        for (uint32_t r = 0; r < ROWS; r++) {
+            double ld[N], lambda;
+            for (uint32_t s = 0; s < N; s++)
+                ld[s] = lse_all[s * ROWS + r];
+            oracle_merge(N, 0, NULL, ld, NULL, &lambda);
+            const float own = lse_all[self * ROWS + r];
+            for (uint32_t d = 0; d < V; d++) {
+                const double got = dcpk_load_as_f32(buf, (uint64_t)r * V + d, dt);
+                const double want = own == -INFINITY ? 0.0 : exp(own - lambda) * o[r * V + d];
+                if (!(fabs(got - want) <= act_unit_roundoff(dt) * fabs(want) + 1e-6))
+                    fail_msg("dtype %u: row %u dim %u: %.9g, want %.9g", dt, r, d, got, want);
+            }
+        }
+        free(buf);
+    }
+}
+
+/* reduce in each activation dtype: the sources read as fp32, summed in order, rounded once. */
+static void test_reduce_act_dtypes(void **state)
+{
+    (void)state;
+    struct test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0xd7e5);
+    enum { COUNT = 1500, OFF = 3, N = 3 };
+    for (uint32_t dt = DCPK_FP32; dt <= DCPK_FP16; dt++) {
+        float val[N][COUNT + OFF];
+        void *src[N];
+        uint64_t ptrs[N];
+        for (int s = 0; s < N; s++) {
+            for (int i = 0; i < COUNT + OFF; i++)
+                val[s][i] = act_round(dt, (float)test_rng_unit(&rng) * 100.0f);
+            src[s] = act_encode(val[s], COUNT + OFF, dt);
+            ptrs[s] = (uint64_t)(uintptr_t)src[s];
+        }
+        unsigned char dst[COUNT * 4];
+        const struct dcpk_reduce_params rp = {
+            .dst = (uint64_t)(uintptr_t)dst, .src_ptrs = (uint64_t)(uintptr_t)ptrs, .src_offset = OFF,
+            .count = COUNT, .n_src = N, .dtype = dt,
+        };
+        run_kernel(DCPK_KERNEL_reduce, &rp, &rng);
+        for (int i = 0; i < COUNT; i++) {
+            float acc = val[0][OFF + i];
+            acc += val[1][OFF + i];
+            acc += val[2][OFF + i];
+            const float got = dcpk_load_as_f32(dst, (uint64_t)i, dt);
+            assert_true(got == act_round(dt, acc)); /* one rounding of the fp32 sum */
+            const double exact = (double)val[0][OFF + i] + val[1][OFF + i] + val[2][OFF + i];
+            assert_true(fabs(got - exact) <= act_unit_roundoff(dt) * fabs(exact) + 1e-4);
+        }
+        for (int s = 0; s < N; s++)
+            free(src[s]);
+    }
+}
+
+/* A value that is no activation dtype (fp8, unknown) in any of these fields: the
+ * kernel does nothing, like the GPU kernels (params.h). */
+static void test_act_dtype_refused(void **state)
+{
+    (void)state;
+    struct test_rng rng;
+    test_rng_seed(&rng, 7);
+    static const uint32_t bad[] = {DCPK_FP8_E4M3, DCPK_DTYPE_COUNT, 77};
+    for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++) {
+        float src[8] = {1, 2, 3, 4, 5, 6, 7, 8}, lse[2] = {0.0f, 0.5f}, out[8], want[8];
+        memset(out, 0x5a, sizeof(out));
+        memcpy(want, out, sizeof(want));
+        struct dcpk_merge_params mp = {
+            .src_o = (uint64_t)(uintptr_t)src, .src_lse = (uint64_t)(uintptr_t)lse,
+            .out = (uint64_t)(uintptr_t)out, .src_stride_o = 4, .src_stride_lse = 1,
+            .n_src = 2, .rows = 1, .rows_per_chunk = 1, .v_dim = 4, .src_dtype = bad[b],
+        };
+        run_kernel(DCPK_KERNEL_merge, &mp, &rng);
+        mp.src_dtype = DCPK_FP32;
+        mp.out_dtype = bad[b];
+        run_kernel(DCPK_KERNEL_merge, &mp, &rng);
+        assert_memory_equal(out, want, sizeof(out));
+
+        const struct dcpk_lse_scale_params sp = {
+            .lse_all = (uint64_t)(uintptr_t)lse, .o = (uint64_t)(uintptr_t)out, .n_src = 2, .self = 0,
+            .rows = 1, .rows_per_chunk = 1, .v_dim = 4, .o_dtype = bad[b],
+        };
+        run_kernel(DCPK_KERNEL_lse_scale, &sp, &rng);
+        assert_memory_equal(out, want, sizeof(out));
+
+        const uint64_t ptrs[1] = {(uint64_t)(uintptr_t)src};
+        const struct dcpk_reduce_params rp = {
+            .dst = (uint64_t)(uintptr_t)out, .src_ptrs = (uint64_t)(uintptr_t)ptrs, .count = 8, .n_src = 1,
+            .dtype = bad[b],
+        };
+        run_kernel(DCPK_KERNEL_reduce, &rp, &rng);
+        assert_memory_equal(out, want, sizeof(out));
+
+        const int64_t slot = 0;
+        const struct dcpk_kv_append_params ap = {
+            .k_cache = (uint64_t)(uintptr_t)out, .k_src = (uint64_t)(uintptr_t)src, .slots = (uint64_t)(uintptr_t)&slot,
+            .num_tokens = 1, .num_kv_heads = 1, .k_dim = 8, .block_size = 1, .dtype = DCPK_FP32,
+            .src_dtype = bad[b],
+        };
+        run_kernel(DCPK_KERNEL_kv_append, &ap, &rng);
+        assert_memory_equal(out, want, sizeof(out));
+    }
+}
+
 /* ---- fill ------------------------------------------------------------------ */
 
 static void run_fill(const struct dcpk_fill_params *fp)
@@ -451,16 +622,25 @@ static void test_kv_append(void **state)
     for (int i = 0; i < TOK * KVH * VD; i++)
         v_src[i] = (float)test_rng_unit(&rng) * 4.0f;
     const int64_t slots[TOK] = {5, -1, 11, 0, -7};
+    for (uint32_t src_dtype = DCPK_FP32; src_dtype <= DCPK_FP16; src_dtype++)
     for (uint32_t dtype = DCPK_FP32; dtype <= DCPK_FP8_E4M3; dtype++) {
+        /* Sources in src_dtype (the values rounded to it: what the kernel reads). */
+        float k_val[TOK * KVH * KD], v_val[TOK * KVH * VD];
+        for (int i = 0; i < TOK * KVH * KD; i++)
+            k_val[i] = act_round(src_dtype, k_src[i]);
+        for (int i = 0; i < TOK * KVH * VD; i++)
+            v_val[i] = act_round(src_dtype, v_src[i]);
+        void *k_in = act_encode(k_src, TOK * KVH * KD, src_dtype), *v_in = act_encode(v_src, TOK * KVH * VD, src_dtype);
         const uint32_t esz = dcpk_dtype_size(dtype);
         unsigned char k_cache[PAGES * KVH * BS * KD * 4], v_cache[PAGES * KVH * BS * VD * 4];
         memset(k_cache, 0x5a, sizeof(k_cache));
         memset(v_cache, 0x5a, sizeof(v_cache));
         const struct dcpk_kv_append_params ap = {
             .k_cache = (uint64_t)(uintptr_t)k_cache, .v_cache = (uint64_t)(uintptr_t)v_cache,
-            .k_src = (uint64_t)(uintptr_t)k_src, .v_src = (uint64_t)(uintptr_t)v_src,
+            .k_src = (uint64_t)(uintptr_t)k_in, .v_src = (uint64_t)(uintptr_t)v_in,
             .slots = (uint64_t)(uintptr_t)slots, .num_tokens = TOK, .num_kv_heads = KVH,
             .k_dim = KD, .v_dim = VD, .block_size = BS, .dtype = dtype, .inv_scale = 8.0f,
+            .src_dtype = src_dtype,
         };
         assert_int_equal(dcpk_kv_append_grid(&ap).x, TOK);
         run_kernel(DCPK_KERNEL_kv_append, &ap, &rng);
@@ -476,14 +656,16 @@ static void test_kv_append(void **state)
             for (uint32_t hh = 0; hh < KVH; hh++) {
                 for (uint32_t d = 0; d < KD; d++)
                     dcpk_store_as(k_want, ((page * KVH + hh) * BS + off) * KD + d, dtype,
-                                  k_src[(t * KVH + hh) * KD + d] * scale);
+                                  k_val[(t * KVH + hh) * KD + d] * scale);
                 for (uint32_t d = 0; d < VD; d++)
                     dcpk_store_as(v_want, ((page * KVH + hh) * BS + off) * VD + d, dtype,
-                                  v_src[(t * KVH + hh) * VD + d] * scale);
+                                  v_val[(t * KVH + hh) * VD + d] * scale);
             }
         }
         assert_memory_equal(k_cache, k_want, (size_t)PAGES * KVH * BS * KD * esz);
         assert_memory_equal(v_cache, v_want, (size_t)PAGES * KVH * BS * VD * esz);
+        free(k_in);
+        free(v_in);
     }
 }
 
@@ -696,6 +878,10 @@ int main(void)
         cmocka_unit_test(test_merge_without_lse),
         cmocka_unit_test(test_lse_scale),
         cmocka_unit_test(test_reduce_order),
+        cmocka_unit_test(test_merge_act_dtypes),
+        cmocka_unit_test(test_lse_scale_act_dtypes),
+        cmocka_unit_test(test_reduce_act_dtypes),
+        cmocka_unit_test(test_act_dtype_refused),
         cmocka_unit_test(test_fill),
         cmocka_unit_test(test_fill_dtypes),
         cmocka_unit_test(test_kv_append),

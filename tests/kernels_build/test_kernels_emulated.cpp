@@ -116,6 +116,7 @@ struct AttnCase {
     uint32_t num_kv_heads, heads_per_kv, chunks;
     uint32_t rank, group_size, interleave, block_size, head_tile, num_splits;
     uint32_t precision = DCPK_PRECISION_FAST; // tensor-core entries only
+    uint32_t q_dtype = DCPK_FP32, out_dtype = DCPK_FP32; // activation dtypes of q and out
 };
 
 struct AttnSetup {
@@ -123,9 +124,33 @@ struct AttnSetup {
     dcpk_attn_params p{};
     std::vector<int32_t> block_table, seq_lens, q_start;
     std::vector<unsigned char> k_cache, v_cache;
-    std::vector<float> q, out, lse, ws_o, ws_lse;
+    std::vector<float> q, out, lse, ws_o, ws_lse; // q: the values (rounded to q_dtype); out: decoded after the run
+    std::vector<unsigned char> q_raw, out_raw;    // q and out as the kernels see them when not fp32
     std::vector<uint64_t> local_len;
 };
+
+/** x rounded to an activation dtype (the host codec of dcp_kernels/convert.h). */
+float act_round(uint32_t dtype, float x)
+{
+    unsigned char bits[4];
+    dcpk_store_as(bits, 0, dtype, x);
+    return dcpk_load_as_f32(bits, 0, dtype);
+}
+
+/** Unit roundoff of an activation dtype: the relative error of one rounding of the output. */
+double act_unit_roundoff(uint32_t dtype)
+{
+    return dtype == DCPK_BF16 ? 0x1p-8 : dtype == DCPK_FP16 ? 0x1p-11 : 0.0;
+}
+
+/** Decodes the kernels' out_dtype output into s.out (a no-op for fp32, written in place). */
+void collect_out(AttnSetup &s)
+{
+    if (s.p.out_dtype == DCPK_FP32)
+        return;
+    for (size_t i = 0; i < s.out.size(); i++)
+        s.out[i] = dcpk_load_as_f32(s.out_raw.data(), i, s.p.out_dtype);
+}
 
 /** The entry dcpk_attn__<layout>_<dtype name>, or null. */
 const dcpk_attn_variant *attn_variant(const char *layout, uint32_t dtype)
@@ -212,21 +237,33 @@ void setup_attn(const AttnCase &c, AttnSetup &s, test_rng *rng)
     p.ws_split_stride_lse = c.chunks * rows_per_chunk + 2;
     s.q.resize(c.chunks * p.q_chunk_stride);
     for (float &x : s.q)
-        x = (float)test_rng_unit(rng);
+        x = act_round(c.q_dtype, (float)test_rng_unit(rng));
     s.out.assign(c.chunks * p.out_chunk_stride, 12345.f);
+    if (c.q_dtype != DCPK_FP32) {
+        s.q_raw.resize(s.q.size() * esize(c.q_dtype));
+        for (size_t i = 0; i < s.q.size(); i++)
+            dcpk_store_as(s.q_raw.data(), i, c.q_dtype, s.q[i]);
+    }
+    if (c.out_dtype != DCPK_FP32) {
+        s.out_raw.resize(s.out.size() * esize(c.out_dtype));
+        for (size_t i = 0; i < s.out.size(); i++)
+            dcpk_store_as(s.out_raw.data(), i, c.out_dtype, 12345.f);
+    }
     s.lse.assign(c.chunks * p.lse_chunk_stride, 12345.f);
     if (c.num_splits > 1) {
         s.ws_o.assign(c.num_splits * p.ws_split_stride_o, 12345.f);
         s.ws_lse.assign(c.num_splits * p.ws_split_stride_lse, 12345.f);
     }
 
-    p.q = addr(s.q.data());
+    p.q = c.q_dtype == DCPK_FP32 ? addr(s.q.data()) : addr(s.q_raw.data());
+    p.q_dtype = c.q_dtype;
     p.k_cache = addr(s.k_cache.data());
     p.v_cache = mla ? p.k_cache : addr(s.v_cache.data());
     p.block_table = addr(s.block_table.data());
     p.seq_lens = addr(s.seq_lens.data());
     p.q_start = addr(s.q_start.data());
-    p.out = addr(s.out.data());
+    p.out = c.out_dtype == DCPK_FP32 ? addr(s.out.data()) : addr(s.out_raw.data());
+    p.out_dtype = c.out_dtype;
     p.lse = addr(s.lse.data());
     p.ws_o = addr(s.ws_o.data());
     p.ws_lse = addr(s.ws_lse.data());
@@ -269,7 +306,7 @@ AttnKernel attn_entry(const char *name)
  * through the emulator. Returns the attention launch's emulator errors when
  * tolerated (a mutant), else fails the test on any.
  */
-unsigned run_attn(const AttnCase &c, AttnSetup &s, AttnKernel kernel = nullptr, std::string *tolerate_errors = nullptr)
+unsigned run_attn_launches(const AttnCase &c, AttnSetup &s, AttnKernel kernel, std::string *tolerate_errors)
 {
     const dcpk_attn_params &p = s.p;
     const uint32_t head_tiles = (c.heads_per_kv + c.head_tile - 1) / c.head_tile;
@@ -298,7 +335,16 @@ unsigned run_attn(const AttnCase &c, AttnSetup &s, AttnKernel kernel = nullptr, 
     m.rows_per_chunk = p.num_q_tokens * p.heads_per_chunk;
     m.rows = c.chunks * m.rows_per_chunk;
     m.v_dim = p.v_dim;
+    m.src_dtype = DCPK_FP32;
+    m.out_dtype = p.out_dtype;
     launch(dcpk_merge, m, dim3(m.rows), dim3(dcpk::kBlock_merge));
+    return errors;
+}
+
+unsigned run_attn(const AttnCase &c, AttnSetup &s, AttnKernel kernel = nullptr, std::string *tolerate_errors = nullptr)
+{
+    const unsigned errors = run_attn_launches(c, s, kernel, tolerate_errors);
+    collect_out(s);
     return errors;
 }
 
@@ -373,7 +419,7 @@ struct AttnTolerance {
     double elem, rel_l2;
 };
 
-AttnTolerance attn_tolerance(const dcpk_attn_variant *v, uint32_t precision)
+AttnTolerance attn_tolerance_kernel(const dcpk_attn_variant *v, uint32_t precision)
 {
     if (!v->tensor_core)
         return {2e-5, 2e-5};
@@ -381,6 +427,15 @@ AttnTolerance attn_tolerance(const dcpk_attn_variant *v, uint32_t precision)
         return {1e-4, 1e-4};
     // fp8 KV multiplies bf16 operands (its values widened exactly), so bf16's bounds.
     return v->dtype == DCPK_FP16 ? AttnTolerance{kFastElemFp16, kFastL2Fp16} : AttnTolerance{kFastElemBf16, kFastL2Bf16};
+}
+
+/** The kernel's bound plus one rounding of the output to out_dtype (the reference runs
+ *  on the queries rounded to q_dtype, so that is the only other error). */
+AttnTolerance attn_tolerance(const dcpk_attn_variant *v, uint32_t precision, uint32_t out_dtype = DCPK_FP32)
+{
+    const AttnTolerance t = attn_tolerance_kernel(v, precision);
+    const double u = act_unit_roundoff(out_dtype);
+    return {t.elem + u, t.rel_l2 + u};
 }
 
 /** Compares every output row and LSE with the reference; a row the reference makes NaN
@@ -439,10 +494,10 @@ bool within(const AttnError &e, const AttnTolerance &t)
 AttnError check_attn(const AttnCase &c, const AttnSetup &s)
 {
     const AttnError e = attn_error(s);
-    const AttnTolerance tol = attn_tolerance(s.v, c.precision);
+    const AttnTolerance tol = attn_tolerance(s.v, c.precision, c.out_dtype);
     if (!within(e, tol))
-        fail_msg("%s/%u (%s): %s; max error out %.3g, lse %.3g, rel L2 %.3g (bounds %.3g, %.3g)", s.v->entry,
-                 c.num_splits, c.precision == DCPK_PRECISION_EXACT ? "exact" : "fast",
+        fail_msg("%s/%u (%s, q %u out %u): %s; max error out %.3g, lse %.3g, rel L2 %.3g (bounds %.3g, %.3g)", s.v->entry,
+                 c.num_splits, c.precision == DCPK_PRECISION_EXACT ? "exact" : "fast", c.q_dtype, c.out_dtype,
                  e.finite ? "finite" : "NOT FINITE or wrong -inf", e.out, e.lse, e.rel_l2, tol.elem, tol.rel_l2);
     print_message("%-30s splits %u%s: %u rows (%u without keys) match (max %.2g, rel L2 %.2g)\n", s.v->entry,
                   c.num_splits, !s.v->tensor_core ? "" : !s.v->shared_kv ? " hi/lo" : c.precision == DCPK_PRECISION_EXACT ? " exact" : " fast",
@@ -520,6 +575,37 @@ void test_page_sizes(void **state)
                 continue;
             const bool mla = std::strncmp(e.layout, "mla", 3) == 0;
             attn_case({e.layout, e.dtype, {110, 45}, {1, 2}, mla ? 1u : 2u, 3, 1, 1, 2, 1, bs, 3, 2});
+        }
+}
+
+/*
+ * Queries and outputs in bf16/fp16 (params.h q_dtype, out_dtype) on SIMT and
+ * tensor-core entries, one split (attention stores out) and two (the merge does),
+ * against the float64 reference on the rounded queries within the entry's bound
+ * plus one output rounding. An entry that read q, or wrote out, as fp32 fails.
+ * Under DCP_TEST_QUICK each entry runs one combination.
+ */
+void test_act_dtypes(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *layout;
+        uint32_t dtype;
+    } entries[] = {{"gqa_d64", DCPK_BF16}, {"mla", DCPK_FP16}, {"mla_tc", DCPK_BF16}, {"gqa_d64_tc", DCPK_FP16},
+                   {"gqa_d128_tc", DCPK_BF16}};
+    static const uint32_t combos[][2] = {
+        {DCPK_BF16, DCPK_BF16}, {DCPK_FP16, DCPK_FP16}, {DCPK_BF16, DCPK_FP32}, {DCPK_FP32, DCPK_FP16}};
+    const int n_entries = (int)(sizeof(entries) / sizeof(entries[0])), n_combos = 4;
+    for (int i = 0; i < n_entries; i++)
+        for (int k = 0; k < n_combos; k++) {
+            if (test_quick() && k != i % n_combos)
+                continue;
+            const bool mla = std::string(entries[i].layout).rfind("mla", 0) == 0;
+            AttnCase c{entries[i].layout, entries[i].dtype, {2, 45}, {1, 3}, mla ? 1u : 2u, 4, 2, 1, 2, 2, 8, 3,
+                       1u + (uint32_t)(k % 2)};
+            c.q_dtype = combos[k][0];
+            c.out_dtype = combos[k][1];
+            attn_case(c);
         }
 }
 
@@ -1312,6 +1398,145 @@ void test_reduce(void **state)
     }
 }
 
+/*
+ * The row kernels' activation dtypes: kv_append from bf16/fp16 sources (stored as
+ * the rounded source value), merge from bf16 sources into fp16, lse_scale of fp16
+ * rows in place, reduce of bf16 arrays (fp32 sum in order, rounded once).
+ */
+void test_rows_act_dtypes(void **state)
+{
+    (void)state;
+    test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0xd7e6);
+    for (uint32_t sd = DCPK_BF16; sd <= DCPK_FP16; sd++) { // kv_append into an fp32 cache: exact
+        const uint32_t tokens = 3, heads = 2, kd = 24, bs = 4;
+        std::vector<float> val(tokens * heads * kd);
+        std::vector<unsigned char> src(val.size() * 2), kc(2 * heads * bs * kd * 4, 0xAB);
+        for (size_t i = 0; i < val.size(); i++) {
+            val[i] = act_round(sd, (float)test_rng_unit(&rng) * 5.f);
+            dcpk_store_as(src.data(), i, sd, val[i]);
+        }
+        const int64_t slots[tokens] = {6, -1, 1};
+        dcpk_kv_append_params p{};
+        p.k_cache = addr(kc.data());
+        p.k_src = addr(src.data());
+        p.slots = addr(slots);
+        p.num_tokens = tokens;
+        p.num_kv_heads = heads;
+        p.k_dim = kd;
+        p.block_size = bs;
+        p.dtype = DCPK_FP32;
+        p.inv_scale = 1.f;
+        p.src_dtype = sd;
+        launch(dcpk_kv_append, p, dim3(2), dim3(dcpk::kBlock_kv_append));
+        for (uint32_t t = 0; t < tokens; t++)
+            for (uint32_t h = 0; h < heads && slots[t] >= 0; h++) {
+                const uint64_t s = (uint64_t)slots[t], row = (s / bs * heads + h) * bs + s % bs;
+                for (uint32_t d = 0; d < kd; d++)
+                    assert_true(decode(kc.data(), row * kd + d, DCPK_FP32) == val[(t * heads + h) * kd + d]);
+            }
+    }
+    { // merge: bf16 sources, fp16 output
+        const uint32_t n = 3, rows = 4, vd = 150;
+        std::vector<float> o(n * rows * vd), lse(n * rows);
+        std::vector<unsigned char> src(o.size() * 2), out(rows * vd * 2);
+        for (size_t i = 0; i < lse.size(); i++)
+            lse[i] = i % 5 == 2 ? -INFINITY : (float)(test_rng_unit(&rng) * 4.0);
+        for (size_t i = 0; i < o.size(); i++) {
+            o[i] = act_round(DCPK_BF16, (float)test_rng_unit(&rng) * 3.f);
+            dcpk_store_as(src.data(), i, DCPK_BF16, o[i]);
+        }
+        dcpk_merge_params m{};
+        m.src_o = addr(src.data());
+        m.src_lse = addr(lse.data());
+        m.out = addr(out.data());
+        m.src_stride_o = rows * vd;
+        m.src_stride_lse = rows;
+        m.n_src = n;
+        m.rows = rows;
+        m.rows_per_chunk = rows;
+        m.v_dim = vd;
+        m.src_dtype = DCPK_BF16;
+        m.out_dtype = DCPK_FP16;
+        launch(dcpk_merge, m, dim3(rows), dim3(dcpk::kBlock_merge));
+        for (uint32_t r = 0; r < rows; r++) {
+            float row_lse[3];
+            for (uint32_t s = 0; s < n; s++)
+                row_lse[s] = lse[s * rows + r];
+            const double lam = ref_lambda(row_lse, (int)n);
+            for (uint32_t d = 0; d < vd; d++) {
+                double want = 0;
+                for (uint32_t s = 0; s < n; s++)
+                    if (row_lse[s] != -INFINITY)
+                        want += std::exp(row_lse[s] - lam) * o[(s * rows + r) * vd + d];
+                const double got = decode(out.data(), (uint64_t)r * vd + d, DCPK_FP16);
+                if (!(std::fabs(got - want) <= 0x1p-11 * std::fabs(want) + 1e-6))
+                    fail_msg("merge bf16 -> fp16 row %u [%u] = %g, want %g", r, d, got, want);
+            }
+        }
+    }
+    { // lse_scale: fp16 rows scaled in place
+        const uint32_t n = 2, rows = 4, vd = 70;
+        std::vector<float> lse(n * rows), o(rows * vd);
+        std::vector<unsigned char> buf(o.size() * 2);
+        for (size_t i = 0; i < lse.size(); i++)
+            lse[i] = (float)(test_rng_unit(&rng) * 4.0);
+        for (size_t i = 0; i < o.size(); i++) {
+            o[i] = act_round(DCPK_FP16, (float)test_rng_unit(&rng) * 3.f);
+            dcpk_store_as(buf.data(), i, DCPK_FP16, o[i]);
+        }
+        dcpk_lse_scale_params p{};
+        p.lse_all = addr(lse.data());
+        p.o = addr(buf.data());
+        p.n_src = n;
+        p.self = 1;
+        p.rows = rows;
+        p.rows_per_chunk = 2;
+        p.own_chunk = 1;
+        p.v_dim = vd;
+        p.o_dtype = DCPK_FP16;
+        launch(dcpk_lse_scale, p, dim3(rows), dim3(dcpk::kBlock_lse_scale));
+        for (uint32_t r = 0; r < rows; r++) {
+            const float row_lse[2] = {lse[r], lse[rows + r]};
+            const double w = std::exp(lse[rows + r] - ref_lambda(row_lse, 2));
+            for (uint32_t d = 0; d < vd; d++) {
+                const double want = w * o[r * vd + d], got = decode(buf.data(), (uint64_t)r * vd + d, DCPK_FP16);
+                if (!(std::fabs(got - want) <= 0x1p-11 * std::fabs(want) + 1e-6))
+                    fail_msg("lse_scale fp16 row %u [%u] = %g, want %g", r, d, got, want);
+            }
+        }
+    }
+    { // reduce: bf16 arrays
+        const uint64_t count = 1300, offset = 5;
+        std::vector<float> v[3];
+        std::vector<unsigned char> raw[3], dst(count * 2);
+        uint64_t ptrs[3];
+        for (int s = 0; s < 3; s++) {
+            v[s].resize(count + offset);
+            raw[s].resize((count + offset) * 2);
+            for (uint64_t i = 0; i < count + offset; i++) {
+                v[s][i] = act_round(DCPK_BF16, (float)test_rng_unit(&rng) * 50.f);
+                dcpk_store_as(raw[s].data(), i, DCPK_BF16, v[s][i]);
+            }
+            ptrs[s] = addr(raw[s].data());
+        }
+        dcpk_reduce_params p{};
+        p.dst = addr(dst.data());
+        p.src_ptrs = addr(ptrs);
+        p.src_offset = offset;
+        p.count = count;
+        p.n_src = 3;
+        p.dtype = DCPK_BF16;
+        launch(dcpk_reduce, p, dim3(2), dim3(dcpk::kBlock_reduce));
+        for (uint64_t i = 0; i < count; i++) {
+            float want = 0.f;
+            for (int s = 0; s < 3; s++)
+                want += v[s][offset + i];
+            assert_true(decode(dst.data(), i, DCPK_BF16) == act_round(DCPK_BF16, want));
+        }
+    }
+}
+
 } // namespace
 
 int main()
@@ -1326,6 +1551,7 @@ int main()
         cmocka_unit_test(test_gqa_shapes),
         cmocka_unit_test(test_mla_shapes),
         cmocka_unit_test(test_page_sizes),
+        cmocka_unit_test(test_act_dtypes),
         cmocka_unit_test(test_mla_tc_random),
         cmocka_unit_test(test_mla_tc_mutants),
         cmocka_unit_test(test_gqa_tc_random),
@@ -1337,6 +1563,7 @@ int main()
         cmocka_unit_test(test_fill),
         cmocka_unit_test(test_reduce),
         cmocka_unit_test(test_uv_proj),
+        cmocka_unit_test(test_rows_act_dtypes),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

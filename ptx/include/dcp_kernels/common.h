@@ -72,4 +72,14 @@ enum {
 DCPK_DTYPES(DCPK_DTYPE_WIRE_FIRST_)
 #undef DCPK_DTYPE_WIRE_FIRST_
 
+/**
+ * Whether a dtype may hold activations: queries, outputs, partial outputs and the
+ * K/V rows appended (fp32, bf16, fp16: the wire dtypes, the rows marked wire above).
+ * The kernels refuse any other value in their activation dtype fields (params.h).
+ */
+DCPK_HD int dcpk_act_dtype_ok(uint32_t dtype)
+{
+    return dtype < (uint32_t)DCPK_WIRE_DTYPE_COUNT;
+}
+
 #endif /* DCPK_COMMON_H */

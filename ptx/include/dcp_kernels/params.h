@@ -17,10 +17,20 @@
  *   one attention call are split into chunks of heads_per_chunk heads (one chunk
  *   per destination rank of the DCP group; a single chunk when dcp = 1). Row
  *   (chunk c, query token t, head h) of an array with row length D lives at
- *   base + c * chunk_stride + (t * heads_per_chunk + h) * D, strides in floats.
+ *   base + c * chunk_stride + (t * heads_per_chunk + h) * D, in elements of that array.
  *   Gathered head g = c * heads_per_chunk + h.
- * Queries and outputs are fp32; LSE is the natural log of the softmax
- * denominator, fp32, -INFINITY when no key is visible.
+ * Activation dtypes: queries, outputs, partial outputs and the K/V rows appended are
+ *   fp32, bf16 or fp16 (dcpk_act_dtype_ok), each array's dtype given by a field of its
+ *   kernel's params; the kernels convert in their loads (to fp32, exact) and stores
+ *   (from fp32, round to nearest even, dcp_kernels/convert.h) and compute in fp32.
+ *   A kernel that gets any other value in such a field does nothing (its CPU
+ *   implementation too; the CUDA backend refuses the launch, cuda_launch_check.c).
+ *   LSE is always fp32: the natural log of the softmax denominator, -INFINITY when
+ *   no key is visible; the split-KV workspace (ws_o, ws_lse) is fp32 too.
+ * Strides and offsets are counted in elements of the array they index (fp32 for an
+ *   LSE array, the activation dtype for a q/out array), never in bytes: where one
+ *   buffer packs outputs and LSEs (a2a chunks), the caller keeps every chunk and
+ *   every LSE offset a whole number of elements of both arrays.
  * Query token t of sequence b (q_start[b] <= t < q_start[b+1]) has global position
  *   seq_lens[b] - (q_start[b+1] - q_start[b]) + (t - q_start[b]) and sees every key
  *   at a global position <= its own (causal mask in global positions).
@@ -35,8 +45,8 @@
 struct dcpk_kv_append_params {
     uint64_t k_cache;      ///< Layer's K pages (dtype).
     uint64_t v_cache;      ///< Layer's V pages (dtype); 0 for MLA (V is part of K).
-    uint64_t k_src;        ///< fp32 [num_tokens][num_kv_heads][k_dim].
-    uint64_t v_src;        ///< fp32 [num_tokens][num_kv_heads][v_dim]; 0 for MLA.
+    uint64_t k_src;        ///< src_dtype [num_tokens][num_kv_heads][k_dim].
+    uint64_t v_src;        ///< src_dtype [num_tokens][num_kv_heads][v_dim]; 0 for MLA.
     uint64_t slots;        ///< int64 [num_tokens]: page * block_size + offset, or -1 (not stored on this rank: skipped).
     uint32_t num_tokens;   ///< Tokens in this call.
     uint32_t num_kv_heads; ///< KV heads stored on this rank.
@@ -45,7 +55,7 @@ struct dcpk_kv_append_params {
     uint32_t block_size;   ///< Tokens per page.
     uint32_t dtype;        ///< enum dcpk_dtype of the cache.
     float inv_scale;       ///< fp8: stored = fp8_satfinite(value * inv_scale) (= 1 / kv_scale), rounded to nearest even (dcp_kernels/convert.h); ignored otherwise.
-    uint32_t pad0;
+    uint32_t src_dtype;    ///< enum dcpk_dtype of k_src and v_src (an activation dtype; read as fp32 exactly, then stored as dtype).
 };
 DCPK_STATIC_ASSERT(sizeof(struct dcpk_kv_append_params) == 72, "kv_append ABI");
 
@@ -90,18 +100,18 @@ enum dcpk_precision {
 
 /** Paged decode attention parameters (see above). */
 struct dcpk_attn_params {
-    uint64_t q;                 ///< fp32 queries, chunked layout, row length qk_dim.
+    uint64_t q;                 ///< q_dtype queries, chunked layout, row length qk_dim.
     uint64_t k_cache;           ///< Layer's K pages.
     uint64_t v_cache;           ///< Layer's V pages (== k_cache for MLA).
     uint64_t block_table;       ///< int32 [batch][max_blocks] page ids.
     uint64_t seq_lens;          ///< int32 [batch] global context length (this step's tokens included).
     uint64_t q_start;           ///< int32 [batch + 1] prefix sums of query tokens per sequence.
-    uint64_t out;               ///< fp32 output, chunked layout, row length v_dim.
+    uint64_t out;               ///< out_dtype output, chunked layout, row length v_dim (num_splits == 1).
     uint64_t lse;               ///< fp32 LSE, chunked layout, row length 1.
     uint64_t ws_o;              ///< fp32 split partial outputs (num_splits > 1).
     uint64_t ws_lse;            ///< fp32 split partial LSEs (num_splits > 1).
-    uint64_t q_chunk_stride;    ///< Floats between query chunks.
-    uint64_t out_chunk_stride;  ///< Floats between output chunks.
+    uint64_t q_chunk_stride;    ///< Elements (of q_dtype) between query chunks.
+    uint64_t out_chunk_stride;  ///< Elements (of out_dtype) between output chunks.
     uint64_t lse_chunk_stride;  ///< Floats between LSE chunks.
     uint64_t ws_split_stride_o; ///< Floats between splits in ws_o.
     uint64_t ws_split_stride_lse; ///< Floats between splits in ws_lse.
@@ -124,9 +134,11 @@ struct dcpk_attn_params {
     float scale;                ///< Softmax scale applied to q.k.
     float kv_scale;             ///< fp8: value = stored * kv_scale (in fp32); ignored for other dtypes.
     uint32_t precision;         ///< enum dcpk_precision of the tensor-core entries; the others ignore it.
+    uint32_t q_dtype;           ///< enum dcpk_dtype of q (an activation dtype), converted to fp32 as it is loaded.
+    uint32_t out_dtype;         ///< enum dcpk_dtype of out (an activation dtype), rounded to it as it is stored; ws_o is fp32 whatever it is.
     uint32_t pad0;
 };
-DCPK_STATIC_ASSERT(sizeof(struct dcpk_attn_params) == 200, "attn ABI");
+DCPK_STATIC_ASSERT(sizeof(struct dcpk_attn_params) == 208, "attn ABI");
 
 /* ------------------------------------------------------------------------- */
 /**
@@ -136,7 +148,9 @@ DCPK_STATIC_ASSERT(sizeof(struct dcpk_attn_params) == 200, "attn ABI");
  *   out_r = sum_s w_s * o_s with w_s = exp(lse_s - Lambda) over the sources whose
  *   lse_s is not -inf (empty: skipped, their o_s never read). All -inf (or n_src = 0):
  *   out_r = 0, out_lse_r = -inf. Any lse_s NaN or +inf: out_lse_r and all of out_r NaN.
- * Source row r: src_o + s * src_stride_o + r * v_dim, src_lse + s * src_stride_lse + r.
+ * Source row r: src_o + s * src_stride_o + r * v_dim (elements of src_dtype),
+ * src_lse + s * src_stride_lse + r (floats); the sum is accumulated in fp32 and
+ * rounded to out_dtype once per element as it is stored.
  * out must not overlap the sources (the merge accumulates in out). Helpers with
  * these rules for both backends: dcp_kernels/merge.h.
  * Output row r = c * rows_per_chunk + i: out + c * out_chunk_stride + i * v_dim and
@@ -144,59 +158,65 @@ DCPK_STATIC_ASSERT(sizeof(struct dcpk_attn_params) == 200, "attn ABI");
  * Work item = row; grid = (rows).
  */
 struct dcpk_merge_params {
-    uint64_t src_o;
-    uint64_t src_lse;
-    uint64_t out;
-    uint64_t out_lse;
-    uint64_t src_stride_o;        ///< Floats between sources' outputs.
+    uint64_t src_o;               ///< src_dtype partial outputs.
+    uint64_t src_lse;             ///< fp32 partial LSEs.
+    uint64_t out;                 ///< out_dtype merged output.
+    uint64_t out_lse;             ///< fp32 merged LSE, or 0.
+    uint64_t src_stride_o;        ///< Elements (of src_dtype) between sources' outputs.
     uint64_t src_stride_lse;      ///< Floats between sources' LSEs.
-    uint64_t out_chunk_stride;    ///< Floats between output chunks.
+    uint64_t out_chunk_stride;    ///< Elements (of out_dtype) between output chunks.
     uint64_t out_lse_chunk_stride;///< Floats between output LSE chunks.
     uint32_t n_src;
     uint32_t rows;
     uint32_t rows_per_chunk;      ///< Rows per output chunk (= rows for one chunk).
     uint32_t v_dim;
+    uint32_t src_dtype;           ///< enum dcpk_dtype of src_o (an activation dtype).
+    uint32_t out_dtype;           ///< enum dcpk_dtype of out (an activation dtype).
 };
-DCPK_STATIC_ASSERT(sizeof(struct dcpk_merge_params) == 80, "merge ABI");
+DCPK_STATIC_ASSERT(sizeof(struct dcpk_merge_params) == 88, "merge ABI");
 
 /* ------------------------------------------------------------------------- */
 /**
  * The ag_rs correction: with every rank's LSEs gathered as lse_all[n_src][rows]
  * (rows in this rank's chunked order), computes Lambda_r as in dcpk_merge and scales
- * this rank's partial output row r (o + r * v_dim) in place by exp(lse_all[self][r] - Lambda_r)
+ * this rank's partial output row r (o + r * v_dim elements of o_dtype) in place by
+ * exp(lse_all[self][r] - Lambda_r) (computed in fp32, rounded to o_dtype once)
  * (the row is set to 0, not multiplied, where that LSE is -inf; NaN where Lambda_r is,
  * i.e. where any rank's LSE is NaN or +inf). Rows of chunk own_chunk (rows
  * [own_chunk * rows_per_chunk, +rows_per_chunk)) also get out_lse[i] = Lambda (if out_lse != 0).
  * A ReduceScatter (sum) of o then yields the merged output. Work item = row.
  */
 struct dcpk_lse_scale_params {
-    uint64_t lse_all;
-    uint64_t o;
-    uint64_t out_lse;
+    uint64_t lse_all;  ///< fp32 [n_src][rows].
+    uint64_t o;        ///< o_dtype [rows][v_dim], scaled in place.
+    uint64_t out_lse;  ///< fp32 [rows_per_chunk], or 0.
     uint32_t n_src;
     uint32_t self;
     uint32_t rows;
     uint32_t rows_per_chunk;
     uint32_t own_chunk;
     uint32_t v_dim;
+    uint32_t o_dtype;  ///< enum dcpk_dtype of o (an activation dtype).
+    uint32_t pad0;
 };
-DCPK_STATIC_ASSERT(sizeof(struct dcpk_lse_scale_params) == 48, "lse_scale ABI");
+DCPK_STATIC_ASSERT(sizeof(struct dcpk_lse_scale_params) == 56, "lse_scale ABI");
 
 /* ------------------------------------------------------------------------- */
 /**
  * Sum reduction used by virtual-rank ReduceScatter: dst[i] = sum_s src_s[i] for
- * i < count, summing sources in order s = 0..n_src-1 (deterministic), where src_s
- * is the fp32 array at address ((const uint64_t *)src_ptrs)[s] + src_offset floats.
+ * i < count, summing sources in order s = 0..n_src-1 (deterministic) in fp32 and
+ * rounding the sum to dtype once, where src_s is the array of dtype at address
+ * ((const uint64_t *)src_ptrs)[s] + src_offset elements; dst is of dtype too.
  * dst may be one of the src_s (same elements: in place); no other overlap.
  * Work item = 1024-element block of i.
  */
 struct dcpk_reduce_params {
     uint64_t dst;
     uint64_t src_ptrs;   ///< uint64 [n_src] source base addresses (device memory).
-    uint64_t src_offset; ///< Floats added to every source address.
+    uint64_t src_offset; ///< Elements (of dtype) added to every source address.
     uint64_t count;
     uint32_t n_src;
-    uint32_t pad0;
+    uint32_t dtype;      ///< enum dcpk_dtype of the sources and dst (an activation dtype).
 };
 DCPK_STATIC_ASSERT(sizeof(struct dcpk_reduce_params) == 40, "reduce ABI");
 

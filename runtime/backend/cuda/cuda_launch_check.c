@@ -15,6 +15,9 @@ static int aligned(uint64_t addr, uint64_t to) { return addr % to == 0; }
 
 static int known_dtype(uint32_t dtype) { return dtype < DCPK_DTYPE_COUNT; }
 
+/* The kernels do nothing with another activation dtype (params.h). */
+static int act_dtypes_ok(uint32_t a, uint32_t b) { return dcpk_act_dtype_ok(a) && dcpk_act_dtype_ok(b); }
+
 /* Mirrors attn_launch_ok (ptx/kernels/attn.cuh), plus the head split. */
 static const char *attn_problem(const struct dcpk_attn_variant *v, uint32_t threads, uint32_t smem,
                                 const struct dcpk_attn_params *p)
@@ -37,7 +40,10 @@ static const char *attn_problem(const struct dcpk_attn_variant *v, uint32_t thre
         return "a zero size";
     if (p->num_heads % p->num_kv_heads != 0)
         return "query heads not a multiple of the KV heads";
-    if (!aligned(p->q | p->out | p->lse | p->ws_o | p->ws_lse, 4) ||
+    if (!act_dtypes_ok(p->q_dtype, p->out_dtype))
+        return "unknown activation dtype (q or out)";
+    if (!aligned(p->q, dcpk_dtype_size(p->q_dtype)) || !aligned(p->out, dcpk_dtype_size(p->out_dtype)) ||
+        !aligned(p->lse | p->ws_o | p->ws_lse, 4) ||
         !aligned(p->block_table | p->seq_lens | p->q_start, 4))
         return "misaligned buffer";
     if (p->precision > DCPK_PRECISION_EXACT)
@@ -57,26 +63,36 @@ const char *cuda_launch_problem(const struct dcpk_attn_variant *attn, enum dcpk_
         const struct dcpk_kv_append_params *p = params;
         if (!known_dtype(p->dtype))
             return "unknown dtype";
-        if (!aligned(p->k_cache | p->v_cache, dcpk_dtype_size(p->dtype)) || !aligned(p->k_src | p->v_src, 4) ||
+        if (!act_dtypes_ok(p->src_dtype, p->src_dtype))
+            return "unknown activation dtype (k/v source)";
+        if (!aligned(p->k_cache | p->v_cache, dcpk_dtype_size(p->dtype)) ||
+            !aligned(p->k_src | p->v_src, dcpk_dtype_size(p->src_dtype)) ||
             !aligned(p->slots, 8))
             return "misaligned buffer";
         return p->block_size ? NULL : "a zero size";
     }
     case DCPK_KERNEL_merge: {
         const struct dcpk_merge_params *p = params;
-        if (!aligned(p->src_o | p->src_lse | p->out | p->out_lse, 4))
+        if (!act_dtypes_ok(p->src_dtype, p->out_dtype))
+            return "unknown activation dtype (source or output)";
+        if (!aligned(p->src_o, dcpk_dtype_size(p->src_dtype)) || !aligned(p->out, dcpk_dtype_size(p->out_dtype)) ||
+            !aligned(p->src_lse | p->out_lse, 4))
             return "misaligned buffer";
         return p->rows_per_chunk || !p->rows ? NULL : "a zero size";
     }
     case DCPK_KERNEL_lse_scale: {
         const struct dcpk_lse_scale_params *p = params;
-        if (!aligned(p->lse_all | p->o | p->out_lse, 4))
+        if (!act_dtypes_ok(p->o_dtype, p->o_dtype))
+            return "unknown activation dtype (o)";
+        if (!aligned(p->lse_all | p->out_lse, 4) || !aligned(p->o, dcpk_dtype_size(p->o_dtype)))
             return "misaligned buffer";
         return p->rows_per_chunk || !p->rows ? NULL : "a zero size";
     }
     case DCPK_KERNEL_reduce: {
         const struct dcpk_reduce_params *p = params;
-        return aligned(p->dst, 4) && aligned(p->src_ptrs, 8) ? NULL : "misaligned buffer";
+        if (!act_dtypes_ok(p->dtype, p->dtype))
+            return "unknown activation dtype";
+        return aligned(p->dst, dcpk_dtype_size(p->dtype)) && aligned(p->src_ptrs, 8) ? NULL : "misaligned buffer";
     }
     case DCPK_KERNEL_fill: {
         const struct dcpk_fill_params *p = params;
