@@ -24,12 +24,16 @@ struct dcp_synth_desc {
     uint32_t dim;             ///< Values per head.
     uint32_t head_offset;     ///< Global index of the first head (so TP shards agree).
     float amplitude;          ///< Values are uniform in [-amplitude, amplitude).
+    enum dcp_dtype dtype;     ///< Element type of dst: DCP_DTYPE_FP32 (0, the default), _BF16 or _FP16
+                              ///< (e.g. an engine's act_dtype); each value is rounded once to it (to
+                              ///< nearest even). fp8 or another value: DCP_EINVAL.
 };
 
 /**
- * Fills fp32 dst[rows][heads][dim] with seeded values on the backend (no host
- * traffic): element (r, h, d) = amplitude * u(seed, key_r, head_offset + h, d), the
- * same generator as dcp_synth_value().
+ * Fills dst[rows][heads][dim] (elements of desc->dtype) with seeded values on the
+ * backend (no host traffic): element (r, h, d) = amplitude * u(seed, key_r,
+ * head_offset + h, d), the same generator as dcp_synth_value(), rounded to the dtype
+ * (dcp_dtype_round(dtype, value, 1)).
  */
 DCP_API int dcp_rank_fill_synthetic(dcp_rank *rank, void *dst, const struct dcp_synth_desc *desc);
 

@@ -476,6 +476,9 @@ DCP_API int dcp_rank_fill_synthetic(dcp_rank *r, void *dst, const struct dcp_syn
         return err;
     if (!dst || !d)
         return dcp_error(DCP_EINVAL, "fill_synthetic: dst and desc are required");
+    if (!dcpk_act_dtype_ok((uint32_t)d->dtype))
+        return dcp_error(DCP_EINVAL, "fill_synthetic: dtype=%s (%d): fp32, bf16 or fp16", dcp_dtype_name(d->dtype),
+                         (int)d->dtype);
     if (d->rows == 0)
         return DCP_OK;
     const struct dcpk_fill_params p = {
@@ -487,7 +490,7 @@ DCP_API int dcp_rank_fill_synthetic(dcp_rank *r, void *dst, const struct dcp_syn
         .heads = d->heads,
         .dim = d->dim,
         .head_offset = d->head_offset,
-        .dtype = DCPK_FP32,
+        .dtype = (uint32_t)d->dtype,
         .amplitude = d->amplitude,
         .inv_scale = 1.0f,
     };

@@ -1,6 +1,6 @@
 /*
  * example_graph.c: a GPU engine's decode step on its own CUDA stream, captured
- * once in a CUDA graph and replayed while the sequences grow, as in
+ * once in a CUDA graph and replayed while the sequences grow, with bf16 tensors, as in
  * docs/embedding.md ("Your stream and CUDA graphs"). Built against the public API
  * and run as a test on the test doubles (DCP_CUDA_LIBRARY names the fake
  * libcuda, which captures and replays like the driver).
@@ -91,7 +91,7 @@ static int project(dcp_rank *rank, struct step *s, uint32_t layer, bool queries)
     const struct dcp_synth_desc d = {
         .seed = 2 * layer + queries, .row_keys = dcp_rank_step_token_keys(rank), .rows = s->tokens,
         .heads = queries ? s->info.q_heads_per_rank : s->info.kv_heads_per_rank, .dim = s->info.qk_dim,
-        .head_offset = queries ? q0 : kv0, .amplitude = 1.0f};
+        .head_offset = queries ? q0 : kv0, .amplitude = 1.0f, .dtype = s->info.act_dtype};
     return dcp_rank_fill_synthetic(rank, queries ? s->q[r] : s->kv[r], &d);
 }
 
@@ -150,6 +150,7 @@ int main(void)
     params.max_context = 512;
     params.kv_budget_bytes = 8e6;
     params.graphs = true; /* fixed block-table stride and split count: captured steps replay */
+    params.act_dtype = DCP_DTYPE_BF16; /* q, new latents and out in bf16; LSE in fp32 */
     if (!err)
         err = dcp_engine_create(&params, &engine);
     if (err == DCP_ENODRIVER || err == DCP_ENODEVICE || err == DCP_ENOTSUP) {
@@ -170,14 +171,14 @@ int main(void)
         err = DCP_ECUDA;
     for (uint32_t r = 0; r < 2 && !err; r++) {
         dcp_rank *rank = dcp_engine_rank(engine, r);
-        const size_t T = params.max_step_tokens, H = s.info.q_heads_per_rank, f = sizeof(float);
+        const size_t T = params.max_step_tokens, H = s.info.q_heads_per_rank, a = sizeof(uint16_t), f = sizeof(float);
         if (drv.stream_create(&streams[r], 1 /* CU_STREAM_NON_BLOCKING */))
             err = DCP_ECUDA;
         if (!err)
             err = dcp_rank_set_stream(rank, streams[r]);
-        if (!err && !(err = dcp_rank_alloc(rank, T * H * s.info.qk_dim * f, &s.q[r])) &&
-            !(err = dcp_rank_alloc(rank, T * s.info.kv_heads_per_rank * s.info.qk_dim * f, &s.kv[r])) &&
-            !(err = dcp_rank_alloc(rank, T * H * s.info.v_dim * f, &s.out[r])))
+        if (!err && !(err = dcp_rank_alloc(rank, T * H * s.info.qk_dim * a, &s.q[r])) &&
+            !(err = dcp_rank_alloc(rank, T * s.info.kv_heads_per_rank * s.info.qk_dim * a, &s.kv[r])) &&
+            !(err = dcp_rank_alloc(rank, T * H * s.info.v_dim * a, &s.out[r])))
             err = dcp_rank_alloc(rank, T * H * f, &s.lse[r]);
     }
 
@@ -224,16 +225,21 @@ int main(void)
     }
 
     /* The caller reads the result after its stream got there. */
+    uint16_t bits[4] = {0};
     float out[4], lse = NAN;
     if (!err && drv.stream_sync(streams[0]))
         err = DCP_ECUDA;
-    if (!err && !(err = dcp_rank_download(dcp_engine_rank(engine, 0), out, s.out[0], sizeof(out))))
+    if (!err && !(err = dcp_rank_download(dcp_engine_rank(engine, 0), bits, s.out[0], sizeof(bits))))
         err = dcp_rank_download(dcp_engine_rank(engine, 0), &lse, s.lse[0], sizeof(lse));
+    for (int i = 0; i < 4; i++) { /* bf16 is the top half of an fp32 */
+        const uint32_t w = (uint32_t)bits[i] << 16;
+        memcpy(&out[i], &w, sizeof(w));
+    }
     if (!err) {
         printf("%s: %d decode steps replayed from one captured graph, %d of another shape run eagerly; "
                "out[0][0][0..3] = %.4f %.4f %.4f %.4f, lse = %.4f\n", s.info.backend, replayed, eager, out[0], out[1],
                out[2], out[3], lse);
-        if (!isfinite(lse) || replayed != 10 || eager != 1)
+        if (!isfinite(lse) || !isfinite(out[0]) || s.info.act_dtype != DCP_DTYPE_BF16 || replayed != 10 || eager != 1)
             err = DCP_EINVAL;
     }
 out:

@@ -15,6 +15,8 @@
 #include <time.h>
 
 #include "dcp/plan.h"
+#include "dcp/synthetic.h"
+#include "dcp_kernels/convert.h"
 #include "dcp/serve.h"
 #include "engine_fixture.h"
 #include "test_util.h"
@@ -336,6 +338,53 @@ static void test_w_uv_matches_deployment(void **state)
     free(w);
     dcp_deployment_destroy(&uv);
     dcp_deployment_destroy(&plain);
+}
+
+/* dcp_rank_fill_synthetic() writes desc->dtype elements: each the generator's value
+ * rounded once (dcp_dtype_round), bit for bit on every backend; fp8 and unknown
+ * dtypes are refused without writing. */
+static void test_fill_synthetic_dtypes(void **state)
+{
+    (void)state;
+    struct fixture_shape s = default_shape();
+    dcp_deployment *dep = fixture_deployment(&s);
+    const struct fixture_limits lim = {.dcp = 1, .num_blocks = 8, .max_batch = 2, .max_query_tokens = 4,
+                                       .max_context = 64};
+    dcp_engine *e = fixture_engine_with(dep, &lim);
+    dcp_rank *r = dcp_engine_rank(e, 0);
+    enum { ROWS = 3, HEADS = 2, DIM = 5, N = ROWS * HEADS * DIM };
+    void *dst = NULL;
+    assert_int_equal(dcp_rank_alloc(r, N * sizeof(float), &dst), DCP_OK);
+    const enum dcp_dtype dts[] = {DCP_DTYPE_FP32, DCP_DTYPE_BF16, DCP_DTYPE_FP16};
+    for (size_t k = 0; k < 3; k++) {
+        const struct dcp_synth_desc d = {.seed = 9, .key_base = 40, .rows = ROWS, .heads = HEADS, .dim = DIM,
+                                         .head_offset = 3, .amplitude = 0.75f, .dtype = dts[k]};
+        unsigned char raw[N * sizeof(float)];
+        memset(raw, 0, sizeof(raw));
+        assert_int_equal(dcp_rank_upload(r, dst, raw, sizeof(raw)), DCP_OK);
+        assert_int_equal(dcp_rank_fill_synthetic(r, dst, &d), DCP_OK);
+        assert_int_equal(dcp_rank_download(r, raw, dst, sizeof(raw)), DCP_OK);
+        for (uint32_t i = 0; i < N; i++) {
+            const uint32_t row = i / (HEADS * DIM), h = i / DIM % HEADS, j = i % DIM;
+            const float want = dcp_dtype_round(dts[k], 0.75f * dcp_synth_value(9, 40 + row, 3 + h, j), 1.0f);
+            const float got = dcpk_load_as_f32(raw, i, (uint32_t)dts[k]);
+            if (memcmp(&want, &got, sizeof(float)))
+                fail_msg("%s element %u: %a, expected %a", dcp_dtype_name(dts[k]), i, got, want);
+        }
+        /* Nothing past the N elements of that dtype was written. */
+        const size_t used = (size_t)N * dcpk_dtype_size((uint32_t)dts[k]);
+        for (size_t b = used; b < sizeof(raw); b++)
+            assert_int_equal(raw[b], 0);
+    }
+    const enum dcp_dtype bad[] = {DCP_DTYPE_FP8_E4M3, (enum dcp_dtype)7};
+    for (size_t k = 0; k < 2; k++) {
+        const struct dcp_synth_desc d = {.rows = ROWS, .heads = HEADS, .dim = DIM, .amplitude = 1, .dtype = bad[k]};
+        assert_int_equal(dcp_rank_fill_synthetic(r, dst, &d), DCP_EINVAL);
+        assert_non_null(strstr(dcp_last_error(), "fill_synthetic: dtype="));
+    }
+    dcp_rank_free(r, dst);
+    dcp_engine_destroy(&e);
+    dcp_deployment_destroy(&dep);
 }
 
 /* act_dtype: fp8 (a KV cache format, not an activation one) and unknown values are
@@ -802,6 +851,7 @@ int main(void)
         cmocka_unit_test(test_kv_budget_validated),
         cmocka_unit_test(test_w_uv_matches_deployment),
         cmocka_unit_test(test_act_dtype_validated),
+        cmocka_unit_test(test_fill_synthetic_dtypes),
         cmocka_unit_test(test_fork_prefix_read_only),
         cmocka_unit_test(test_stale_ids),
         cmocka_unit_test(test_argument_errors_keep_engine),
