@@ -173,6 +173,7 @@ struct dcp_engine_info {
     uint32_t max_seqs;            ///< In use (defaults applied).
     uint64_t max_context;         ///< In use (defaults applied).
     enum dcp_dtype act_dtype;     ///< Element type of q, k, v and out (dcp_engine_params.act_dtype).
+    enum dcp_dtype comm_dtype;    ///< Wire type of the gathered queries and partial outputs (parallel.comm_dtype).
 };
 
 /** One step's batch: the sequences decoded together and their query tokens. */

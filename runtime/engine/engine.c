@@ -618,6 +618,7 @@ DCP_API void dcp_engine_get_info(const dcp_engine *e, struct dcp_engine_info *in
         .max_seqs = e->max_seqs,
         .max_context = e->max_context,
         .act_dtype = (enum dcp_dtype)e->act_dtype,
+        .comm_dtype = (enum dcp_dtype)e->part_dtype,
     };
 }
 

@@ -498,6 +498,9 @@ static void test_comm_dtypes(void **state)
                 char label[256];
                 describe(label, sizeof(label), w ? "wire fp16" : "wire bf16", &c.shape);
                 struct harness *h = harness_create(&c, test_seed() + 391u + (uint32_t)n, label);
+                struct dcp_engine_info in;
+                dcp_engine_get_info(harness_engine(h, false), &in);
+                assert_int_equal(in.comm_dtype, wires[w]);
                 uint32_t seqs[2] = {harness_seq_create(h), harness_seq_create(h)};
                 const uint64_t target[2] = {120, 9};
                 prefill(h, &rng, 2, seqs, target, c.max_step_tokens);
