@@ -126,8 +126,11 @@ struct dcp_parallel_config {
                                       ///< (dcp_engine_params.w_uv) before the merge, so the wire carries
                                       ///< v_head_dim values per head instead of kv_lora_rank, and the output is
                                       ///< [T][H_l][v_head_dim]. Default false.
-    enum dcp_dtype comm_dtype;        ///< Wire type of Q and partial outputs in the plan. Used by the planner
-                                      ///< only: the engine moves fp32. Default bf16.
+    enum dcp_dtype comm_dtype;        ///< Wire type of the gathered queries and the partial outputs (fp32, bf16
+                                      ///< or fp16; the LSEs stay fp32), priced by the planner and moved by the
+                                      ///< engine: a 16-bit wire rounds each partial output (and a query of
+                                      ///< another act_dtype) once to it, and the ReduceScatter (ag_rs) sums in
+                                      ///< it. merge_after_uv needs fp32 (DCP_ENOTSUP). Default bf16.
 };
 
 /** How each GPU's memory is budgeted. */

@@ -39,6 +39,11 @@
  *    every gathered head by that head's W_UV (dcp_engine_params.w_uv) before the merge;
  *    out is [T][q_heads_per_rank][v_head_dim] (out_dim = model.v_head_dim). Split-KV
  *    partials are merged in latent space first, so each row is projected once.
+ *  - parallel.comm_dtype (fp32, bf16, fp16): the wire type of the gathered queries and
+ *    the partial outputs (LSEs fp32). A 16-bit wire rounds each partial output once
+ *    (ag_rs: also its LSE-scaled copy and the ReduceScatter's sum) and a query of another
+ *    act_dtype once; with replicate_q no query is on the wire. merge_after_uv needs an
+ *    fp32 wire (DCP_ENOTSUP otherwise).
  *
  * Errors. Every function that can fail returns DCP_OK or a negative DCP_E* code and
  * leaves the reason in dcp_last_error(); every entry clears the calling thread's last
@@ -129,9 +134,11 @@ struct dcp_engine_params {
                                ///< workspace_bytes_per_rank). Default NULL.
     enum dcp_dtype act_dtype;  ///< Element type of q, k, v and out of every rank function ("activations"):
                                ///< DCP_DTYPE_FP32, _BF16 or _FP16; fp8 or an unknown value is DCP_EINVAL.
-                               ///< LSE stays fp32. The all-gathered queries move in this dtype; the partial
-                               ///< outputs the DCP merge exchanges stay fp32. parallel.merge_after_uv needs
-                               ///< fp32 (else DCP_ENOTSUP: the W_UV projection is fp32 only). Default fp32.
+                               ///< LSE stays fp32. The all-gathered queries and the partial outputs the DCP
+                               ///< merge exchanges move in parallel.comm_dtype (the wire's; this rank's
+                               ///< queries are converted to it before the gather when it differs, and the
+                               ///< merge stores out in act_dtype). parallel.merge_after_uv needs fp32 (else
+                               ///< DCP_ENOTSUP: the W_UV projection is fp32 only). Default fp32.
 };
 
 /** What an engine was built with. */
@@ -166,6 +173,7 @@ struct dcp_engine_info {
     uint32_t max_seqs;            ///< In use (defaults applied).
     uint64_t max_context;         ///< In use (defaults applied).
     enum dcp_dtype act_dtype;     ///< Element type of q, k, v and out (dcp_engine_params.act_dtype).
+    enum dcp_dtype comm_dtype;    ///< Wire type of the gathered queries and partial outputs (parallel.comm_dtype).
 };
 
 /** One step's batch: the sequences decoded together and their query tokens. */

@@ -373,8 +373,8 @@ static void print_text(const struct dcp_config *cfg, const struct replay_opts *o
                o->model.kv_efficiency, o->model.gpu_flops, o->model.flops_efficiency);
     else
         printf("Executed: step times are wall times of the engine on this machine; correctness compares one\n"
-               "decode row per request and admission with float64 attention (tolerance %.0e).\n",
-               REPLAY_CHECK_TOLERANCE);
+               "decode row per request and admission with float64 attention (tolerance %.1e).\n",
+               run_check_tolerance(cfg));
 }
 
 static void print_json(const struct dcp_config *cfg, const struct replay_opts *o, const struct dcp_trace *t,

@@ -20,7 +20,6 @@
 /* Tokens one prefill step appends (spread over the requests still filling). */
 #define PREFILL_STEP_TOKENS 8192u
 /* Sampled output rows must match dense attention to this relative L2 error. */
-#define CHECK_TOLERANCE 1e-3
 
 struct run_opts {
     const char *file;
@@ -282,8 +281,8 @@ static void print_text(const struct dcp_config *cfg, const char *path, const str
                (double)r[1].admitted / r[0].admitted,
                r[0].tokens_per_second > 0 ? r[1].tokens_per_second / r[0].tokens_per_second : 0.0);
     printf("Step latency covers KV append and attention over all layers, synthetic Q/K/V generation\n"
-           "included; correctness compares sampled outputs with float64 dense attention (tolerance %.0e).\n",
-           CHECK_TOLERANCE);
+           "included; correctness compares sampled outputs with float64 dense attention (tolerance %.1e).\n",
+           run_check_tolerance(cfg));
 }
 
 static void print_json(const struct dcp_config *cfg, const char *path, const struct run_requests *reqs,
@@ -298,7 +297,7 @@ static void print_json(const struct dcp_config *cfg, const char *path, const str
     json_kv_string(&w, "comm", dcp_comm_scheme_name(cfg->parallel.comm));
     json_kv_uint(&w, "requests_offered", reqs->count);
     json_kv_uint(&w, "q_len", cfg->workload.q_len);
-    json_kv_number(&w, "check_tolerance", CHECK_TOLERANCE);
+    json_kv_number(&w, "check_tolerance", run_check_tolerance(cfg));
     json_key(&w, "layouts");
     json_begin_array(&w);
     for (int i = 0; i < n; i++) {

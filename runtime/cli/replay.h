@@ -12,7 +12,6 @@
 #include "options.h"
 
 /** Sampled output rows must match float64 attention to this relative L2 error. */
-#define REPLAY_CHECK_TOLERANCE 1e-3
 
 /** Options of one replay (both layouts). */
 struct replay_opts {

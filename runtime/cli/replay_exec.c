@@ -274,7 +274,7 @@ static void check_row(struct replay_exec *x, const dcp_sched *s, uint32_t r, uin
     const struct dcp_sched_request_info *in = dcp_sched_request(s, r);
     x->res.rows_cached += in->cached_tokens > 0;
     x->res.rows_preempted += in->preemptions > 0;
-    if (!finite || !(rel <= REPLAY_CHECK_TOLERANCE))
+    if (!finite || !(rel <= run_check_tolerance(x->cfg)))
         x->res.pass = false;
     if (!finite || rel > x->res.max_rel_err)
         x->res.max_rel_err = finite ? rel : INFINITY;

@@ -360,6 +360,12 @@ static uint32_t pick_rows(const struct run_setup *s, uint32_t seq_index, struct 
     return n;
 }
 
+double run_check_tolerance(const struct dcp_config *cfg)
+{
+    const enum dcp_dtype w = cfg->parallel.comm_dtype;
+    return 1e-3 + (w == DCP_DTYPE_BF16 ? 2 * 0x1p-8 : w == DCP_DTYPE_FP16 ? 2 * 0x1p-11 : 0.0);
+}
+
 int run_check_outputs(struct run_setup *s, struct check_result *res)
 {
     if (s->admitted == 0)
@@ -368,7 +374,7 @@ int run_check_outputs(struct run_setup *s, struct check_result *res)
         res->pass = true;
         res->max_rel_err = 0;
     }
-    s->tolerance = 1e-3;
+    s->tolerance = run_check_tolerance(s->cfg);
     const uint32_t qk = s->info.qk_dim, vd = s->info.v_dim;
     const uint32_t cap = s->info.num_local_ranks * 2 * s->q_len;
     struct ref_row *rows = calloc(cap, sizeof(*rows));

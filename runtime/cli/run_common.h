@@ -40,6 +40,15 @@ struct rank_io {
     uint32_t q_head0, kv_head0;
 };
 
+/**
+ * Tolerance of the float64 check (relative L2 per row) for a deployment: 1e-3, plus
+ * 2u for a 16-bit parallel.comm_dtype (u = 2^-8 bf16, 2^-11 fp16, the unit roundoff
+ * bound the kernel tests use): the DCP layout rounds each gathered query once and each
+ * partial output once to the wire dtype, each within u relative; the synthetic scores
+ * are O(1), so the query rounding moves the softmax weights by about u too.
+ */
+double run_check_tolerance(const struct dcp_config *cfg);
+
 /** A run of one layout. */
 struct run_setup {
     dcp_engine *engine;

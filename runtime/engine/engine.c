@@ -82,7 +82,13 @@ static int resolve_shape(struct dcp_engine *e)
         return dcp_error(DCP_EINVAL, "act_dtype=%s (%d): q, k, v and out are fp32, bf16 or fp16",
                          dcp_dtype_name(e->params.act_dtype), (int)e->params.act_dtype);
     e->act_dtype = (uint32_t)e->params.act_dtype;
-    e->part_dtype = DCPK_FP32; /* the partial outputs travel in fp32 */
+    /* parallel.comm_dtype: the wire type of the gathered queries and the partial outputs
+     * (the LSEs stay fp32). The config rules accept fp32, bf16 and fp16 only; enum
+     * dcp_dtype and enum dcpk_dtype share their values. */
+    e->part_dtype = (uint32_t)cfg->parallel.comm_dtype;
+    if (!dcpk_act_dtype_ok(e->part_dtype))
+        return dcp_error(DCP_EINVAL, "parallel.comm_dtype=%s (%d): the wire carries fp32, bf16 or fp16",
+                         dcp_dtype_name(cfg->parallel.comm_dtype), (int)cfg->parallel.comm_dtype);
     e->scale = (float)m->softmax_scale;
     e->kv_scale = (float)m->kv_scale;
     e->comm = cfg->parallel.comm;
@@ -95,6 +101,10 @@ static int resolve_shape(struct dcp_engine *e)
                                                    "[kv_lora_rank][v_head_dim]), which dcp-run run and replay do not have"
                                                  : "engine params give w_uv, but the deployment does not set "
                                                    "parallel.merge_after_uv (an MLA-only option): nothing would use it");
+    if (e->merge_uv && e->dcp > 1 && e->part_dtype != DCPK_FP32)
+        return dcp_error(DCP_ENOTSUP, "parallel.merge_after_uv with comm_dtype=%s: the W_UV projection stores fp32 "
+                         "partial outputs only (so far); set parallel.comm_dtype: fp32 with it",
+                         dcp_dtype_name(cfg->parallel.comm_dtype));
     if (e->merge_uv && e->act_dtype != DCPK_FP32)
         return dcp_error(DCP_ENOTSUP, "parallel.merge_after_uv with act_dtype=%s: the W_UV projection reads and "
                          "writes fp32 only (so far); use act_dtype fp32 with it",
@@ -242,7 +252,7 @@ static void plan_rank_buffers(struct dcp_engine *e, struct dcp_rank_buffers *b, 
 {
     const uint64_t T = e->max_qtokens, H = e->q_heads_per_rank, N = e->dcp;
     const uint64_t Hg = e->gathered_heads, v = e->v_dim, o = e->out_dim, f = sizeof(float);
-    const uint64_t act = dcpk_dtype_size(e->act_dtype), part = dcpk_dtype_size(e->part_dtype);
+    const uint64_t part = dcpk_dtype_size(e->part_dtype);
     const bool a2a = dcp_merge_scheme(e->comm)->packed_lse;
     bp->n = 0;
     bp->overflow = false;
@@ -258,8 +268,13 @@ static void plan_rank_buffers(struct dcp_engine *e, struct dcp_rank_buffers *b, 
         plan_buffer(bp, &b->w_uv, (uint64_t)e->num_layers * Hg, v, o, f);
     }
     if (N > 1) {
-        if (!e->replicate_q)
-            plan_buffer(bp, &b->q_gathered, N * T, H, e->qk_dim, act);
+        if (!e->replicate_q) {
+            plan_buffer(bp, &b->q_gathered, N * T, H, e->qk_dim, part);
+            if (e->act_dtype != e->part_dtype) { /* this rank's queries, converted (rank.c) */
+                plan_buffer(bp, &b->q_own, T, H, e->qk_dim, part);
+                plan_buffer(bp, &b->q_lse_zero, T, H, f, 1);
+            }
+        }
         if (a2a) {
             plan_buffer(bp, &b->part, N, chunk.bytes, 1, 1);
             plan_buffer(bp, &b->recv, N, chunk.bytes, 1, 1);
@@ -308,6 +323,22 @@ static int upload_w_uv(struct dcp_rank *r)
             return err;
     }
     return DCP_OK;
+}
+
+/* The zero LSEs with which the merge kernel converts this rank's queries to the wire
+ * dtype (one source of weight exp(0 - 0) = 1: rank.c convert_q). */
+static int zero_q_lse(struct dcp_rank *r)
+{
+    const struct dcp_engine *e = r->engine;
+    if (!r->buf.q_lse_zero)
+        return DCP_OK;
+    const size_t n = (size_t)e->max_qtokens * e->q_heads_per_rank; /* planned, so no overflow */
+    float *zeros = calloc(n, sizeof(float));
+    if (!zeros)
+        return dcp_error(DCP_ENOMEM, "%zu zero LSEs for the query conversion", n);
+    int err = e->ops->upload(r, r->buf.q_lse_zero, zeros, n * sizeof(float));
+    free(zeros);
+    return err;
 }
 
 static void free_rank_buffers(struct dcp_rank *r)
@@ -518,6 +549,8 @@ DCP_API int dcp_engine_create(const struct dcp_engine_params *params, dcp_engine
         err = alloc_rank_buffers(r);
         if (!err)
             err = upload_w_uv(r);
+        if (!err)
+            err = zero_q_lse(r);
         if (err)
             goto fail;
     }
@@ -585,6 +618,7 @@ DCP_API void dcp_engine_get_info(const dcp_engine *e, struct dcp_engine_info *in
         .max_seqs = e->max_seqs,
         .max_context = e->max_context,
         .act_dtype = (enum dcp_dtype)e->act_dtype,
+        .comm_dtype = (enum dcp_dtype)e->part_dtype,
     };
 }
 

@@ -62,8 +62,9 @@ struct dcp_backend_ops {
 
     /** recv[N][bytes] = every group member's send[bytes], in group-rank order. */
     int (*all_gather)(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes);
-    /** recv[floats] = sum over members of their send[group_rank][floats] (fp32, rank order). */
-    int (*reduce_scatter)(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t floats);
+    /** recv[count] = sum over members of their send[group_rank][count], elements of dtype (enum
+     *  dcpk_dtype: fp32, bf16 or fp16; the engine's part_dtype), in rank order. */
+    int (*reduce_scatter)(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t count, uint32_t dtype);
     /** recv[s][bytes] = member s's send[group_rank][bytes]. */
     int (*all_to_all)(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes);
     /** Optional: bytes the rank's collectives sent to other ranks so far, counted where the
@@ -126,7 +127,9 @@ struct dcp_rank_buffers {
     uint64_t slots;         ///< int64 [max_step_tokens] (this rank's write slots)
     uint64_t token_keys;    ///< uint64 [max_step_tokens]
     /* The rest is sized for T = max_query_tokens. */
-    uint64_t q_gathered;    ///< act_dtype [dcp][T][H_l][qk]   (dcp > 1 without replicate_q)
+    uint64_t q_gathered;    ///< part_dtype (the wire's) [dcp][T][H_l][qk]   (dcp > 1 without replicate_q)
+    uint64_t q_own;         ///< part_dtype [T][H_l][qk]: this rank's queries converted for the gather (act_dtype != part_dtype)
+    uint64_t q_lse_zero;    ///< fp32 [T][H_l] zeros: the LSEs of that conversion by the merge kernel (rank.c convert_q)
     uint64_t latent;        ///< fp32 [dcp][T][H_l][v] partial latent outputs before W_UV (merge_after_uv)
     uint64_t part;          ///< part_dtype partial outputs [dcp][T][H_l][o] (a2a: + fp32 LSEs, dcp_a2a_chunk),
                             ///< chunked per destination; o = out_dim
@@ -218,7 +221,8 @@ struct dcp_engine {
     bool merge_uv;                  ///< Partial latent outputs are projected by W_UV before the merge.
     uint32_t dtype;                 ///< enum dcpk_dtype of the cache.
     uint32_t act_dtype;             ///< enum dcpk_dtype of q, k, v and out (params.act_dtype).
-    uint32_t part_dtype;            ///< enum dcpk_dtype of the partial outputs the DCP merge exchanges (fp32).
+    uint32_t part_dtype;            ///< enum dcpk_dtype of what the DCP step puts on the wire: gathered queries and
+                                    ///< partial outputs (parallel.comm_dtype); the LSEs stay fp32.
     float scale, kv_scale;
     bool mla;
     enum dcp_comm_scheme comm;

@@ -70,7 +70,7 @@ static int launch(struct dcp_rank *r, enum dcp_prof_cat cat, enum dcpk_kernel_id
 
 enum collective { ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL };
 
-/* n is bytes per member, or floats per member for REDUCE_SCATTER. */
+/* n is bytes per member, or part_dtype elements per member for REDUCE_SCATTER. */
 static int collective(struct dcp_rank *r, enum collective kind, uint64_t send, uint64_t recv, size_t n)
 {
     const struct dcp_backend_ops *ops = r->engine->ops;
@@ -78,7 +78,7 @@ static int collective(struct dcp_rank *r, enum collective kind, uint64_t send, u
     int err = timer_begin(r, &t);
     if (!err)
         err = kind == ALL_GATHER       ? ops->all_gather(r, send, recv, n)
-              : kind == REDUCE_SCATTER ? ops->reduce_scatter(r, send, recv, n)
+              : kind == REDUCE_SCATTER ? ops->reduce_scatter(r, send, recv, n, r->engine->part_dtype)
                                        : ops->all_to_all(r, send, recv, n);
     return timer_end(r, t, PROF_COMM, err);
 }
@@ -153,7 +153,7 @@ struct attn_target {
     uint32_t out_dtype;
 };
 
-static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint64_t q_chunk_stride,
+static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint32_t q_dtype, uint64_t q_chunk_stride,
                             const struct attn_target *t)
 {
     const struct dcp_engine *e = r->engine;
@@ -195,7 +195,7 @@ static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint
         .scale = e->scale,
         .kv_scale = e->kv_scale,
         .precision = (uint32_t)e->cfg->runtime.cuda.precision,
-        .q_dtype = e->act_dtype,
+        .q_dtype = q_dtype,
         .out_dtype = t->out_dtype,
     };
     int err = launch(r, PROF_ATTENTION, DCPK_KERNEL_attn, &p);
@@ -220,6 +220,31 @@ static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint
         .out_dtype = t->out_dtype,
     };
     return launch(r, PROF_MERGE, DCPK_KERNEL_merge, &m);
+}
+
+/* The gather moves queries in the wire dtype (part_dtype); when the caller's are of another
+ * act_dtype, this rank's chunk is converted first into q_own. Converting only the own
+ * chunk (T * H_l * qk values, 1/dcp of what attention reads) before the gather costs less
+ * than gathering act_dtype and converting all chunks after it, and the attention kernel
+ * then reads one dtype for every chunk (q_dtype). The conversion is the merge kernel with
+ * one source whose LSEs are 0 (q_lse_zero): weight exp(0 - 0) = 1 exactly, so each value
+ * is rounded once, to part_dtype (NaN and inf pass through: 1 * x). No new kernel. */
+static int convert_q(struct dcp_rank *r, uint64_t q)
+{
+    const struct dcp_engine *e = r->engine;
+    const uint64_t rows = (uint64_t)e->step.tokens * e->q_heads_per_rank;
+    const struct dcpk_merge_params m = {
+        .src_o = q,
+        .src_lse = r->buf.q_lse_zero,
+        .out = r->buf.q_own,
+        .n_src = 1,
+        .rows = (uint32_t)rows,
+        .rows_per_chunk = (uint32_t)rows,
+        .v_dim = e->qk_dim,
+        .src_dtype = e->act_dtype,
+        .out_dtype = e->part_dtype,
+    };
+    return launch(r, PROF_OTHER, DCPK_KERNEL_merge, &m);
 }
 
 /* ag_rs when out is not of part_dtype: the ReduceScatter summed into rs_out; the merge
@@ -339,17 +364,23 @@ static int attention(struct dcp_rank *r, uint32_t layer, const void *q, void *ou
         const struct attn_target t = {.out = e->merge_uv ? r->buf.latent : ADDR(out), .lse = out_lse,
                                       .out_chunk_stride = latent_stride,
                                       .out_dtype = e->merge_uv ? DCPK_FP32 : e->act_dtype};
-        if ((err = launch_attention(r, layer, ADDR(q), 0, &t)))
+        if ((err = launch_attention(r, layer, ADDR(q), e->act_dtype, 0, &t)))
             return err;
         return e->merge_uv ? project_uv(r, layer, ADDR(out), T * H * o) : DCP_OK;
     }
-    /* Every rank attends all N * H_l heads' queries, laid out [N][T][H_l][qk] (act_dtype). */
+    /* Every rank attends all N * H_l heads' queries, laid out [N][T][H_l][qk]: the caller's
+     * (replicate_q, act_dtype) or gathered (part_dtype, the wire's). */
     uint64_t q_all = ADDR(q);
+    uint32_t q_dtype = e->act_dtype;
     if (!e->replicate_q) {
-        if ((err = collective(r, ALL_GATHER, ADDR(q), r->buf.q_gathered,
-                              T * H * qk * dcpk_dtype_size(e->act_dtype))))
+        const bool convert = e->act_dtype != e->part_dtype;
+        if (convert && (err = convert_q(r, ADDR(q))))
+            return err;
+        if ((err = collective(r, ALL_GATHER, convert ? r->buf.q_own : ADDR(q), r->buf.q_gathered,
+                              T * H * qk * dcpk_dtype_size(e->part_dtype))))
             return err;
         q_all = r->buf.q_gathered;
+        q_dtype = e->part_dtype;
     }
     const bool a2a = dcp_merge_scheme(e->comm)->packed_lse;
     bool ovf = false; /* cannot overflow: the buffers were planned for more */
@@ -363,7 +394,7 @@ static int attention(struct dcp_rank *r, uint32_t layer, const void *q, void *ou
         .lse_chunk_stride = a2a ? c.bytes / sizeof(float) : T * H,
         .out_dtype = e->merge_uv ? DCPK_FP32 : e->part_dtype,
     };
-    if ((err = launch_attention(r, layer, q_all, T * H * qk, &t)))
+    if ((err = launch_attention(r, layer, q_all, q_dtype, T * H * qk, &t)))
         return err;
     if (e->merge_uv && (err = project_uv(r, layer, r->buf.part, part_stride)))
         return err;

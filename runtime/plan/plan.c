@@ -120,9 +120,8 @@ static void plan_context(const struct dcp_config *cfg, uint64_t len, uint64_t pa
  *          group's heads), then the ReduceScatter of h value vectors per peer;
  *   a2a:   h value vectors plus their LSEs per peer, in one collective.
  * A value vector has v_dim values, or v_head_dim when MLA merges after the value
- * up-projection (merge_after_uv). The engine's collectives move exactly these bytes
- * with comm_dtype fp32 (tests/engine/test_engine_wire.c counts them); it moves fp32
- * whatever comm_dtype says.
+ * up-projection (merge_after_uv). The engine's collectives move exactly these bytes,
+ * in comm_dtype (tests/engine/test_engine_wire.c counts them).
  */
 static void plan_comm(const struct dcp_config *cfg, struct dcp_plan_comm *out)
 {

@@ -16,6 +16,9 @@
  * the harness rounds its random inputs to that dtype (the oracle sees exactly what
  * the engine reads), converts them as it uploads and the outputs as it downloads,
  * and allows one more rounding of the output (unit roundoff) in every comparison.
+ * A DCP deployment with a 16-bit parallel.comm_dtype rounds the partial outputs on
+ * the wire: the bound grows by what those roundings add (dcp_harness.c wire_tol), and
+ * gathered queries are generated representable in the wire dtype.
  *
  * A step grows some sequences by a few tokens each: the engine appends their K/V
  * (uploaded by every rank for its own KV heads) and, when the step's tokens fit

@@ -454,6 +454,61 @@ static void test_act_dtypes(void **state)
         }
 }
 
+/* parallel.comm_dtype bf16/fp16: the gathered queries and the partial outputs cross
+ * the wire in it (the queries converted first when act_dtype differs), with both merge
+ * schemes, GQA and MLA, act_dtype fp32 and bf16, dcp 2 and 4; the oracle's bound grows
+ * by the wire's roundings (dcp_harness.c wire_tol). The bytes are engine_wire's. */
+static void test_comm_dtypes(void **state)
+{
+    (void)state;
+    const enum dcp_dtype wires[] = {DCP_DTYPE_BF16, DCP_DTYPE_FP16};
+    const enum dcp_dtype acts[] = {DCP_DTYPE_FP32, DCP_DTYPE_BF16};
+    const enum dcp_comm_scheme comms[] = {DCP_COMM_A2A, DCP_COMM_AG_RS};
+    int n = 0;
+    for (int w = 0; w < 2; w++)
+        for (int a = 0; a < 2; a++)
+            for (int k = 0; k < 2; k++, n++) {
+                /* Quick: 4 of the 8, still both schemes, both kinds, both wires and acts. */
+                if (fixture_quick() && ((n ^ (n >> 1)) & 1))
+                    continue;
+                const bool mla = ((n >> 1) ^ (n >> 2)) & 1;
+                struct test_rng rng;
+                test_rng_seed(&rng, test_seed() + 301u + (uint32_t)n);
+                struct harness_config c = base_config();
+                c.act_dtype = acts[a];
+                c.splits = 1 + (uint32_t)(n % 3 == 0);
+                c.shape.comm_dtype = wires[w];
+                c.shape.comm = comms[k];
+                c.shape.tp = n % 3 == 0 ? 4 : 2;
+                c.shape.dcp = c.shape.tp;
+                c.shape.interleave = 2;
+                c.shape.dtype = DCP_DTYPE_FP32;
+                c.max_context = 160;
+                if (mla) {
+                    c.shape.kind = DCP_ATTN_MLA;
+                    c.shape.q_heads = c.shape.tp * 2;
+                    c.shape.kv_lora_rank = 32;
+                    c.shape.rope_dim = 16;
+                } else {
+                    c.shape.kind = DCP_ATTN_GQA;
+                    c.shape.q_heads = c.shape.tp * 2;
+                    c.shape.kv_heads = 1;
+                    c.shape.head_dim = 64;
+                }
+                char label[256];
+                describe(label, sizeof(label), w ? "wire fp16" : "wire bf16", &c.shape);
+                struct harness *h = harness_create(&c, test_seed() + 391u + (uint32_t)n, label);
+                struct dcp_engine_info in;
+                dcp_engine_get_info(harness_engine(h, false), &in);
+                assert_int_equal(in.comm_dtype, wires[w]);
+                uint32_t seqs[2] = {harness_seq_create(h), harness_seq_create(h)};
+                const uint64_t target[2] = {120, 9};
+                prefill(h, &rng, 2, seqs, target, c.max_step_tokens);
+                decode(h, &rng, 2, seqs, 2);
+                harness_destroy(&h);
+            }
+}
+
 /* Every split-KV factor gives the oracle's result, more splits than pages (empty
  * splits) included, with an uneven batch: forced factors from 1 to 9, or as many
  * as the backend's workspace holds. */
@@ -764,6 +819,7 @@ int main(void)
         cmocka_unit_test(test_gqa_full_query_step),
         cmocka_unit_test(test_lean_comm),
         cmocka_unit_test(test_act_dtypes),
+        cmocka_unit_test(test_comm_dtypes),
         cmocka_unit_test(test_random_deployments),
     };
     return cmocka_run_group_tests(tests, NULL, print_stats);

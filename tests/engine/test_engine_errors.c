@@ -328,6 +328,16 @@ static void test_w_uv_matches_deployment(void **state)
     assert_non_null(strstr(dcp_last_error(), "merge_after_uv with act_dtype=bf16"));
     assert_null(e);
     p.act_dtype = DCP_DTYPE_FP32;
+    /* It stores fp32 partial outputs: a 16-bit wire with it is refused, not sent in fp32. */
+    s.comm_dtype = DCP_DTYPE_BF16;
+    assert_true(s.dcp > 1);
+    dcp_deployment *uv_bf16 = fixture_deployment(&s);
+    p.deployment = uv_bf16;
+    assert_int_equal(dcp_engine_create(&p, &e), DCP_ENOTSUP);
+    assert_non_null(strstr(dcp_last_error(), "merge_after_uv with comm_dtype=bf16"));
+    assert_null(e);
+    dcp_deployment_destroy(&uv_bf16);
+    p.deployment = uv;
     assert_int_equal(dcp_engine_create(&p, &e), DCP_OK);
     struct dcp_engine_info in;
     dcp_engine_get_info(e, &in);

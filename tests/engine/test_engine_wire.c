@@ -3,8 +3,8 @@
  * equal what the planner (dcp_plan_compute, `dcp-run plan`) prices for the same
  * deployment, for every communication option: the merge schemes (a2a, ag_rs),
  * replicate_q, merge_after_uv (MLA) and their combinations, MLA and GQA, with
- * parallel.comm_dtype fp32 (what the engine moves; bf16/fp16 wire types are not
- * implemented yet). Counted by
+ * every parallel.comm_dtype (fp32, bf16, fp16: queries and partial outputs in it, LSEs
+ * fp32), with act_dtype fp32 and bf16. Counted by
  *   - the host backend: what the other members copied out of a rank's buffers;
  *   - CUDA virtual ranks (the fake libcuda): the device copies and reduce reads from it;
  *   - CUDA with NCCL (the fake libnccl, one fake GPU per rank): the fake's own count
@@ -34,21 +34,29 @@ struct wire_case {
     enum dcp_comm_scheme comm;
     bool replicate_q, merge_after_uv;
     uint32_t dcp;
+    enum dcp_dtype comm_dtype, act_dtype; /* 0: fp32 */
 };
 
 static const struct wire_case cases[] = {
-    {DCP_ATTN_MLA, DCP_COMM_A2A, false, false, 4},
-    {DCP_ATTN_MLA, DCP_COMM_AG_RS, false, false, 4},
-    {DCP_ATTN_MLA, DCP_COMM_A2A, true, false, 2},
-    {DCP_ATTN_MLA, DCP_COMM_AG_RS, true, false, 4},
-    {DCP_ATTN_MLA, DCP_COMM_A2A, false, true, 4},
-    {DCP_ATTN_MLA, DCP_COMM_AG_RS, false, true, 2},
-    {DCP_ATTN_MLA, DCP_COMM_A2A, true, true, 2},
-    {DCP_ATTN_MLA, DCP_COMM_AG_RS, true, true, 4},
-    {DCP_ATTN_GQA, DCP_COMM_A2A, false, false, 2},
-    {DCP_ATTN_GQA, DCP_COMM_AG_RS, false, false, 2},
-    {DCP_ATTN_GQA, DCP_COMM_A2A, true, false, 2},
-    {DCP_ATTN_GQA, DCP_COMM_AG_RS, true, false, 2},
+    {DCP_ATTN_MLA, DCP_COMM_A2A, false, false, 4, DCP_DTYPE_FP32, DCP_DTYPE_FP32},
+    {DCP_ATTN_MLA, DCP_COMM_AG_RS, false, false, 4, DCP_DTYPE_FP32, DCP_DTYPE_FP32},
+    {DCP_ATTN_MLA, DCP_COMM_A2A, true, false, 2, DCP_DTYPE_FP32, DCP_DTYPE_FP32},
+    {DCP_ATTN_MLA, DCP_COMM_AG_RS, true, false, 4, DCP_DTYPE_FP32, DCP_DTYPE_FP32},
+    {DCP_ATTN_MLA, DCP_COMM_A2A, false, true, 4, DCP_DTYPE_FP32, DCP_DTYPE_FP32},
+    {DCP_ATTN_MLA, DCP_COMM_AG_RS, false, true, 2, DCP_DTYPE_FP32, DCP_DTYPE_FP32},
+    {DCP_ATTN_MLA, DCP_COMM_A2A, true, true, 2, DCP_DTYPE_FP32, DCP_DTYPE_FP32},
+    {DCP_ATTN_MLA, DCP_COMM_AG_RS, true, true, 4, DCP_DTYPE_FP32, DCP_DTYPE_FP32},
+    {DCP_ATTN_GQA, DCP_COMM_A2A, false, false, 2, DCP_DTYPE_FP32, DCP_DTYPE_FP32},
+    {DCP_ATTN_GQA, DCP_COMM_AG_RS, false, false, 2, DCP_DTYPE_FP32, DCP_DTYPE_FP32},
+    {DCP_ATTN_GQA, DCP_COMM_A2A, true, false, 2, DCP_DTYPE_FP32, DCP_DTYPE_FP32},
+    {DCP_ATTN_GQA, DCP_COMM_AG_RS, true, false, 2, DCP_DTYPE_FP32, DCP_DTYPE_FP32},
+    /* 16-bit wires (merge_after_uv needs fp32 on the wire: engine_errors) */
+    {DCP_ATTN_MLA, DCP_COMM_A2A, false, false, 4, DCP_DTYPE_BF16, DCP_DTYPE_FP32},
+    {DCP_ATTN_MLA, DCP_COMM_AG_RS, false, false, 4, DCP_DTYPE_FP16, DCP_DTYPE_BF16},
+    {DCP_ATTN_MLA, DCP_COMM_A2A, true, false, 2, DCP_DTYPE_FP16, DCP_DTYPE_FP32},
+    {DCP_ATTN_GQA, DCP_COMM_A2A, false, false, 2, DCP_DTYPE_FP16, DCP_DTYPE_BF16},
+    {DCP_ATTN_GQA, DCP_COMM_AG_RS, false, false, 2, DCP_DTYPE_BF16, DCP_DTYPE_FP32},
+    {DCP_ATTN_GQA, DCP_COMM_AG_RS, true, false, 2, DCP_DTYPE_BF16, DCP_DTYPE_BF16},
 };
 #define NUM_CASES (sizeof(cases) / sizeof(cases[0]))
 
@@ -64,7 +72,7 @@ static struct fixture_shape case_shape(const struct wire_case *wc, enum path pat
     s.comm = wc->comm;
     s.replicate_q = wc->replicate_q;
     s.merge_after_uv = wc->merge_after_uv;
-    s.comm_dtype = DCP_DTYPE_FP32;
+    s.comm_dtype = wc->comm_dtype;
     const bool cuda = path != PATH_HOST;
     s.backend = cuda ? DCP_BACKEND_CUDA : DCP_BACKEND_HOST;
     s.cuda_comm = path == PATH_NCCL ? DCP_CUDA_COMM_NCCL : DCP_CUDA_COMM_VIRTUAL;
@@ -137,11 +145,13 @@ static double run_case(const struct wire_case *wc, enum path path)
         .max_step_tokens = 48,
         .max_context = 96,
         .profile = true,
+        .act_dtype = wc->act_dtype,
     };
     char label[200];
-    snprintf(label, sizeof(label), "%s: %s %s%s%s dcp=%u", path_names[path], dcp_attention_kind_name(wc->kind),
-             dcp_comm_scheme_name(wc->comm), wc->replicate_q ? " replicate_q" : "",
-             wc->merge_after_uv ? " merge_after_uv" : "", wc->dcp);
+    snprintf(label, sizeof(label), "%s: %s %s%s%s dcp=%u wire %s act %s", path_names[path],
+             dcp_attention_kind_name(wc->kind), dcp_comm_scheme_name(wc->comm), wc->replicate_q ? " replicate_q" : "",
+             wc->merge_after_uv ? " merge_after_uv" : "", wc->dcp, dcp_dtype_name(wc->comm_dtype),
+             dcp_dtype_name(wc->act_dtype));
     struct harness *h = harness_create(&hc, test_seed() + (uint64_t)(wc - cases), label);
     dcp_engine *e = harness_engine(h, false);
     struct dcp_engine_info in;
@@ -207,10 +217,11 @@ static void test_wire_bytes_equal_plan(void **state)
             if (path != PATH_HOST && fixture_quick() && i % 3 != (size_t)p % 3)
                 continue;
             const double bytes = run_case(&cases[i], path);
-            print_message("%s: %s %s%s%s dcp=%u: %.0f bytes per rank per layer per query token, as planned\n",
-                          path_names[path], dcp_attention_kind_name(cases[i].kind),
+            print_message("%s: %s %s%s%s dcp=%u wire %s: %.0f bytes per rank per layer per query token, as "
+                          "planned\n", path_names[path], dcp_attention_kind_name(cases[i].kind),
                           dcp_comm_scheme_name(cases[i].comm), cases[i].replicate_q ? " replicate_q" : "",
-                          cases[i].merge_after_uv ? " merge_after_uv" : "", cases[i].dcp, bytes);
+                          cases[i].merge_after_uv ? " merge_after_uv" : "", cases[i].dcp,
+                          dcp_dtype_name(cases[i].comm_dtype), bytes);
         }
     }
     unsetenv("FAKE_CUDA_DEVICES");
@@ -228,6 +239,10 @@ static void test_options_send_less(void **state)
     assert_true(base - uv == peers * h_l * (s.kv_lora_rank - s.v_head_dim) * 4.0);
     const double repq = run_case(&cases[2], PATH_HOST); /* dcp 2: one peer, no queries */
     assert_true(repq == h_l * (s.kv_lora_rank * 4.0 + 4.0));
+    /* A bf16 wire (cases[12], otherwise cases[0]) halves the queries and partial outputs, not the LSEs. */
+    const double bf16 = run_case(&cases[12], PATH_HOST);
+    const double qk = s.kv_lora_rank + s.rope_dim;
+    assert_true(base - bf16 == peers * h_l * (s.kv_lora_rank + qk) * 2.0);
 }
 
 int main(void)

@@ -289,7 +289,7 @@ static int virtual_all_to_all(struct dcp_rank *r, uint64_t send, uint64_t recv, 
     return err ? err : virtual_end(r);
 }
 
-static int virtual_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t floats)
+static int virtual_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t count, uint32_t dtype)
 {
     struct cuda_rank *cr = CR(r);
     const struct dcp_cuda_api *api = &CE(r->engine)->cu->api;
@@ -316,14 +316,15 @@ static int virtual_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t re
     const struct dcpk_reduce_params p = {
         .dst = recv,
         .src_ptrs = cr->d_src_ptrs,
-        .src_offset = (uint64_t)r->group_rank * floats,
-        .count = floats,
+        .src_offset = (uint64_t)r->group_rank * count,
+        .count = count,
         .n_src = n,
+        .dtype = dtype,
     };
     if ((err = cuda_launch(r, DCPK_KERNEL_reduce, &p)))
         return err;
     for (uint32_t s = 0; s < n; s++) /* the reduce kernel reads every member's chunk of this rank */
-        rank_group_count_sent(cr->group, r->group_rank, s, floats * sizeof(float));
+        rank_group_count_sent(cr->group, r->group_rank, s, count * dcpk_dtype_size(dtype));
     return virtual_end(r);
 }
 
@@ -413,15 +414,21 @@ static int nccl_all_gather(struct dcp_rank *r, uint64_t send, uint64_t recv, siz
                     "ncclAllGather");
 }
 
-static int nccl_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t floats)
+/* NCCL's element type of an engine wire dtype (fp32, bf16 or fp16). */
+static ncclDataType_t nccl_type(uint32_t dtype)
+{
+    return dtype == DCPK_BF16 ? ncclBfloat16 : dtype == DCPK_FP16 ? ncclFloat16 : ncclFloat32;
+}
+
+static int nccl_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t count, uint32_t dtype)
 {
     struct cuda_rank *cr = CR(r);
-    nccl_count_sent(r, floats * sizeof(float));
+    nccl_count_sent(r, count * dcpk_dtype_size(dtype));
     const struct dcp_nccl_api *nc = &CE(r->engine)->nccl->api;
     const int err = nccl_begin(r);
     return nccl_end(r, err,
-                    err ? 0 : nc->ncclReduceScatter((const void *)(uintptr_t)send, (void *)(uintptr_t)recv, floats,
-                                                    ncclFloat32, ncclSum, cr->nccl_comm, cr->comm_stream),
+                    err ? 0 : nc->ncclReduceScatter((const void *)(uintptr_t)send, (void *)(uintptr_t)recv, count,
+                                                    nccl_type(dtype), ncclSum, cr->nccl_comm, cr->comm_stream),
                     "ncclReduceScatter");
 }
 
@@ -451,9 +458,10 @@ int cuda_all_gather(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t byt
     return CR(r)->group ? virtual_all_gather(r, send, recv, bytes) : nccl_all_gather(r, send, recv, bytes);
 }
 
-int cuda_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t floats)
+int cuda_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t count, uint32_t dtype)
 {
-    return CR(r)->group ? virtual_reduce_scatter(r, send, recv, floats) : nccl_reduce_scatter(r, send, recv, floats);
+    return CR(r)->group ? virtual_reduce_scatter(r, send, recv, count, dtype)
+                        : nccl_reduce_scatter(r, send, recv, count, dtype);
 }
 
 int cuda_all_to_all(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes)

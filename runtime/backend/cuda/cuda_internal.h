@@ -184,7 +184,7 @@ void cuda_comm_rank_fini(struct dcp_rank *r);
 void cuda_comm_abort_all(struct dcp_engine *e, bool wait);
 int cuda_engine_start(struct dcp_engine *e);
 int cuda_all_gather(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes);
-int cuda_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t floats);
+int cuda_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t count, uint32_t dtype);
 int cuda_all_to_all(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes);
 /** Wire bytes the rank sent to its peers (virtual: copied from it; NCCL: handed to NCCL for them). */
 uint64_t cuda_wire_bytes(const struct dcp_rank *r);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "backend/group.h"
+#include "dcp_kernels/convert.h"
 #include "backend/host/host_pool.h"
 #include "backend/select.h"
 #include "engine/engine_internal.h"
@@ -63,21 +64,33 @@ static int host_all_gather(struct dcp_rank *r, uint64_t send, uint64_t recv, siz
     return rank_group_barrier(g); /* nobody reuses its send buffer before all have read it */
 }
 
-static int host_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t floats)
+/* Sums in fp32 in rank order; a 16-bit dtype is rounded once per element, as the
+ * reduce kernel does (dcpk_reduce), so host and CUDA virtual ranks agree. */
+static int host_reduce_scatter(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t count, uint32_t dtype)
 {
     struct rank_group *g = HR(r)->group;
     int err = group_publish(r, send);
     if (err)
         return err;
-    float *restrict dst = (float *)(uintptr_t)recv;
-    const size_t offset = (size_t)r->group_rank * floats;
-    memcpy(dst, (const float *)(uintptr_t)g->published[0] + offset, floats * sizeof(float));
-    rank_group_count_sent(g, r->group_rank, 0, floats * sizeof(float));
-    for (uint32_t s = 1; s < g->size; s++) {
-        rank_group_count_sent(g, r->group_rank, s, floats * sizeof(float));
-        const float *restrict src = (const float *)(uintptr_t)g->published[s] + offset;
-        for (size_t i = 0; i < floats; i++)
-            dst[i] += src[i];
+    const size_t es = dcpk_dtype_size(dtype), bytes = count * es;
+    const size_t offset = (size_t)r->group_rank * count;
+    for (uint32_t s = 0; s < g->size; s++)
+        rank_group_count_sent(g, r->group_rank, s, bytes);
+    if (dtype == DCPK_FP32) {
+        float *restrict dst = (float *)(uintptr_t)recv;
+        memcpy(dst, (const float *)(uintptr_t)g->published[0] + offset, bytes);
+        for (uint32_t s = 1; s < g->size; s++) {
+            const float *restrict src = (const float *)(uintptr_t)g->published[s] + offset;
+            for (size_t i = 0; i < count; i++)
+                dst[i] += src[i];
+        }
+    } else {
+        for (size_t i = 0; i < count; i++) {
+            float acc = dcpk_load_as_f32((const void *)(uintptr_t)g->published[0], offset + i, dtype);
+            for (uint32_t s = 1; s < g->size; s++)
+                acc += dcpk_load_as_f32((const void *)(uintptr_t)g->published[s], offset + i, dtype);
+            dcpk_store_as((void *)(uintptr_t)recv, i, dtype, acc);
+        }
     }
     return rank_group_barrier(g);
 }
