@@ -130,7 +130,8 @@ struct dcp_parallel_config {
                                       ///< or fp16; the LSEs stay fp32), priced by the planner and moved by the
                                       ///< engine: a 16-bit wire rounds each partial output (and a query of
                                       ///< another act_dtype) once to it, and the ReduceScatter (ag_rs) sums in
-                                      ///< it. merge_after_uv needs fp32 (DCP_ENOTSUP). Default bf16.
+                                      ///< it. With merge_after_uv the W_UV projection stores its fp32 sums
+                                      ///< rounded once to it. Default bf16.
 };
 
 /** How each GPU's memory is budgeted. */

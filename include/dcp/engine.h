@@ -42,8 +42,9 @@
  *  - parallel.comm_dtype (fp32, bf16, fp16): the wire type of the gathered queries and
  *    the partial outputs (LSEs fp32). A 16-bit wire rounds each partial output once
  *    (ag_rs: also its LSE-scaled copy and the ReduceScatter's sum) and a query of another
- *    act_dtype once; with replicate_q no query is on the wire. merge_after_uv needs an
- *    fp32 wire (DCP_ENOTSUP otherwise).
+ *    act_dtype once; with replicate_q no query is on the wire. With merge_after_uv the
+ *    latent stays fp32 and the W_UV projection (fp32 sums) stores its rows once rounded
+ *    to the wire type (dcp = 1: to act_dtype, into out).
  *
  * Errors. Every function that can fail returns DCP_OK or a negative DCP_E* code and
  * leaves the reason in dcp_last_error(); every entry clears the calling thread's last
@@ -137,8 +138,8 @@ struct dcp_engine_params {
                                ///< LSE stays fp32. The all-gathered queries and the partial outputs the DCP
                                ///< merge exchanges move in parallel.comm_dtype (the wire's; this rank's
                                ///< queries are converted to it before the gather when it differs, and the
-                               ///< merge stores out in act_dtype). parallel.merge_after_uv needs fp32 (else
-                               ///< DCP_ENOTSUP: the W_UV projection is fp32 only). Default fp32.
+                               ///< merge stores out in act_dtype; with parallel.merge_after_uv and dcp = 1
+                               ///< the W_UV projection does, rounding its fp32 sums once). Default fp32.
 };
 
 /** What an engine was built with. */

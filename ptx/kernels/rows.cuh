@@ -182,12 +182,13 @@ extern "C" __global__ void __launch_bounds__(dcpk::kBlock_reduce) dcpk_reduce(co
 /**
  * Work item = gathered head: its tokens' latent rows times its W_UV. Threads own
  * output columns j (W rows are read coalesced); tokens go kTokens at a time, so
- * each W element read serves kTokens rows. Sums over i ascending, as the CPU does.
+ * each W element read serves kTokens rows. Sums over i ascending in fp32, as the CPU
+ * does, and stores in dst_dtype (one rounding).
  */
 extern "C" __global__ void __launch_bounds__(dcpk::kBlock_uv_proj) dcpk_uv_proj(const dcpk_uv_proj_params p)
 {
     constexpr uint32_t kTokens = 4;
-    if (p.heads_per_chunk == 0)
+    if (p.heads_per_chunk == 0 || !dcpk_act_dtype_ok(p.dst_dtype))
         return;
     const float *w_all = reinterpret_cast<const float *>(p.w);
     for (uint64_t g = dcpk::block_linear(); g < p.num_heads; g += dcpk::grid_blocks()) {
@@ -196,11 +197,11 @@ extern "C" __global__ void __launch_bounds__(dcpk::kBlock_uv_proj) dcpk_uv_proj(
         for (uint32_t t0 = 0; t0 < p.num_tokens; t0 += kTokens) {
             const uint32_t n = min(p.num_tokens - t0, kTokens);
             const float *x[kTokens];
-            float *y[kTokens];
+            uint64_t y[kTokens]; // element index of each row in dst (dst_dtype)
             for (uint32_t k = 0; k < kTokens; k++) {
                 const uint64_t row = (uint64_t)(t0 + (k < n ? k : 0)) * p.heads_per_chunk + h;
                 x[k] = reinterpret_cast<const float *>(p.src) + c * p.src_chunk_stride + row * p.in_dim;
-                y[k] = reinterpret_cast<float *>(p.dst) + c * p.dst_chunk_stride + row * p.out_dim;
+                y[k] = c * p.dst_chunk_stride + row * p.out_dim;
             }
             for (uint32_t j = threadIdx.x; j < p.out_dim; j += blockDim.x) {
                 float acc[kTokens] = {0.f, 0.f, 0.f, 0.f};
@@ -211,7 +212,7 @@ extern "C" __global__ void __launch_bounds__(dcpk::kBlock_uv_proj) dcpk_uv_proj(
                         acc[k] += x[k][i] * wij;
                 }
                 for (uint32_t k = 0; k < n; k++)
-                    y[k][j] = acc[k];
+                    dcpk::store_as(p.dst, y[k] + j, p.dst_dtype, acc[k]); // the one rounding
             }
         }
     }

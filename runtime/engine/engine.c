@@ -101,14 +101,6 @@ static int resolve_shape(struct dcp_engine *e)
                                                    "[kv_lora_rank][v_head_dim]), which dcp-run run and replay do not have"
                                                  : "engine params give w_uv, but the deployment does not set "
                                                    "parallel.merge_after_uv (an MLA-only option): nothing would use it");
-    if (e->merge_uv && e->dcp > 1 && e->part_dtype != DCPK_FP32)
-        return dcp_error(DCP_ENOTSUP, "parallel.merge_after_uv with comm_dtype=%s: the W_UV projection stores fp32 "
-                         "partial outputs only (so far); set parallel.comm_dtype: fp32 with it",
-                         dcp_dtype_name(cfg->parallel.comm_dtype));
-    if (e->merge_uv && e->act_dtype != DCPK_FP32)
-        return dcp_error(DCP_ENOTSUP, "parallel.merge_after_uv with act_dtype=%s: the W_UV projection reads and "
-                         "writes fp32 only (so far); use act_dtype fp32 with it",
-                         dcp_dtype_name(e->params.act_dtype));
     for (uint32_t l = 0; e->merge_uv && l < e->num_layers; l++)
         if (!e->params.w_uv[l])
             return dcp_error(DCP_EINVAL, "w_uv[%u] is NULL: merge_after_uv needs the W_UV of each of the %u layers", l,
@@ -477,7 +469,7 @@ static size_t kernel_scratch(const struct dcp_engine *e)
     };
     const struct dcpk_uv_proj_params uv = {
         .num_tokens = e->max_qtokens, .num_heads = e->gathered_heads, .heads_per_chunk = e->q_heads_per_rank,
-        .in_dim = e->v_dim, .out_dim = e->out_dim,
+        .in_dim = e->v_dim, .out_dim = e->out_dim, .dst_dtype = e->act_dtype,
     };
     /* Every family is sized here: a new one in DCPK_KERNEL_FAMILIES must be added. */
     _Static_assert(DCPK_KERNEL_COUNT == 7, "kernel_scratch: size the scratch of every kernel family");

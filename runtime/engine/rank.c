@@ -269,9 +269,11 @@ static int store_reduced(struct dcp_rank *r, uint64_t out, uint64_t lse)
     return launch(r, PROF_MERGE, DCPK_KERNEL_merge, &m);
 }
 
-/* merge_after_uv: the latent rows (chunk stride T * H_l * v) of every gathered head
- * times its W_UV of this layer, into dst's chunks (rows of out_dim). */
-static int project_uv(struct dcp_rank *r, uint32_t layer, uint64_t dst, uint64_t dst_chunk_stride)
+/* merge_after_uv: the latent rows (chunk stride T * H_l * v, fp32) of every gathered head
+ * times its W_UV of this layer, into dst's chunks (rows of out_dim, dst_dtype: the wire's
+ * part_dtype when dcp > 1, the caller's act_dtype when dcp = 1). */
+static int project_uv(struct dcp_rank *r, uint32_t layer, uint64_t dst, uint64_t dst_chunk_stride,
+                      uint32_t dst_dtype)
 {
     const struct dcp_engine *e = r->engine;
     const uint64_t T = e->step.tokens, H = e->q_heads_per_rank, Hg = e->gathered_heads;
@@ -287,6 +289,7 @@ static int project_uv(struct dcp_rank *r, uint32_t layer, uint64_t dst, uint64_t
         .heads_per_chunk = e->q_heads_per_rank,
         .in_dim = e->v_dim,
         .out_dim = e->out_dim,
+        .dst_dtype = dst_dtype,
     };
     return launch(r, PROF_MERGE, DCPK_KERNEL_uv_proj, &p);
 }
@@ -360,13 +363,13 @@ static int attention(struct dcp_rank *r, uint32_t layer, const void *q, void *ou
     const uint64_t latent_stride = T * H * v;
     int err;
     if (e->dcp == 1) {
-        /* merge_after_uv needs act_dtype fp32 (dcp_engine_create): uv_proj stores fp32. */
+        /* merge_after_uv: fp32 latent, projected straight into out in act_dtype. */
         const struct attn_target t = {.out = e->merge_uv ? r->buf.latent : ADDR(out), .lse = out_lse,
                                       .out_chunk_stride = latent_stride,
                                       .out_dtype = e->merge_uv ? DCPK_FP32 : e->act_dtype};
         if ((err = launch_attention(r, layer, ADDR(q), e->act_dtype, 0, &t)))
             return err;
-        return e->merge_uv ? project_uv(r, layer, ADDR(out), T * H * o) : DCP_OK;
+        return e->merge_uv ? project_uv(r, layer, ADDR(out), T * H * o, e->act_dtype) : DCP_OK;
     }
     /* Every rank attends all N * H_l heads' queries, laid out [N][T][H_l][qk]: the caller's
      * (replicate_q, act_dtype) or gathered (part_dtype, the wire's). */
@@ -396,7 +399,7 @@ static int attention(struct dcp_rank *r, uint32_t layer, const void *q, void *ou
     };
     if ((err = launch_attention(r, layer, q_all, q_dtype, T * H * qk, &t)))
         return err;
-    if (e->merge_uv && (err = project_uv(r, layer, r->buf.part, part_stride)))
+    if (e->merge_uv && (err = project_uv(r, layer, r->buf.part, part_stride, e->part_dtype)))
         return err;
     return a2a ? merge_a2a(r, ADDR(out), out_lse) : merge_ag_rs(r, ADDR(out), out_lse);
 }

@@ -777,6 +777,59 @@ static void test_lean_comm(void **state)
         assert_true(harness_get_stats()->split_steps > split_before);
 }
 
+/* merge_after_uv with 16-bit destinations: uv_proj sums in fp32 and stores once in
+ * the destination's dtype, the wire's (comm_dtype, dcp > 1, both schemes) or the
+ * caller's out (act_dtype, dcp = 1); and act bf16 with a bf16 wire. Oracle-checked
+ * (the bound grows by those roundings, as for test_comm_dtypes). */
+static void test_uv_dtypes(void **state)
+{
+    (void)state;
+    static const struct {
+        enum dcp_dtype act, wire;
+        enum dcp_comm_scheme comm;
+        uint32_t dcp;
+    } cases[] = {
+        {DCP_DTYPE_FP32, DCP_DTYPE_BF16, DCP_COMM_A2A, 4},
+        {DCP_DTYPE_FP32, DCP_DTYPE_FP16, DCP_COMM_AG_RS, 2},
+        {DCP_DTYPE_BF16, DCP_DTYPE_BF16, DCP_COMM_AG_RS, 4},
+        {DCP_DTYPE_BF16, DCP_DTYPE_FP32, DCP_COMM_A2A, 2},
+        {DCP_DTYPE_BF16, DCP_DTYPE_BF16, DCP_COMM_A2A, 1},
+        {DCP_DTYPE_FP16, DCP_DTYPE_BF16, DCP_COMM_A2A, 1},
+    };
+    for (size_t n = 0; n < sizeof(cases) / sizeof(cases[0]); n++) {
+        if (fixture_quick() && n % 2)
+            continue;
+        struct test_rng rng;
+        test_rng_seed(&rng, test_seed() + 611u + (uint32_t)n);
+        struct harness_config c = base_config();
+        c.act_dtype = cases[n].act;
+        c.splits = n % 3 == 0 ? 2 : 0;
+        c.max_context = 96;
+        c.shape.comm_dtype = cases[n].wire;
+        c.shape.comm = cases[n].comm;
+        c.shape.tp = 4;
+        c.shape.dcp = cases[n].dcp;
+        c.shape.interleave = 2;
+        c.shape.merge_after_uv = true;
+        c.shape.q_heads = 8;
+        c.shape.kv_lora_rank = 32;
+        c.shape.rope_dim = 16;
+        c.shape.v_head_dim = 20;
+        char label[300];
+        describe(label, sizeof(label), "merge_after_uv dtypes", &c.shape);
+        struct harness *h = harness_create(&c, test_seed() + 677u + (uint32_t)n, label);
+        struct dcp_engine_info in;
+        dcp_engine_get_info(harness_engine(h, false), &in);
+        assert_true(in.merge_after_uv);
+        assert_int_equal(in.act_dtype, cases[n].act);
+        uint32_t seqs[2] = {harness_seq_create(h), harness_seq_create(h)};
+        const uint64_t target[2] = {70, 9};
+        prefill(h, &rng, 2, seqs, target, c.max_step_tokens);
+        decode(h, &rng, 2, seqs, 2);
+        harness_destroy(&h);
+    }
+}
+
 /* GQA (V in its own cache) with a step of exactly max_query_tokens tokens: the
  * host backend once sized the attention scratch without the V tile. */
 static void test_gqa_full_query_step(void **state)
@@ -820,6 +873,7 @@ int main(void)
         cmocka_unit_test(test_lean_comm),
         cmocka_unit_test(test_act_dtypes),
         cmocka_unit_test(test_comm_dtypes),
+        cmocka_unit_test(test_uv_dtypes),
         cmocka_unit_test(test_random_deployments),
     };
     return cmocka_run_group_tests(tests, NULL, print_stats);

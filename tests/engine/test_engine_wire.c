@@ -50,13 +50,15 @@ static const struct wire_case cases[] = {
     {DCP_ATTN_GQA, DCP_COMM_AG_RS, false, false, 2, DCP_DTYPE_FP32, DCP_DTYPE_FP32},
     {DCP_ATTN_GQA, DCP_COMM_A2A, true, false, 2, DCP_DTYPE_FP32, DCP_DTYPE_FP32},
     {DCP_ATTN_GQA, DCP_COMM_AG_RS, true, false, 2, DCP_DTYPE_FP32, DCP_DTYPE_FP32},
-    /* 16-bit wires (merge_after_uv needs fp32 on the wire: engine_errors) */
+    /* 16-bit wires (with merge_after_uv: uv_proj stores the wire's dtype) */
     {DCP_ATTN_MLA, DCP_COMM_A2A, false, false, 4, DCP_DTYPE_BF16, DCP_DTYPE_FP32},
     {DCP_ATTN_MLA, DCP_COMM_AG_RS, false, false, 4, DCP_DTYPE_FP16, DCP_DTYPE_BF16},
     {DCP_ATTN_MLA, DCP_COMM_A2A, true, false, 2, DCP_DTYPE_FP16, DCP_DTYPE_FP32},
     {DCP_ATTN_GQA, DCP_COMM_A2A, false, false, 2, DCP_DTYPE_FP16, DCP_DTYPE_BF16},
     {DCP_ATTN_GQA, DCP_COMM_AG_RS, false, false, 2, DCP_DTYPE_BF16, DCP_DTYPE_FP32},
     {DCP_ATTN_GQA, DCP_COMM_AG_RS, true, false, 2, DCP_DTYPE_BF16, DCP_DTYPE_BF16},
+    {DCP_ATTN_MLA, DCP_COMM_A2A, false, true, 4, DCP_DTYPE_BF16, DCP_DTYPE_FP32},
+    {DCP_ATTN_MLA, DCP_COMM_AG_RS, true, true, 2, DCP_DTYPE_BF16, DCP_DTYPE_BF16},
 };
 #define NUM_CASES (sizeof(cases) / sizeof(cases[0]))
 

@@ -1,9 +1,9 @@
 /*
  * The small kernels: merge (edge cases of docs/design.md §4 and random cases against
  * the oracle), lse_scale, reduce (ordered sums), fill (determinism and range),
- * kv_append (skipped slots, dtypes, 64-bit addressing), uv_proj (chunked rows against
- * the oracle), and the family table; the activation dtypes of merge, lse_scale, reduce
- * and kv_append, and their refusal of any other value.
+ * kv_append (skipped slots, dtypes, 64-bit addressing), uv_proj (chunked rows in each
+ * dst dtype against the oracle), and the family table; the activation dtypes of merge,
+ * lse_scale, reduce, kv_append and uv_proj, and their refusal of any other value.
  */
 #include <float.h>
 #include <math.h>
@@ -519,6 +519,15 @@ static void test_act_dtype_refused(void **state)
         };
         run_kernel(DCPK_KERNEL_kv_append, &ap, &rng);
         assert_memory_equal(out, want, sizeof(out));
+
+        const float w[4] = {1, 2, 3, 4};
+        const struct dcpk_uv_proj_params up = {
+            .src = (uint64_t)(uintptr_t)src, .w = (uint64_t)(uintptr_t)w, .dst = (uint64_t)(uintptr_t)out,
+            .num_tokens = 1, .num_heads = 1, .heads_per_chunk = 1, .in_dim = 2, .out_dim = 2,
+            .dst_dtype = bad[b],
+        };
+        run_kernel(DCPK_KERNEL_uv_proj, &up, &rng);
+        assert_memory_equal(out, want, sizeof(out));
     }
 }
 
@@ -750,26 +759,28 @@ static void test_uv_proj(void **state)
     (void)state;
     struct test_rng rng;
     test_rng_seed(&rng, test_seed() ^ 0x5e11);
-    for (int rep = 0; rep < 20; rep++) {
+    for (int rep = 0; rep < 21; rep++) {
+        const uint32_t dt = (uint32_t)rep % 3; /* dst_dtype: fp32, bf16, fp16 in turn */
         const uint32_t chunks = (uint32_t)test_rng_range(&rng, 1, 4), hpc = (uint32_t)test_rng_range(&rng, 1, 4);
         const uint32_t T = (uint32_t)test_rng_range(&rng, 1, 6), in = (uint32_t)test_rng_range(&rng, 1, 70);
         const uint32_t out = (uint32_t)test_rng_range(&rng, 1, 40), heads = chunks * hpc;
         const uint64_t src_stride = (uint64_t)T * hpc * in + 3, dst_stride = (uint64_t)T * hpc * out + 5;
         float *src = xmalloc(chunks * src_stride * sizeof(float)), *w = xmalloc((size_t)heads * in * out * sizeof(float));
-        float *dst = xmalloc(chunks * dst_stride * sizeof(float));
+        void *dst = xmalloc(chunks * dst_stride * sizeof(float)); /* dst_dtype elements */
         for (uint64_t i = 0; i < chunks * src_stride; i++)
             src[i] = (float)test_rng_unit(&rng);
         for (size_t i = 0; i < (size_t)heads * in * out; i++)
             w[i] = (float)test_rng_unit(&rng);
         for (uint64_t i = 0; i < chunks * dst_stride; i++)
-            dst[i] = 777.0f;
+            dcpk_store_as(dst, i, dt, 777.0f);
+        const float filler = dcpk_load_as_f32(dst, 0, dt);
         const uint32_t nan_row = (uint32_t)test_rng_range(&rng, 0, heads * T - 1); /* row (c, t, h) numbered c-major */
         const uint32_t nc = nan_row / (T * hpc), nrow = nan_row % (T * hpc);
         src[nc * src_stride + (uint64_t)nrow * in + (uint32_t)test_rng_range(&rng, 0, in - 1)] = NAN;
         const struct dcpk_uv_proj_params p = {
             .src = (uint64_t)(uintptr_t)src, .w = (uint64_t)(uintptr_t)w, .dst = (uint64_t)(uintptr_t)dst,
             .src_chunk_stride = src_stride, .dst_chunk_stride = dst_stride, .num_tokens = T, .num_heads = heads,
-            .heads_per_chunk = hpc, .in_dim = in, .out_dim = out,
+            .heads_per_chunk = hpc, .in_dim = in, .out_dim = out, .dst_dtype = dt,
         };
         run_kernel(DCPK_KERNEL_uv_proj, &p, &rng);
         const size_t rows = (size_t)heads * T;
@@ -790,12 +801,14 @@ static void test_uv_proj(void **state)
             for (uint32_t r = 0; r < T * hpc; r++)
                 for (uint32_t j = 0; j < out; j++) {
                     const double want = ref[((size_t)c * T * hpc + r) * out + j];
-                    const float got = dst[c * dst_stride + (uint64_t)r * out + j];
-                    if (isnan(want) ? !isnan(got) : !(fabs(got - want) <= 1e-5 * (1.0 + fabs(want))))
-                        fail_msg("uv_proj chunk %u row %u col %u: %g, want %g", c, r, j, got, want);
+                    const float got = dcpk_load_as_f32(dst, c * dst_stride + (uint64_t)r * out + j, dt);
+                    /* fp32 sums, then one rounding to dst_dtype */
+                    const double tol = 1e-5 * (1.0 + fabs(want)) + act_unit_roundoff(dt) * fabs(want);
+                    if (isnan(want) ? !isnan(got) : !(fabs(got - want) <= tol))
+                        fail_msg("uv_proj dtype %u chunk %u row %u col %u: %g, want %g", dt, c, r, j, got, want);
                 }
             for (uint64_t i = (uint64_t)T * hpc * out; i < dst_stride; i++)
-                assert_true(dst[c * dst_stride + i] == 777.0f); /* between chunks: untouched */
+                assert_true(dcpk_load_as_f32(dst, c * dst_stride + i, dt) == filler); /* between chunks: untouched */
         }
         free(src);
         free(w);

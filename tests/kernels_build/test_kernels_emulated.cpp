@@ -1254,38 +1254,53 @@ void test_uv_proj(void **state)
     test_rng_seed(&rng, test_seed() ^ 0x0e11);
     const uint32_t chunks = 3, hpc = 2, T = 6, in = 37, out = 131, heads = chunks * hpc;
     const uint64_t src_stride = (uint64_t)T * hpc * in + 7, dst_stride = (uint64_t)T * hpc * out + 9;
-    std::vector<float> src(chunks * src_stride), w((size_t)heads * in * out), dst(chunks * dst_stride, 777.f);
+    std::vector<float> src(chunks * src_stride), w((size_t)heads * in * out);
     for (float &x : src)
         x = (float)test_rng_unit(&rng);
     for (float &x : w)
         x = (float)test_rng_unit(&rng);
-    dcpk_uv_proj_params p{};
-    p.src = addr(src.data());
-    p.w = addr(w.data());
-    p.dst = addr(dst.data());
-    p.src_chunk_stride = src_stride;
-    p.dst_chunk_stride = dst_stride;
-    p.num_tokens = T;
-    p.num_heads = heads;
-    p.heads_per_chunk = hpc;
-    p.in_dim = in;
-    p.out_dim = out;
-    launch(dcpk_uv_proj, p, dim3(4), dim3(dcpk::kBlock_uv_proj));
-    for (uint32_t c = 0; c < chunks; c++) {
-        for (uint32_t t = 0; t < T; t++)
-            for (uint32_t h = 0; h < hpc; h++) {
-                const uint64_t row = (uint64_t)t * hpc + h, g = (uint64_t)c * hpc + h;
-                for (uint32_t j = 0; j < out; j++) {
-                    double want = 0;
-                    for (uint32_t i = 0; i < in; i++)
-                        want += (double)src[c * src_stride + row * in + i] * w[(g * in + i) * out + j];
-                    const float got = dst[c * dst_stride + row * out + j];
-                    if (!close_to(got, want, 1e-5))
-                        fail_msg("uv_proj chunk %u token %u head %u col %u = %g, want %g", c, t, h, j, got, want);
+    // dst_dtype fp32/bf16/fp16 (fp32 sums, one rounding); fp8: refused, dst untouched.
+    const uint32_t dtypes[] = {DCPK_FP32, DCPK_BF16, DCPK_FP16, DCPK_FP8_E4M3};
+    for (uint32_t dt : dtypes) {
+        std::vector<unsigned char> dst(chunks * dst_stride * sizeof(float), 0x5a);
+        const std::vector<unsigned char> before = dst;
+        dcpk_uv_proj_params p{};
+        p.src = addr(src.data());
+        p.w = addr(w.data());
+        p.dst = addr(dst.data());
+        p.src_chunk_stride = src_stride;
+        p.dst_chunk_stride = dst_stride;
+        p.num_tokens = T;
+        p.num_heads = heads;
+        p.heads_per_chunk = hpc;
+        p.in_dim = in;
+        p.out_dim = out;
+        p.dst_dtype = dt;
+        launch(dcpk_uv_proj, p, dim3(4), dim3(dcpk::kBlock_uv_proj));
+        if (dt == DCPK_FP8_E4M3) {
+            assert_true(dst == before);
+            continue;
+        }
+        const double tol = 1e-5 + (dt == DCPK_BF16 ? 0x1p-8 : dt == DCPK_FP16 ? 0x1p-11 : 0.0);
+        for (uint32_t c = 0; c < chunks; c++) {
+            for (uint32_t t = 0; t < T; t++)
+                for (uint32_t h = 0; h < hpc; h++) {
+                    const uint64_t row = (uint64_t)t * hpc + h, g = (uint64_t)c * hpc + h;
+                    for (uint32_t j = 0; j < out; j++) {
+                        double want = 0;
+                        for (uint32_t i = 0; i < in; i++)
+                            want += (double)src[c * src_stride + row * in + i] * w[(g * in + i) * out + j];
+                        const double got = decode(dst.data(), c * dst_stride + row * out + j, dt);
+                        if (!close_to(got, want, tol))
+                            fail_msg("uv_proj dtype %u chunk %u token %u head %u col %u = %g, want %g", dt, c, t,
+                                     h, j, got, want);
+                    }
                 }
-            }
-        for (uint64_t i = (uint64_t)T * hpc * out; i < dst_stride; i++)
-            assert_true(dst[c * dst_stride + i] == 777.f);
+            const size_t es = esize(dt);
+            for (uint64_t i = ((uint64_t)c * dst_stride + (uint64_t)T * hpc * out) * es;
+                 i < ((uint64_t)c + 1) * dst_stride * es; i++)
+                assert_true(dst[i] == 0x5a); // between chunks: untouched
+        }
     }
 }
 

@@ -226,23 +226,24 @@ DCPK_STATIC_ASSERT(sizeof(struct dcpk_reduce_params) == 40, "reduce ABI");
  * row (chunk c, query token t, head h) of src (chunked layout, row length in_dim,
  * the latent) becomes dst row (c, t, h) = src row x W[g] with g = c * heads_per_chunk + h:
  *   dst[j] = sum_i src[i] * w[(g * in_dim + i) * out_dim + j]   for j < out_dim,
- * in fp32, i ascending. w is fp32 [num_heads][in_dim][out_dim] (each gathered head's
- * W_UV). The merge is linear in the outputs, so projecting before it is exact. A NaN
+ * in fp32, i ascending, stored in dst_dtype with one rounding (any other dst_dtype:
+ * nothing is done; the size of the struct is unchanged, dst_dtype took its padding).
+ * w is fp32 [num_heads][in_dim][out_dim] (each gathered head's W_UV). The merge is linear in the outputs, so projecting before it is exact. A NaN
  * in a row reaches all of its outputs; an empty row (all 0) stays 0. src and dst must
  * not overlap. Work item = gathered head g (all tokens); grid = (num_heads).
  */
 struct dcpk_uv_proj_params {
     uint64_t src;              ///< fp32 latent rows, chunked layout, row length in_dim.
     uint64_t w;                ///< fp32 [num_heads][in_dim][out_dim].
-    uint64_t dst;              ///< fp32 projected rows, chunked layout, row length out_dim.
+    uint64_t dst;              ///< dst_dtype projected rows, chunked layout, row length out_dim.
     uint64_t src_chunk_stride; ///< Floats between src chunks.
-    uint64_t dst_chunk_stride; ///< Floats between dst chunks.
+    uint64_t dst_chunk_stride; ///< Elements (of dst_dtype) between dst chunks.
     uint32_t num_tokens;       ///< T.
     uint32_t num_heads;        ///< Gathered heads (all chunks).
     uint32_t heads_per_chunk;  ///< Heads per chunk (= num_heads for one chunk).
     uint32_t in_dim;           ///< Latent length (kv_lora_rank, 512).
     uint32_t out_dim;          ///< Projected length (v_head_dim, 128).
-    uint32_t pad0;
+    uint32_t dst_dtype;        ///< enum dcpk_dtype of dst: fp32, bf16 or fp16 (sums in fp32, one rounding).
 };
 DCPK_STATIC_ASSERT(sizeof(struct dcpk_uv_proj_params) == 64, "uv_proj ABI");
 

@@ -102,7 +102,9 @@ const char *cuda_launch_problem(const struct dcpk_attn_variant *attn, enum dcpk_
     }
     case DCPK_KERNEL_uv_proj: {
         const struct dcpk_uv_proj_params *p = params;
-        if (!aligned(p->src | p->w | p->dst, 4))
+        if (!act_dtypes_ok(p->dst_dtype, p->dst_dtype))
+            return "unknown activation dtype (dst)";
+        if (!aligned(p->src | p->w, 4) || !aligned(p->dst, dcpk_dtype_size(p->dst_dtype)))
             return "misaligned buffer";
         return p->heads_per_chunk || !p->num_heads ? NULL : "a zero size";
     }
