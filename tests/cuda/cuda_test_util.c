@@ -29,6 +29,22 @@ void fake_env_reset(void)
         unsetenv(fake_variables[i]);
 }
 
+int fake_test_setup(void **state)
+{
+    (void)state;
+    fake_env_reset();
+    dcp_clear_error();
+    return 0;
+}
+
+struct dcp_nccl *fake_nccl_open(void)
+{
+    struct dcp_nccl *nccl = NULL;
+    if (dcp_nccl_open(NULL, &nccl))
+        fail_msg("dcp_nccl_open: %s", dcp_last_error());
+    return nccl;
+}
+
 void fake_env_set(const char *name, const char *value) { assert_int_equal(setenv(name, value, 1), 0); }
 
 const char *fake_cuda_path(void)

@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "cuda_api.h"
+#include "nccl_api.h"
 #include "embedded.h"
 #include "fake_hooks.h"
 #include "test_util.h"
@@ -21,6 +22,10 @@ void assert_contains(const char *haystack, const char *needle);
 
 /** Unsets every FAKE_* variable; call at the start of each test. */
 void fake_env_reset(void);
+/** cmocka setup shared by the loader tests: fake_env_reset() and dcp_clear_error(). */
+int fake_test_setup(void **state);
+/** Opens the fake libnccl through the loader (dcp_nccl_open; fails the test on error). */
+struct dcp_nccl *fake_nccl_open(void);
 /** setenv(name, value, 1). */
 void fake_env_set(const char *name, const char *value);
 /** Path of the fake libcuda.so.1 / libnccl.so.2 (from the environment); fails the test if unset. */

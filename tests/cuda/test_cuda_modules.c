@@ -14,14 +14,6 @@
 #include "dcp_kernels/cpu.h"
 #include "modules.h"
 
-static int setup(void **state)
-{
-    (void)state;
-    fake_env_reset();
-    dcp_clear_error();
-    return 0;
-}
-
 #define TARGETS "sm_80,sm_90,compute_100"
 
 /* The default test image as a registry entry. */
@@ -337,17 +329,17 @@ static void test_real_registry(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_load_library_sass, setup),
-        cmocka_unit_test_setup(test_load_module_fallback, setup),
-        cmocka_unit_test_setup(test_load_ptx_jit, setup),
-        cmocka_unit_test_setup(test_load_no_binary, setup),
-        cmocka_unit_test_setup(test_load_needs_context, setup),
-        cmocka_unit_test_setup(test_corrupt_blobs, setup),
-        cmocka_unit_test_setup(test_frame_without_size, setup),
-        cmocka_unit_test_setup(test_not_a_fatbin, setup),
-        cmocka_unit_test_setup(test_pick_image, setup),
-        cmocka_unit_test_setup(test_registry_lookup, setup),
-        cmocka_unit_test_setup(test_real_registry, setup),
+        cmocka_unit_test_setup(test_load_library_sass, fake_test_setup),
+        cmocka_unit_test_setup(test_load_module_fallback, fake_test_setup),
+        cmocka_unit_test_setup(test_load_ptx_jit, fake_test_setup),
+        cmocka_unit_test_setup(test_load_no_binary, fake_test_setup),
+        cmocka_unit_test_setup(test_load_needs_context, fake_test_setup),
+        cmocka_unit_test_setup(test_corrupt_blobs, fake_test_setup),
+        cmocka_unit_test_setup(test_frame_without_size, fake_test_setup),
+        cmocka_unit_test_setup(test_not_a_fatbin, fake_test_setup),
+        cmocka_unit_test_setup(test_pick_image, fake_test_setup),
+        cmocka_unit_test_setup(test_registry_lookup, fake_test_setup),
+        cmocka_unit_test_setup(test_real_registry, fake_test_setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

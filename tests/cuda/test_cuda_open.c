@@ -12,14 +12,6 @@
 
 #include "cuda_test_util.h"
 
-static int setup(void **state)
-{
-    (void)state;
-    fake_env_reset();
-    dcp_clear_error();
-    return 0;
-}
-
 static int open_library(const char *library, struct dcp_cuda **cu)
 {
     struct dcp_cuda_open_params p = {.library = library};
@@ -294,23 +286,23 @@ static void test_device_info(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_missing_library, setup),
-        cmocka_unit_test_setup(test_param_overrides_environment, setup),
-        cmocka_unit_test_setup(test_environment_names_the_variable, setup),
-        cmocka_unit_test_setup(test_fake_stub, setup),
-        cmocka_unit_test_setup(test_toolkit_stub, setup),
-        cmocka_unit_test_setup(test_driver_too_old, setup),
-        cmocka_unit_test_setup(test_oldest_supported_driver, setup),
-        cmocka_unit_test_setup(test_not_a_driver, setup),
-        cmocka_unit_test_setup(test_no_device, setup),
-        cmocka_unit_test_setup(test_open_reports_path_and_version, setup),
-        cmocka_unit_test_setup(test_symbols_resolved_at_their_versions, setup),
-        cmocka_unit_test_setup(test_optional_symbols_may_be_missing, setup),
-        cmocka_unit_test_setup(test_fake_refuses_other_abi, setup),
-        cmocka_unit_test_setup(test_result_names, setup),
-        cmocka_unit_test_setup(test_check, setup),
-        cmocka_unit_test_setup(test_version_string, setup),
-        cmocka_unit_test_setup(test_device_info, setup),
+        cmocka_unit_test_setup(test_missing_library, fake_test_setup),
+        cmocka_unit_test_setup(test_param_overrides_environment, fake_test_setup),
+        cmocka_unit_test_setup(test_environment_names_the_variable, fake_test_setup),
+        cmocka_unit_test_setup(test_fake_stub, fake_test_setup),
+        cmocka_unit_test_setup(test_toolkit_stub, fake_test_setup),
+        cmocka_unit_test_setup(test_driver_too_old, fake_test_setup),
+        cmocka_unit_test_setup(test_oldest_supported_driver, fake_test_setup),
+        cmocka_unit_test_setup(test_not_a_driver, fake_test_setup),
+        cmocka_unit_test_setup(test_no_device, fake_test_setup),
+        cmocka_unit_test_setup(test_open_reports_path_and_version, fake_test_setup),
+        cmocka_unit_test_setup(test_symbols_resolved_at_their_versions, fake_test_setup),
+        cmocka_unit_test_setup(test_optional_symbols_may_be_missing, fake_test_setup),
+        cmocka_unit_test_setup(test_fake_refuses_other_abi, fake_test_setup),
+        cmocka_unit_test_setup(test_result_names, fake_test_setup),
+        cmocka_unit_test_setup(test_check, fake_test_setup),
+        cmocka_unit_test_setup(test_version_string, fake_test_setup),
+        cmocka_unit_test_setup(test_device_info, fake_test_setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

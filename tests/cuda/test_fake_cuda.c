@@ -15,14 +15,6 @@
 /* Absent until ptx/cpu lands; the launch test skips then. */
 #pragma weak dcpk_kernel_by_entry_name
 
-static int setup(void **state)
-{
-    (void)state;
-    fake_env_reset();
-    dcp_clear_error();
-    return 0;
-}
-
 static void test_alloc_copy_free(void **state)
 {
     (void)state;
@@ -570,18 +562,18 @@ static void test_stream_capture(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_alloc_copy_free, setup),
-        cmocka_unit_test_setup(test_injected_alloc_failure, setup),
-        cmocka_unit_test_setup(test_memory_limit, setup),
-        cmocka_unit_test_setup(test_vmm, setup),
-        cmocka_unit_test_setup(test_no_vmm, setup),
-        cmocka_unit_test_setup(test_vmm_allocation_failure, setup),
-        cmocka_unit_test_setup(test_streams_events_and_stalls, setup),
-        cmocka_unit_test_setup(test_deferred_streams, setup),
-        cmocka_unit_test_setup(test_eager_streams_hide_ordering_bugs, setup),
-        cmocka_unit_test_setup(test_peers, setup),
-        cmocka_unit_test_setup(test_launch_fill, setup),
-        cmocka_unit_test_setup(test_stream_capture, setup),
+        cmocka_unit_test_setup(test_alloc_copy_free, fake_test_setup),
+        cmocka_unit_test_setup(test_injected_alloc_failure, fake_test_setup),
+        cmocka_unit_test_setup(test_memory_limit, fake_test_setup),
+        cmocka_unit_test_setup(test_vmm, fake_test_setup),
+        cmocka_unit_test_setup(test_no_vmm, fake_test_setup),
+        cmocka_unit_test_setup(test_vmm_allocation_failure, fake_test_setup),
+        cmocka_unit_test_setup(test_streams_events_and_stalls, fake_test_setup),
+        cmocka_unit_test_setup(test_deferred_streams, fake_test_setup),
+        cmocka_unit_test_setup(test_eager_streams_hide_ordering_bugs, fake_test_setup),
+        cmocka_unit_test_setup(test_peers, fake_test_setup),
+        cmocka_unit_test_setup(test_launch_fill, fake_test_setup),
+        cmocka_unit_test_setup(test_stream_capture, fake_test_setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

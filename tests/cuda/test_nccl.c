@@ -19,23 +19,6 @@
 #define MAX_RANKS 4
 #define WAIT_S 30.0 /* generous: only a broken fake would need it */
 
-static int setup(void **state)
-{
-    (void)state;
-    fake_env_reset();
-    dcp_clear_error();
-    return 0;
-}
-
-static struct dcp_nccl *open_nccl(void)
-{
-    struct dcp_nccl *nccl = NULL;
-    int status = dcp_nccl_open(NULL, &nccl);
-    if (status)
-        fail_msg("dcp_nccl_open: %s", dcp_last_error());
-    return nccl;
-}
-
 static void close_nccl(struct dcp_nccl **nccl)
 {
     dcp_nccl_close(nccl);
@@ -62,7 +45,7 @@ static struct fake_nccl_stats nccl_stats(const struct dcp_nccl *nccl)
 static void test_open(void **state)
 {
     (void)state;
-    struct dcp_nccl *nccl = open_nccl();
+    struct dcp_nccl *nccl = fake_nccl_open();
     assert_int_equal(nccl->version, 22809);
     assert_non_null(strstr(nccl->path, "libnccl.so.2"));
     assert_non_null(nccl->api.ncclGetLastError);
@@ -116,7 +99,7 @@ static void test_names_and_check(void **state)
     assert_int_equal(dcp_nccl_check(NULL, ncclRemoteError, "ncclAllGather", NULL), DCP_ENCCL);
     assert_string_equal(dcp_last_error(), "ncclAllGather: ncclRemoteError (6)");
 
-    struct dcp_nccl *nccl = open_nccl();
+    struct dcp_nccl *nccl = fake_nccl_open();
     /* NCCL's own last-error text is appended. */
     int r = nccl->api.ncclSend(NULL, 1, ncclFloat32, 0, NULL, NULL);
     assert_int_equal(dcp_nccl_check(nccl, r, "ncclSend", NULL), DCP_ENCCL);
@@ -178,7 +161,7 @@ static void world_open(struct world *w, int n)
     memset(w, 0, sizeof(*w));
     w->n = n;
     w->cu = fake_open();
-    w->nccl = open_nccl();
+    w->nccl = fake_nccl_open();
     assert_int_equal(w->nccl->api.ncclGetUniqueId(&w->id), ncclSuccess);
     for (int r = 0; r < n; r++)
         w->ranks[r] = (struct rank){.w = w, .rank = r};
@@ -728,18 +711,18 @@ static void test_init_timeout(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_open, setup),
-        cmocka_unit_test_setup(test_too_old, setup),
-        cmocka_unit_test_setup(test_not_loadable, setup),
-        cmocka_unit_test_setup(test_names_and_check, setup),
-        cmocka_unit_test_setup(test_config, setup),
-        cmocka_unit_test_setup(test_collectives, setup),
-        cmocka_unit_test_setup(test_collective_in_stream_order, setup),
-        cmocka_unit_test_setup(test_blocking_init, setup),
-        cmocka_unit_test_setup(test_async_error, setup),
-        cmocka_unit_test_setup(test_hang_detected, setup),
-        cmocka_unit_test_setup(test_peer_abort_unblocks, setup),
-        cmocka_unit_test_setup(test_init_timeout, setup),
+        cmocka_unit_test_setup(test_open, fake_test_setup),
+        cmocka_unit_test_setup(test_too_old, fake_test_setup),
+        cmocka_unit_test_setup(test_not_loadable, fake_test_setup),
+        cmocka_unit_test_setup(test_names_and_check, fake_test_setup),
+        cmocka_unit_test_setup(test_config, fake_test_setup),
+        cmocka_unit_test_setup(test_collectives, fake_test_setup),
+        cmocka_unit_test_setup(test_collective_in_stream_order, fake_test_setup),
+        cmocka_unit_test_setup(test_blocking_init, fake_test_setup),
+        cmocka_unit_test_setup(test_async_error, fake_test_setup),
+        cmocka_unit_test_setup(test_hang_detected, fake_test_setup),
+        cmocka_unit_test_setup(test_peer_abort_unblocks, fake_test_setup),
+        cmocka_unit_test_setup(test_init_timeout, fake_test_setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

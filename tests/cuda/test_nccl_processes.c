@@ -25,22 +25,6 @@
 #define NPROC 3
 #define CHILD_TIMEOUT_S 120
 
-static int setup(void **state)
-{
-    (void)state;
-    fake_env_reset();
-    dcp_clear_error();
-    return 0;
-}
-
-static struct dcp_nccl *open_nccl(void)
-{
-    struct dcp_nccl *nccl = NULL;
-    if (dcp_nccl_open(NULL, &nccl))
-        fail_msg("dcp_nccl_open: %s", dcp_last_error());
-    return nccl;
-}
-
 /* The segment an id names ("fake-nccl shm /NAME"). */
 static const char *segment_name(const ncclUniqueId *id)
 {
@@ -185,7 +169,7 @@ static void test_collectives_across_processes(void **state)
 {
     (void)state;
     fake_env_set("FAKE_NCCL_SHM_BYTES", "4096"); /* 1344 bytes per rank */
-    struct dcp_nccl *nccl = open_nccl();
+    struct dcp_nccl *nccl = fake_nccl_open();
     ncclUniqueId id;
     assert_int_equal(nccl->api.ncclGetUniqueId(&id), ncclSuccess);
     const char *name = segment_name(&id);
@@ -224,7 +208,7 @@ static void test_abort_in_another_process(void **state)
 {
     (void)state;
     fake_env_set("FAKE_NCCL_TIMEOUT", "1000"); /* only the abort can end the wait */
-    struct dcp_nccl *nccl = open_nccl();
+    struct dcp_nccl *nccl = fake_nccl_open();
     ncclUniqueId id;
     assert_int_equal(nccl->api.ncclGetUniqueId(&id), ncclSuccess);
     int status[NPROC];
@@ -247,7 +231,7 @@ static void test_rank_that_never_comes(void **state)
 {
     (void)state;
     fake_env_set("FAKE_NCCL_TIMEOUT", "0.3");
-    struct dcp_nccl *nccl = open_nccl();
+    struct dcp_nccl *nccl = fake_nccl_open();
     ncclUniqueId id;
     assert_int_equal(nccl->api.ncclGetUniqueId(&id), ncclSuccess);
     char name[128];
@@ -266,9 +250,9 @@ static void test_rank_that_never_comes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup(test_collectives_across_processes, setup),
-        cmocka_unit_test_setup(test_abort_in_another_process, setup),
-        cmocka_unit_test_setup(test_rank_that_never_comes, setup),
+        cmocka_unit_test_setup(test_collectives_across_processes, fake_test_setup),
+        cmocka_unit_test_setup(test_abort_in_another_process, fake_test_setup),
+        cmocka_unit_test_setup(test_rank_that_never_comes, fake_test_setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
