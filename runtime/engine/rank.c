@@ -222,51 +222,48 @@ static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint
     return launch(r, PROF_MERGE, DCPK_KERNEL_merge, &m);
 }
 
+/* Copies the step's T * H_l rows of dim values from src (src_dtype) to dst (dst_dtype)
+ * with the merge kernel, one source: where a row's src_lse is the row's own LSE (or 0),
+ * its weight is exp(0) = 1 exactly, so each value is rounded once (NaN and inf pass
+ * through: 1 * x; a row whose LSE is -inf becomes 0, as it already is). No new kernel. */
+static int convert_rows(struct dcp_rank *r, enum dcp_prof_cat cat, uint64_t src, uint64_t src_lse, uint64_t dst,
+                        uint32_t dim, uint32_t src_dtype, uint32_t dst_dtype)
+{
+    const struct dcp_engine *e = r->engine;
+    const uint64_t rows = (uint64_t)e->step.tokens * e->q_heads_per_rank;
+    const struct dcpk_merge_params m = {
+        .src_o = src,
+        .src_lse = src_lse,
+        .out = dst,
+        .n_src = 1,
+        .rows = (uint32_t)rows,
+        .rows_per_chunk = (uint32_t)rows,
+        .v_dim = dim,
+        .src_dtype = src_dtype,
+        .out_dtype = dst_dtype,
+    };
+    return launch(r, cat, DCPK_KERNEL_merge, &m);
+}
+
 /* The gather moves queries in the wire dtype (part_dtype); when the caller's are of another
  * act_dtype, this rank's chunk is converted first into q_own. Converting only the own
  * chunk (T * H_l * qk values, 1/dcp of what attention reads) before the gather costs less
  * than gathering act_dtype and converting all chunks after it, and the attention kernel
- * then reads one dtype for every chunk (q_dtype). The conversion is the merge kernel with
- * one source whose LSEs are 0 (q_lse_zero): weight exp(0 - 0) = 1 exactly, so each value
- * is rounded once, to part_dtype (NaN and inf pass through: 1 * x). No new kernel. */
+ * then reads one dtype for every chunk (q_dtype). The LSEs are 0 (q_lse_zero). */
 static int convert_q(struct dcp_rank *r, uint64_t q)
 {
     const struct dcp_engine *e = r->engine;
-    const uint64_t rows = (uint64_t)e->step.tokens * e->q_heads_per_rank;
-    const struct dcpk_merge_params m = {
-        .src_o = q,
-        .src_lse = r->buf.q_lse_zero,
-        .out = r->buf.q_own,
-        .n_src = 1,
-        .rows = (uint32_t)rows,
-        .rows_per_chunk = (uint32_t)rows,
-        .v_dim = e->qk_dim,
-        .src_dtype = e->act_dtype,
-        .out_dtype = e->part_dtype,
-    };
-    return launch(r, PROF_OTHER, DCPK_KERNEL_merge, &m);
+    return convert_rows(r, PROF_OTHER, q, r->buf.q_lse_zero, r->buf.q_own, e->qk_dim, e->act_dtype, e->part_dtype);
 }
 
-/* ag_rs when out is not of part_dtype: the ReduceScatter summed into rs_out; the merge
- * kernel with that one source and its merged LSE (weight exp(0) = 1, exactly) stores it
- * into out in act_dtype: a pass over T * H * v values that a ReduceScatter in act_dtype
- * (comm_dtype = act_dtype) does not need. */
+/* ag_rs when out is not of part_dtype: the ReduceScatter summed into rs_out; with its
+ * merged LSE as the weight's, it is stored into out in act_dtype: a pass over
+ * T * H * out_dim values that a ReduceScatter in act_dtype (comm_dtype = act_dtype) does
+ * not need. */
 static int store_reduced(struct dcp_rank *r, uint64_t out, uint64_t lse)
 {
     const struct dcp_engine *e = r->engine;
-    const uint64_t rows = (uint64_t)e->step.tokens * e->q_heads_per_rank;
-    const struct dcpk_merge_params m = {
-        .src_o = r->buf.rs_out,
-        .src_lse = lse,
-        .out = out,
-        .n_src = 1,
-        .rows = (uint32_t)rows,
-        .rows_per_chunk = (uint32_t)rows,
-        .v_dim = e->out_dim,
-        .src_dtype = e->part_dtype,
-        .out_dtype = e->act_dtype,
-    };
-    return launch(r, PROF_MERGE, DCPK_KERNEL_merge, &m);
+    return convert_rows(r, PROF_MERGE, r->buf.rs_out, lse, out, e->out_dim, e->part_dtype, e->act_dtype);
 }
 
 /* merge_after_uv: the latent rows (chunk stride T * H_l * v, fp32) of every gathered head
