@@ -7,7 +7,8 @@
  *   placement.h   which rank stores which token (owner, local index, lengths)
  *   plan.h        memory, capacity and communication plan: DCP vs TP
  *   engine.h      sequences, paged KV, per-rank append and attention with the DCP merge
- *   serve.h       request traces, continuous-batching scheduler, step-time model
+ *   serve.h       request traces, continuous-batching scheduler
+ *   perf.h        the performance model: step times of plan and replay --simulate
  */
 #ifndef DCP_DCP_H
 #define DCP_DCP_H
@@ -21,5 +22,6 @@
 #include "dcp/engine.h"
 #include "dcp/synthetic.h"
 #include "dcp/serve.h"
+#include "dcp/perf.h"
 
 #endif /* DCP_DCP_H */
