@@ -62,7 +62,7 @@ static int resolve_shape(struct dcp_engine *e)
     e->tp = cfg->parallel.tp;
     e->dcp = e->params.dcp ? e->params.dcp : cfg->parallel.dcp;
     /* The deployment validated its own dcp; an override (the baseline's dcp = 1) is checked here. */
-    int err = dcp_rank_geometry(m, e->tp, e->dcp, &e->geo);
+    int err = dcp_rank_geometry_init(m, e->tp, e->dcp, &e->geo);
     if (err)
         return err;
     const struct dcp_rank_geometry g = e->geo;
@@ -141,7 +141,7 @@ static int kv_budget(const struct dcp_engine *e, bool host, double *out)
         budget = cfg->runtime.host.memory_bytes * cfg->memory.gpu_fraction;
     else {
         struct dcp_kv_budget b;
-        dcp_kv_budget(cfg, &b);
+        dcp_kv_budget_init(cfg, &b);
         budget = b.kv_bytes;
     }
     if (!isfinite(budget) || budget > KV_BUDGET_MAX)

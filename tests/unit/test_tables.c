@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "dcp/dcp.h"
+#include "dcp/tools.h"
 #include "dcp_kernels/cpu.h"
 #include "engine/merge.h"
 #include "test_util.h"
