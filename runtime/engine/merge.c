@@ -372,7 +372,7 @@ void dcp_merge_plan_comm(const struct dcp_config *cfg, struct dcp_plan_comm *out
     if (n <= 1)
         return;
     struct dcp_rank_geometry g;
-    dcp_rank_geometry(&cfg->model, cfg->parallel.tp, 1, &g);
+    dcp_rank_geometry_init(&cfg->model, cfg->parallel.tp, 1, &g);
     const struct comm_dims d = {
         .n = n,
         .peers = n - 1,
