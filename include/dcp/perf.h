@@ -41,21 +41,12 @@ enum dcp_perf_link {
     DCP_PERF_LINK_NETWORK = 1, ///< Between nodes: hardware.internode_gbps and internode_latency_us.
 };
 
-/** Number of collective kinds priced (enum dcp_perf_coll). */
+/** Number of collective kinds priced (enum dcp_plan_comm_kind, include/dcp/plan.h). */
 #define DCP_PERF_COLL_KINDS 5
-
-/** What a collective does, for its latency (ring steps) and its calibration. */
-enum dcp_perf_coll {
-    DCP_PERF_ALL_GATHER = 0,     ///< n - 1 ring steps.
-    DCP_PERF_REDUCE_SCATTER = 1, ///< n - 1 ring steps.
-    DCP_PERF_ALL_TO_ALL = 2,     ///< n - 1 peers.
-    DCP_PERF_ALL_REDUCE = 3,     ///< 2 (n - 1) ring steps.
-    DCP_PERF_PEER_WRITE = 4,     ///< One round of stores into the peers' memory: 1 step.
-};
 
 /** A measured collective: time = alpha + bytes / beta for `ranks` ranks over `link`. */
 struct dcp_perf_collective_fit {
-    enum dcp_perf_coll kind;     ///< Which collective.
+    enum dcp_plan_comm_kind kind; ///< Which collective.
     uint32_t ranks;              ///< Ranks it was measured with (it applies to that count only).
     enum dcp_perf_link link;     ///< Link it ran over.
     double alpha;                ///< Seconds per call.
@@ -107,9 +98,9 @@ DCP_API void dcp_perf_default_params(struct dcp_perf_params *p);
 /** Most communication rows a model prices per layer. */
 #define DCP_PERF_MAX_ROWS 8
 
-/** One exchange of DCP's decode step, per layer (from the plan's communication). */
+/** One exchange of DCP's decode step, per layer (a row of the plan's communication). */
 struct dcp_perf_row {
-    enum dcp_perf_coll kind;     ///< How it moves.
+    enum dcp_plan_comm_kind kind; ///< How it moves.
     uint32_t ranks;              ///< Ranks in it (the DCP group).
     double bytes;                ///< max(send, receive) bytes per rank per query token.
 };
@@ -190,14 +181,12 @@ DCP_API void dcp_perf_decode_time(const struct dcp_perf_model *m, uint64_t batch
 /**
  * Seconds one collective of `kind` among `ranks` ranks takes over `link` for `bytes`
  * bytes per rank: a calibrated fit if params has one for it, else
- * collective_latency + steps x hop + bytes / (bandwidth x link_efficiency)
- * (+ eager_collective outside a graph). 0 for fewer than 2 ranks.
+ * collective_latency + steps x hop + bytes / (bandwidth x link_efficiency), with
+ * n - 1 steps (2 (n - 1) for an all-reduce, 1 for peer writes), plus
+ * eager_collective outside a graph. 0 for fewer than 2 ranks.
  */
-DCP_API double dcp_perf_collective_time(const struct dcp_perf_model *m, enum dcp_perf_coll kind, uint32_t ranks,
+DCP_API double dcp_perf_collective_time(const struct dcp_perf_model *m, enum dcp_plan_comm_kind kind, uint32_t ranks,
                                         enum dcp_perf_link link, double bytes, bool graph);
-
-/** "all_gather", "reduce_scatter", "all_to_all", "all_reduce", "peer_write" (or "?"). */
-DCP_API const char *dcp_perf_coll_name(enum dcp_perf_coll kind);
 
 /** "nvlink" or "network". */
 DCP_API const char *dcp_perf_link_name(enum dcp_perf_link link);

@@ -423,12 +423,8 @@ static void print_json(const struct bench_row *rows, int n, const struct bench_o
 
 static bool parse_dtype(const char *s, void *dest, char *why, size_t why_size)
 {
-    static const enum dcp_dtype all[] = {DCP_DTYPE_FP32, DCP_DTYPE_BF16, DCP_DTYPE_FP16, DCP_DTYPE_FP8_E4M3};
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-        if (!strcmp(s, dcp_dtype_name(all[i]))) {
-            *(enum dcp_dtype *)dest = all[i];
-            return true;
-        }
+    if (dcp_dtype_from_name(s, dest) == DCP_OK)
+        return true;
     snprintf(why, why_size, "one of bf16, fp16, fp32, fp8_e4m3");
     return false;
 }

@@ -1,6 +1,10 @@
 /* names.c: canonical names and sizes of the deployment enums, and the KV
  * geometry a model implies. The name tables double as the YAML choices. */
+#include <stdio.h>
+#include <string.h>
+
 #include "config/config_internal.h"
+#include "util/util.h"
 
 const char *const config_attention_names[3] = {"mla", "gqa", "mha"};
 /* The dtype rows of DCPK_DTYPES (dcp_kernels/common.h): the public enum has the same values. */
@@ -14,15 +18,6 @@ DCPK_DTYPES(DTYPE_SAME_VALUE_)
 #undef DTYPE_SAME_VALUE_
 const char *const config_weight_dtype_names[7] = {"fp32",  "bf16",  "fp16", "fp8",
                                                   "nvfp4", "mxfp4", "int4"};
-/* The merge schemes of DCP_MERGE_SCHEMES (util/merge_schemes.h), likewise. */
-#define COMM_NAME_(NAME, name, collectives, packed) #name,
-const char *const config_comm_names[DCP_MERGE_SCHEME_COUNT] = {DCP_MERGE_SCHEMES(COMM_NAME_)};
-#undef COMM_NAME_
-#define COMM_SAME_VALUE_(NAME, name, collectives, packed)                \
-    _Static_assert((int)DCP_COMM_##NAME == (int)DCP_MERGE_ROW_##NAME, \
-                   "enum dcp_comm_scheme differs from DCP_MERGE_SCHEMES at " #name);
-DCP_MERGE_SCHEMES(COMM_SAME_VALUE_)
-#undef COMM_SAME_VALUE_
 const char *const config_backend_names[3] = {"auto", "cuda", "host"};
 const char *const config_cuda_comm_names[3] = {"auto", "nccl", "virtual"};
 const char *const config_cuda_precision_names[2] = {"fast", "exact"};
@@ -43,6 +38,22 @@ DCP_API const char *dcp_dtype_name(enum dcp_dtype dtype)
     return name_of(config_dtype_names, DCP_ARRAY_SIZE(config_dtype_names), (int)dtype);
 }
 
+DCP_API int dcp_dtype_from_name(const char *name, enum dcp_dtype *out)
+{
+    if (!name || !out)
+        return dcp_error(DCP_EINVAL, "dtype_from_name: NULL argument");
+    for (size_t i = 0; i < DCP_ARRAY_SIZE(config_dtype_names); i++)
+        if (!strcmp(name, config_dtype_names[i])) {
+            *out = (enum dcp_dtype)i;
+            return DCP_OK;
+        }
+    char names[64] = "";
+    for (size_t i = 0; i < DCP_ARRAY_SIZE(config_dtype_names); i++)
+        snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? ", " : "",
+                 config_dtype_names[i]);
+    return dcp_error(DCP_EINVAL, "dtype_from_name: unknown dtype \"%.64s\": one of %s", name, names);
+}
+
 DCP_API const char *dcp_weight_dtype_name(enum dcp_weight_dtype dtype)
 {
     return name_of(config_weight_dtype_names, DCP_ARRAY_SIZE(config_weight_dtype_names),
@@ -51,7 +62,8 @@ DCP_API const char *dcp_weight_dtype_name(enum dcp_weight_dtype dtype)
 
 DCP_API const char *dcp_comm_scheme_name(enum dcp_comm_scheme scheme)
 {
-    return name_of(config_comm_names, DCP_ARRAY_SIZE(config_comm_names), (int)scheme);
+    /* The merge schemes' names live with their behaviour (engine/merge.c). */
+    return name_of(dcp_merge_scheme_names, DCP_MERGE_SCHEME_COUNT, (int)scheme);
 }
 
 DCP_API const char *dcp_backend_kind_name(enum dcp_backend_kind kind)

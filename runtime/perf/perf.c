@@ -41,18 +41,6 @@ void dcp_perf_default_params(struct dcp_perf_params *p)
     };
 }
 
-const char *dcp_perf_coll_name(enum dcp_perf_coll kind)
-{
-    switch (kind) {
-    case DCP_PERF_ALL_GATHER: return "all_gather";
-    case DCP_PERF_REDUCE_SCATTER: return "reduce_scatter";
-    case DCP_PERF_ALL_TO_ALL: return "all_to_all";
-    case DCP_PERF_ALL_REDUCE: return "all_reduce";
-    case DCP_PERF_PEER_WRITE: return "peer_write";
-    }
-    return "?";
-}
-
 const char *dcp_perf_link_name(enum dcp_perf_link link)
 {
     return link == DCP_PERF_LINK_NETWORK ? "network" : "nvlink";
@@ -124,23 +112,14 @@ static bool group_spans_nodes(const struct dcp_hardware_config *hw, uint32_t tp,
     return false;
 }
 
-/* The DCP exchanges per layer, from the plan's communication figures of a config
- * with this dcp. */
-static void dcp_rows(const struct dcp_plan_comm *c, uint32_t dcp, struct dcp_perf_model *m)
+/* The DCP exchanges per layer: the rows of the plan's communication (whatever the
+ * merge scheme), each priced on the larger of what a rank sends and receives. */
+static void dcp_rows(const struct dcp_plan_comm *c, struct dcp_perf_model *m)
 {
-    m->num_rows = 0;
-    if (dcp <= 1)
-        return;
-    if (c->q_gather_send > 0)
-        m->rows[m->num_rows++] = (struct dcp_perf_row){
-            DCP_PERF_ALL_GATHER, dcp, DCP_MAX(c->q_gather_send, c->q_gather_recv)};
-    if (c->packed_lse) {
-        m->rows[m->num_rows++] = (struct dcp_perf_row){DCP_PERF_ALL_TO_ALL, dcp, DCP_MAX(c->out_send, c->out_recv)};
-    } else {
-        m->rows[m->num_rows++] = (struct dcp_perf_row){DCP_PERF_ALL_GATHER, dcp, DCP_MAX(c->lse_send, c->lse_recv)};
-        m->rows[m->num_rows++] = (struct dcp_perf_row){
-            DCP_PERF_REDUCE_SCATTER, dcp, DCP_MAX(c->out_send, c->out_recv)};
-    }
+    m->num_rows = DCP_MIN(c->num_rows, (uint32_t)DCP_PERF_MAX_ROWS);
+    for (uint32_t i = 0; i < m->num_rows; i++)
+        m->rows[i] = (struct dcp_perf_row){
+            c->rows[i].kind, c->rows[i].ranks, DCP_MAX(c->rows[i].send_bytes, c->rows[i].recv_bytes)};
 }
 
 int dcp_perf_model_init(const dcp_deployment *dep, uint32_t dcp, const struct dcp_perf_params *p,
@@ -167,7 +146,7 @@ int dcp_perf_model_init(const dcp_deployment *dep, uint32_t dcp, const struct dc
         return dcp_error(DCP_EINVAL, "%s gives no model.hidden_size: the performance model needs it to price the "
                          "TP all-reduces", dcp_deployment_source(dep));
     struct dcp_rank_geometry g;
-    if (dcp_rank_geometry(mc, cfg.parallel.tp, dcp, &g))
+    if (dcp_rank_geometry_init(mc, cfg.parallel.tp, dcp, &g))
         return dcp_error(DCP_EINVAL, "dcp=%u: %s", dcp, dcp_last_error());
 
     m->params = *p;
@@ -224,7 +203,7 @@ int dcp_perf_model_init(const dcp_deployment *dep, uint32_t dcp, const struct dc
         struct dcp_plan plan;
         if (!dcp_plan_from_config(&cfg, &plan))
             return dcp_error(DCP_EINVAL, "perf_model_init: the plan of dcp=%u does not fit 64 bits", dcp);
-        dcp_rows(&plan.comm, dcp, m);
+        dcp_rows(&plan.comm, m);
         m->gather_bytes_per_token = (double)(dcp - 1) / dcp * (double)dcp_model_kv_bytes_per_token_layer(mc);
     }
     return DCP_OK;
@@ -232,7 +211,7 @@ int dcp_perf_model_init(const dcp_deployment *dep, uint32_t dcp, const struct dc
 
 /* ---- pricing ------------------------------------------------------------------------- */
 
-static const struct dcp_perf_collective_fit *find_fit(const struct dcp_perf_params *p, enum dcp_perf_coll kind,
+static const struct dcp_perf_collective_fit *find_fit(const struct dcp_perf_params *p, enum dcp_plan_comm_kind kind,
                                                       uint32_t ranks, enum dcp_perf_link link)
 {
     for (uint32_t i = 0; i < p->num_collective_fits; i++) {
@@ -244,16 +223,16 @@ static const struct dcp_perf_collective_fit *find_fit(const struct dcp_perf_para
 }
 
 /* Ring steps of a collective among n ranks (its latency is one hop per step). */
-static double ring_steps(enum dcp_perf_coll kind, uint32_t n)
+static double ring_steps(enum dcp_plan_comm_kind kind, uint32_t n)
 {
     switch (kind) {
-    case DCP_PERF_ALL_REDUCE: return 2.0 * (n - 1);
-    case DCP_PERF_PEER_WRITE: return 1;
+    case DCP_PLAN_COMM_ALL_REDUCE: return 2.0 * (n - 1);
+    case DCP_PLAN_COMM_PEER_WRITE: return 1;
     default: return n - 1;
     }
 }
 
-double dcp_perf_collective_time(const struct dcp_perf_model *m, enum dcp_perf_coll kind, uint32_t ranks,
+double dcp_perf_collective_time(const struct dcp_perf_model *m, enum dcp_plan_comm_kind kind, uint32_t ranks,
                                 enum dcp_perf_link link, double bytes, bool graph)
 {
     if (!m || ranks < 2)
@@ -314,12 +293,12 @@ static void add_prefill(const struct dcp_perf_model *m, struct work *w, uint64_t
     q_gather += (rank_tokens(m, start + q) * m->kv_token_layer_bytes) / (m->hbm_bandwidth * m->params.kv_efficiency);
     const double gbytes = (double)start * m->gather_bytes_per_token;
     const double kv_kv = (double)(start + q) * m->kv_token_layer_bytes;
-    const double gather = dcp_perf_collective_time(m, DCP_PERF_ALL_GATHER, m->dcp, m->dcp_link, gbytes, false) +
+    const double gather = dcp_perf_collective_time(m, DCP_PLAN_COMM_ALL_GATHER, m->dcp, m->dcp_link, gbytes, false) +
                           kv_kv / (m->hbm_bandwidth * m->params.kv_efficiency);
     if (gather <= q_gather) {
         w->gathers++;
         w->gather_seconds +=
-            m->layers * dcp_perf_collective_time(m, DCP_PERF_ALL_GATHER, m->dcp, m->dcp_link, gbytes, false);
+            m->layers * dcp_perf_collective_time(m, DCP_PLAN_COMM_ALL_GATHER, m->dcp, m->dcp_link, gbytes, false);
         w->kv_bytes += kv_kv * m->layers;
     } else {
         w->dcp_tokens += q;
@@ -348,7 +327,7 @@ static void price(const struct dcp_perf_model *m, const struct work *w, struct d
     t->attention = DCP_MAX(t->kv, t->attention_flops);
     /* Two all-reduces per layer (after attention and after the MLP/MoE). */
     t->tp_comm = 2.0 * m->layers *
-                 dcp_perf_collective_time(m, DCP_PERF_ALL_REDUCE, m->tp, m->tp_link, w->tokens * m->allreduce_bytes,
+                 dcp_perf_collective_time(m, DCP_PLAN_COMM_ALL_REDUCE, m->tp, m->tp_link, w->tokens * m->allreduce_bytes,
                                           t->graph);
     if (w->dcp_tokens > 0)
         for (uint32_t i = 0; i < m->num_rows; i++)

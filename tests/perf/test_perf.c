@@ -168,15 +168,15 @@ static void test_collectives(void **state)
     deepseek_model(&cfg, &p, 8, &m);
     check_near(m.allreduce_bytes, 25088, 1e-12, "all-reduce bytes");
     const double ar = 12e-6 + 14 * 0.47e-6 + 25088 / 720e9;
-    check_near(dcp_perf_collective_time(&m, DCP_PERF_ALL_REDUCE, 8, DCP_PERF_LINK_NVLINK, 25088, true), ar, 1e-12,
+    check_near(dcp_perf_collective_time(&m, DCP_PLAN_COMM_ALL_REDUCE, 8, DCP_PERF_LINK_NVLINK, 25088, true), ar, 1e-12,
                "all-reduce");
-    check_near(dcp_perf_collective_time(&m, DCP_PERF_ALL_REDUCE, 8, DCP_PERF_LINK_NVLINK, 25088, false),
+    check_near(dcp_perf_collective_time(&m, DCP_PLAN_COMM_ALL_REDUCE, 8, DCP_PERF_LINK_NVLINK, 25088, false),
                ar + 8e-6, 1e-12, "eager");
-    check_near(dcp_perf_collective_time(&m, DCP_PERF_ALL_GATHER, 1, DCP_PERF_LINK_NVLINK, 1e6, true), 0, 0,
+    check_near(dcp_perf_collective_time(&m, DCP_PLAN_COMM_ALL_GATHER, 1, DCP_PERF_LINK_NVLINK, 1e6, true), 0, 0,
                "one rank");
     assert_int_equal(m.num_rows, 2);
-    assert_int_equal(m.rows[0].kind, DCP_PERF_ALL_GATHER);
-    assert_int_equal(m.rows[1].kind, DCP_PERF_ALL_TO_ALL);
+    assert_int_equal(m.rows[0].kind, DCP_PLAN_COMM_ALL_GATHER);
+    assert_int_equal(m.rows[1].kind, DCP_PLAN_COMM_ALL_TO_ALL);
     struct dcp_perf_step t;
     dcp_perf_decode_time(&m, 1, 1000, 1, &t);
     check_near(t.tp_comm, 2 * 61 * ar, 1e-12, "two all-reduces per layer");
@@ -185,12 +185,12 @@ static void test_collectives(void **state)
         rows += 12e-6 + 7 * 0.47e-6 + m.rows[i].bytes / 720e9;
     check_near(t.dcp_comm, 61 * rows, 1e-12, "DCP rows per layer");
 
-    p.collective_fits[0] = (struct dcp_perf_collective_fit){DCP_PERF_ALL_TO_ALL, 8, DCP_PERF_LINK_NVLINK, 5e-6, 1e11};
+    p.collective_fits[0] = (struct dcp_perf_collective_fit){DCP_PLAN_COMM_ALL_TO_ALL, 8, DCP_PERF_LINK_NVLINK, 5e-6, 1e11};
     p.num_collective_fits = 1;
     model_of(&cfg, 8, &p, &m);
-    check_near(dcp_perf_collective_time(&m, DCP_PERF_ALL_TO_ALL, 8, DCP_PERF_LINK_NVLINK, 1e6, true), 5e-6 + 1e-5,
+    check_near(dcp_perf_collective_time(&m, DCP_PLAN_COMM_ALL_TO_ALL, 8, DCP_PERF_LINK_NVLINK, 1e6, true), 5e-6 + 1e-5,
                1e-12, "fit");
-    check_near(dcp_perf_collective_time(&m, DCP_PERF_ALL_TO_ALL, 4, DCP_PERF_LINK_NVLINK, 0, true), 12e-6 + 3 * 0.47e-6,
+    check_near(dcp_perf_collective_time(&m, DCP_PLAN_COMM_ALL_TO_ALL, 4, DCP_PERF_LINK_NVLINK, 0, true), 12e-6 + 3 * 0.47e-6,
                1e-12, "a fit of another rank count does not apply");
 }
 
@@ -211,7 +211,7 @@ static void test_network(void **state)
     model_of(&cfg, 16, &p, &m);
     assert_int_equal(m.tp_link, DCP_PERF_LINK_NETWORK);
     assert_int_equal(m.dcp_link, DCP_PERF_LINK_NETWORK);
-    check_near(dcp_perf_collective_time(&m, DCP_PERF_ALL_GATHER, 16, DCP_PERF_LINK_NETWORK, 4e6, true),
+    check_near(dcp_perf_collective_time(&m, DCP_PLAN_COMM_ALL_GATHER, 16, DCP_PERF_LINK_NETWORK, 4e6, true),
                12e-6 + 15 * 2.7e-6 + 4e6 / 40e9, 1e-12, "network all-gather");
     model_of(&cfg, 8, &p, &m);
     assert_int_equal(m.dcp_link, DCP_PERF_LINK_NVLINK);
