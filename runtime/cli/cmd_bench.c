@@ -421,15 +421,18 @@ static void print_json(const struct bench_row *rows, int n, const struct bench_o
     json_finish(&w);
 }
 
+/* Every KV dtype the library names (enum dcp_dtype counts up from 0 until a value has no name). */
 static bool parse_dtype(const char *s, void *dest, char *why, size_t why_size)
 {
-    static const enum dcp_dtype all[] = {DCP_DTYPE_FP32, DCP_DTYPE_BF16, DCP_DTYPE_FP16, DCP_DTYPE_FP8_E4M3};
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-        if (!strcmp(s, dcp_dtype_name(all[i]))) {
-            *(enum dcp_dtype *)dest = all[i];
+    size_t used = (size_t)snprintf(why, why_size, "one of");
+    for (int d = 0; strcmp(dcp_dtype_name((enum dcp_dtype)d), "unknown"); d++) {
+        if (!strcmp(s, dcp_dtype_name((enum dcp_dtype)d))) {
+            *(enum dcp_dtype *)dest = (enum dcp_dtype)d;
             return true;
         }
-    snprintf(why, why_size, "one of bf16, fp16, fp32, fp8_e4m3");
+        if (used < why_size)
+            used += (size_t)snprintf(why + used, why_size - used, "%s %s", d ? "," : "", dcp_dtype_name((enum dcp_dtype)d));
+    }
     return false;
 }
 

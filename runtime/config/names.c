@@ -4,10 +4,10 @@
 
 const char *const config_attention_names[3] = {"mla", "gqa", "mha"};
 /* The dtype rows of DCPK_DTYPES (dcp_kernels/common.h): the public enum has the same values. */
-#define DTYPE_NAME_(NAME, name, bytes, scaled, wire) #name,
+#define DTYPE_NAME_(NAME, name, bytes, scaled, wire, codec) #name,
 const char *const config_dtype_names[DCPK_DTYPE_COUNT] = {DCPK_DTYPES(DTYPE_NAME_)};
 #undef DTYPE_NAME_
-#define DTYPE_SAME_VALUE_(NAME, name, bytes, scaled, wire)  \
+#define DTYPE_SAME_VALUE_(NAME, name, bytes, scaled, wire, codec)  \
     _Static_assert((int)DCP_DTYPE_##NAME == (int)DCPK_##NAME, \
                    "enum dcp_dtype differs from DCPK_DTYPES at " #name);
 DCPK_DTYPES(DTYPE_SAME_VALUE_)
