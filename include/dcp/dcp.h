@@ -5,9 +5,12 @@
  *   diag.h        diagnostics with file:line:col positions
  *   deployment.h  YAML deployments, validated and immutable
  *   placement.h   which rank stores which token (owner, local index, lengths)
+ *   geometry.h    per-rank heads and bytes, KV budget, token keys
  *   plan.h        memory, capacity and communication plan: DCP vs TP
  *   engine.h      sequences, paged KV, per-rank append and attention with the DCP merge
  *   serve.h       request traces, continuous-batching scheduler, step-time model
+ *
+ * Not included: tools.h (synthetic data, test and benchmark aids for tools).
  */
 #ifndef DCP_DCP_H
 #define DCP_DCP_H
@@ -19,7 +22,6 @@
 #include "dcp/geometry.h"
 #include "dcp/plan.h"
 #include "dcp/engine.h"
-#include "dcp/synthetic.h"
 #include "dcp/serve.h"
 
 #endif /* DCP_DCP_H */

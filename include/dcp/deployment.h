@@ -261,6 +261,13 @@ DCP_API const char *dcp_weight_dtype_name(enum dcp_weight_dtype dtype); ///< "fp
 DCP_API const char *dcp_comm_scheme_name(enum dcp_comm_scheme scheme);  ///< "ag_rs" or "a2a".
 DCP_API const char *dcp_backend_kind_name(enum dcp_backend_kind kind);  ///< "auto", "cuda", "host".
 
+/**
+ * The dtype dcp_dtype_name() calls name ("fp32", "bf16", "fp16", "fp8_e4m3"; exact
+ * match, as in YAML): DCP_OK with *out set, else DCP_EINVAL with dcp_last_error()
+ * listing the names (NULL argument or unknown name) and *out unchanged.
+ */
+DCP_API int dcp_dtype_from_name(const char *name, enum dcp_dtype *out);
+
 /** Bytes per element of a KV / wire dtype (4, 2, 2, 1). */
 DCP_API uint32_t dcp_dtype_size(enum dcp_dtype dtype);
 

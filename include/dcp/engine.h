@@ -509,23 +509,10 @@ DCP_API int dcp_rank_upload(dcp_rank *rank, void *dst, const void *src, size_t b
 DCP_API int dcp_rank_download(dcp_rank *rank, void *dst, const void *src, size_t bytes);
 
 /**
- * Copies bytes between two backend buffers of this rank (device to device for
- * CUDA), queued like a kernel. Used by benchmarks as the bandwidth yardstick.
- */
-DCP_API int dcp_rank_copy(dcp_rank *rank, void *dst, const void *src, size_t bytes);
-
-/**
  * The rank's KV arena (all layers' pages, allocated once): its address in backend
  * memory and its size. For registering memory with other libraries or measuring.
  */
 DCP_API void dcp_rank_kv_arena(const dcp_rank *rank, void **ptr, size_t *bytes);
-
-/**
- * Backend uint64 [T] keys of the current step's query tokens:
- * dcp_token_key(seq_id, position) (geometry.h): ((uint64_t)seq_id << 40) | position, so the
- * id's top 8 bits, which hold part of its generation, drop out. Valid until the next begin_step.
- */
-DCP_API const void *dcp_rank_step_token_keys(const dcp_rank *rank);
 
 #ifdef __cplusplus
 }

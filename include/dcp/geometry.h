@@ -40,7 +40,7 @@ struct dcp_rank_geometry {
  * divide the KV replicas (docs/design.md, "Validity rules"). The config rules
  * (runtime/config/rules.c) report these same checks and messages.
  */
-DCP_API int dcp_rank_geometry(const struct dcp_model_config *m, uint32_t tp, uint32_t dcp,
+DCP_API int dcp_rank_geometry_init(const struct dcp_model_config *m, uint32_t tp, uint32_t dcp,
                               struct dcp_rank_geometry *g);
 
 /**
@@ -65,11 +65,11 @@ struct dcp_kv_budget {
 };
 
 /** The KV budget of one GPU of deployment cfg (before any host or explicit override). */
-DCP_API void dcp_kv_budget(const struct dcp_config *cfg, struct dcp_kv_budget *b);
+DCP_API void dcp_kv_budget_init(const struct dcp_config *cfg, struct dcp_kv_budget *b);
 
 /**
  * Key of the token at global position pos of sequence seq_id, as the engine
- * writes it in a step's token keys (dcp_rank_step_token_keys) and as the
+ * writes it in a step's token keys (dcp_rank_step_token_keys(), tools.h) and as the
  * synthetic data helpers take it: ((uint64_t)seq_id << 40) | pos (the id's top 8
  * bits drop out; pos must be below 2^40).
  */

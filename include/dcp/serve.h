@@ -12,7 +12,7 @@
  *    (dcp_step_model_time()) instead of kernels.
  *
  * A step, from the caller's side:
- *   dcp_sched_step(s, now, &step)     plans: admits, extends blocks, preempts;
+ *   dcp_sched_plan_step(s, now, &step)     plans: admits, extends blocks, preempts;
  *   ... execute step.entries or price them with the step-time model ...
  *   dcp_sched_complete(s, end_time)   applies the result: first tokens, MTP
  *                                     acceptance and truncation, retirement.
@@ -110,9 +110,6 @@ DCP_API void dcp_agentic_trace_default_params(struct dcp_agentic_trace_params *p
  * Poisson arrivals. hash_block_tokens is 512. Deterministic in seed.
  */
 DCP_API int dcp_trace_synthesize(const struct dcp_agentic_trace_params *p, struct dcp_trace **out);
-
-/** Writes a trace as Mooncake JSONL (timestamps in ms, rounded). DCP_EIO on a write error. */
-DCP_API int dcp_trace_write_jsonl(const struct dcp_trace *t, const char *path);
 
 /** Frees a trace and sets *t to NULL. Accepts NULL. */
 DCP_API void dcp_trace_destroy(struct dcp_trace **t);
@@ -237,7 +234,7 @@ DCP_API int dcp_sched_add(dcp_sched *s, const struct dcp_serve_request *r, uint3
  * dcp_sched_complete() after each non-empty step. DCP_EINVAL when the previous
  * step was not completed.
  */
-DCP_API int dcp_sched_step(dcp_sched *s, double now, struct dcp_sched_step *step);
+DCP_API int dcp_sched_plan_step(dcp_sched *s, double now, struct dcp_sched_step *step);
 
 /**
  * Applies the planned step as executed, ending at time end: prefill progress and
@@ -278,14 +275,6 @@ DCP_API void dcp_sched_get_stats(const dcp_sched *s, struct dcp_sched_stats *st)
 
 /** The record of request id, or NULL when out of range. */
 DCP_API const struct dcp_sched_request_info *dcp_sched_request(const dcp_sched *s, uint32_t id);
-
-/**
- * Checks the invariants: the block manager's (refcounts recounted from the tables,
- * free + idle + used = total, no shared or published partly filled block), every
- * request in exactly one state with a sequence exactly while admitted, and the
- * counts adding up. For tests; O(blocks + requests). DCP_EINVAL with detail.
- */
-DCP_API int dcp_sched_check(const dcp_sched *s);
 
 /** Human-readable name of a reject reason ("none", "pool", "context"). */
 DCP_API const char *dcp_reject_reason_name(enum dcp_reject_reason r);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "dcp/dcp.h"
+#include "dcp/tools.h"
 #include "json.h"
 #include "options.h"
 

@@ -421,18 +421,12 @@ static void print_json(const struct bench_row *rows, int n, const struct bench_o
     json_finish(&w);
 }
 
-/* Every KV dtype the library names (enum dcp_dtype counts up from 0 until a value has no name). */
 static bool parse_dtype(const char *s, void *dest, char *why, size_t why_size)
 {
-    size_t used = (size_t)snprintf(why, why_size, "one of");
-    for (int d = 0; strcmp(dcp_dtype_name((enum dcp_dtype)d), "unknown"); d++) {
-        if (!strcmp(s, dcp_dtype_name((enum dcp_dtype)d))) {
-            *(enum dcp_dtype *)dest = (enum dcp_dtype)d;
-            return true;
-        }
-        if (used < why_size)
-            used += (size_t)snprintf(why + used, why_size - used, "%s %s", d ? "," : "", dcp_dtype_name((enum dcp_dtype)d));
-    }
+    if (dcp_dtype_from_name(s, dest) == DCP_OK)
+        return true;
+    const char *names = strstr(dcp_last_error(), "one of "); /* the library lists every dtype */
+    snprintf(why, why_size, "%s", names ? names : "a KV dtype name");
     return false;
 }
 

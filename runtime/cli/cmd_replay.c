@@ -170,7 +170,7 @@ static int serve_loop(dcp_sched *s, const struct dcp_step_model *model, struct r
         if (clients && (err = feed_clients(s, trace, clients, &fed, now)))
             break;
         struct dcp_sched_step step;
-        if ((err = dcp_sched_step(s, now, &step)))
+        if ((err = dcp_sched_plan_step(s, now, &step)))
             break;
         if (!step.num_entries) {
             const double next = dcp_sched_next_arrival(s);

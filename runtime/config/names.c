@@ -1,7 +1,11 @@
 /* names.c: canonical names of the deployment enums (the sizes and the arithmetic a
  * model implies are the model layer's, runtime/model). The name tables double as
  * the YAML choices. */
+#include <stdio.h>
+#include <string.h>
+
 #include "config/config_internal.h"
+#include "util/util.h"
 
 const char *const config_attention_names[3] = {"mla", "gqa", "mha"};
 /* The dtype rows of DCPK_DTYPES (dcp_kernels/common.h): the public enum has the same values. */
@@ -42,6 +46,22 @@ DCP_API const char *dcp_attention_kind_name(enum dcp_attention_kind kind)
 DCP_API const char *dcp_dtype_name(enum dcp_dtype dtype)
 {
     return name_of(config_dtype_names, DCP_ARRAY_SIZE(config_dtype_names), (int)dtype);
+}
+
+DCP_API int dcp_dtype_from_name(const char *name, enum dcp_dtype *out)
+{
+    if (!name || !out)
+        return dcp_error(DCP_EINVAL, "dtype_from_name: NULL argument");
+    for (size_t i = 0; i < DCP_ARRAY_SIZE(config_dtype_names); i++)
+        if (!strcmp(name, config_dtype_names[i])) {
+            *out = (enum dcp_dtype)i;
+            return DCP_OK;
+        }
+    char names[64] = "";
+    for (size_t i = 0; i < DCP_ARRAY_SIZE(config_dtype_names); i++)
+        snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? ", " : "",
+                 config_dtype_names[i]);
+    return dcp_error(DCP_EINVAL, "dtype_from_name: unknown dtype \"%.64s\": one of %s", name, names);
 }
 
 DCP_API const char *dcp_weight_dtype_name(enum dcp_weight_dtype dtype)

@@ -84,7 +84,7 @@ static uint64_t total_gpus(const struct rule_ctx *c)
 }
 
 /*
- * TP sizes that split the model's heads (dcp_rank_geometry accepts them with
+ * TP sizes that split the model's heads (dcp_rank_geometry_init accepts them with
  * dcp 1: they divide query_heads, and divide kv_heads or are multiples of it) and
  * fit the GPUs. Needs attention, query_heads, kv_heads.
  */
@@ -96,7 +96,7 @@ static size_t valid_tp_values(const struct rule_ctx *c, uint64_t *out, size_t ca
     size_t count = 0;
     for (size_t i = 0; i < n && count < cap; i++) {
         struct dcp_rank_geometry g;
-        if (all[i] <= UINT32_MAX && dcp_rank_geometry(m, (uint32_t)all[i], 1, &g) == DCP_OK)
+        if (all[i] <= UINT32_MAX && dcp_rank_geometry_init(m, (uint32_t)all[i], 1, &g) == DCP_OK)
             out[count++] = all[i];
     }
     return count;
@@ -138,7 +138,7 @@ static void rule_kv_heads(struct rule_ctx *c)
 }
 
 /*
- * The placement checks are dcp_rank_geometry's (include/dcp/geometry.h), the
+ * The placement checks are dcp_rank_geometry_init's (include/dcp/geometry.h), the
  * one place the formulas live; these rules add where to look and what is valid.
  */
 
@@ -146,7 +146,7 @@ static void rule_kv_heads(struct rule_ctx *c)
 static void rule_tp_splits_heads(struct rule_ctx *c)
 {
     struct dcp_rank_geometry g;
-    if (dcp_rank_geometry(&c->cfg->model, c->cfg->parallel.tp, 1, &g) == DCP_OK)
+    if (dcp_rank_geometry_init(&c->cfg->model, c->cfg->parallel.tp, 1, &g) == DCP_OK)
         return;
     struct config_text t = {0};
     config_text_add(&t, "%s", dcp_last_error());
@@ -160,9 +160,9 @@ static void rule_dcp_group(struct rule_ctx *c)
     const struct dcp_model_config *m = &c->cfg->model;
     const uint32_t tp = c->cfg->parallel.tp, dcp = c->cfg->parallel.dcp;
     struct dcp_rank_geometry g, with_dcp;
-    if (dcp_rank_geometry(m, tp, 1, &g) != DCP_OK)
+    if (dcp_rank_geometry_init(m, tp, 1, &g) != DCP_OK)
         return; /* a bad tp is rule_tp_splits_heads' to report */
-    if (dcp_rank_geometry(m, tp, dcp, &with_dcp) == DCP_OK)
+    if (dcp_rank_geometry_init(m, tp, dcp, &with_dcp) == DCP_OK)
         return;
     struct config_text t = {0};
     config_text_add(&t, "%s; ", dcp_last_error());
@@ -244,7 +244,7 @@ static void rule_weights_fit(struct rule_ctx *c)
 {
     const struct dcp_config *cfg = c->cfg;
     struct dcp_kv_budget b;
-    dcp_kv_budget(cfg, &b);
+    dcp_kv_budget_init(cfg, &b);
     const double usable = b.usable_bytes, reserve = b.reserve_bytes;
     const uint32_t tp = cfg->parallel.tp;
     struct config_text t = {0};

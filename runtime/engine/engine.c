@@ -62,7 +62,7 @@ static int resolve_shape(struct dcp_engine *e)
     const struct dcp_model_config *m = &cfg->model;
     const uint32_t dcp = e->params.dcp ? e->params.dcp : cfg->parallel.dcp;
     /* The deployment validated its own dcp; an override (the baseline's dcp = 1) is checked here. */
-    int err = dcp_rank_geometry(m, cfg->parallel.tp, dcp, &e->geo);
+    int err = dcp_rank_geometry_init(m, cfg->parallel.tp, dcp, &e->geo);
     if (err)
         return err;
     e->interleave = cfg->parallel.interleave;
@@ -135,7 +135,7 @@ static int kv_budget(const struct dcp_engine *e, bool host, double *out)
         budget = cfg->runtime.host.memory_bytes * cfg->memory.gpu_fraction;
     else {
         struct dcp_kv_budget b;
-        dcp_kv_budget(cfg, &b);
+        dcp_kv_budget_init(cfg, &b);
         budget = b.kv_bytes;
     }
     if (!isfinite(budget) || budget > KV_BUDGET_MAX)

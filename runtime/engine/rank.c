@@ -8,7 +8,7 @@
 
 #include "dcp_kernels/convert.h"
 #include "dcp_kernels/params.h"
-#include "dcp/synthetic.h"
+#include "dcp/tools.h"
 #include "engine/engine_internal.h"
 #include "util/merge_schemes.h"
 #include "util/util.h"

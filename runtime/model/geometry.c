@@ -7,12 +7,12 @@
 #include "model/model.h"
 #include "util/util.h"
 
-DCP_API int dcp_rank_geometry(const struct dcp_model_config *m, uint32_t tp, uint32_t dcp,
+DCP_API int dcp_rank_geometry_init(const struct dcp_model_config *m, uint32_t tp, uint32_t dcp,
                               struct dcp_rank_geometry *g)
 {
     dcp_clear_error();
     if (!m || !g)
-        return dcp_error(DCP_EINVAL, "dcp_rank_geometry: model and geometry are required");
+        return dcp_error(DCP_EINVAL, "dcp_rank_geometry_init: model and geometry are required");
     memset(g, 0, sizeof(*g));
     const bool mla = m->attention == DCP_ATTN_MLA;
     const uint32_t kv = mla ? 1 : m->num_kv_heads;
@@ -66,7 +66,7 @@ DCP_API uint32_t dcp_rank_geometry_kv_head0(const struct dcp_rank_geometry *g, u
     return g && g->kv_replicas ? tp_rank / g->kv_replicas * g->kv_heads_per_rank : 0;
 }
 
-DCP_API void dcp_kv_budget(const struct dcp_config *cfg, struct dcp_kv_budget *b)
+DCP_API void dcp_kv_budget_init(const struct dcp_config *cfg, struct dcp_kv_budget *b)
 {
     if (!b)
         return;

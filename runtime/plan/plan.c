@@ -30,14 +30,14 @@ static const uint32_t crossover_batches[DCP_PLAN_CROSSOVER_BATCHES] = {1, 8, 64,
 static struct dcp_rank_geometry baseline_geometry(const struct dcp_config *cfg)
 {
     struct dcp_rank_geometry g;
-    dcp_rank_geometry(&cfg->model, cfg->parallel.tp, 1, &g);
+    dcp_rank_geometry_init(&cfg->model, cfg->parallel.tp, 1, &g);
     return g;
 }
 
 static void plan_memory(const struct dcp_config *cfg, struct dcp_plan_memory *mem)
 {
     struct dcp_kv_budget b;
-    dcp_kv_budget(cfg, &b);
+    dcp_kv_budget_init(cfg, &b);
     mem->usable_bytes = b.usable_bytes;
     mem->weight_bytes = b.weight_bytes;
     mem->reserve_bytes = b.reserve_bytes;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "dcp/serve.h"
+#include "dcp/tools.h"
 #include "engine/engine_internal.h"
 #include "kv/kv_manager.h"
 #include "util/util.h"
@@ -462,14 +463,14 @@ static int plan_admissions(dcp_sched *s, uint64_t *budget, uint32_t *admitted)
     return DCP_OK;
 }
 
-int dcp_sched_step(dcp_sched *s, double now, struct dcp_sched_step *step)
+int dcp_sched_plan_step(dcp_sched *s, double now, struct dcp_sched_step *step)
 {
     dcp_clear_error();
     if (!s || !step)
-        return dcp_error(DCP_EINVAL, "sched_step: NULL argument");
+        return dcp_error(DCP_EINVAL, "sched_plan_step: NULL argument");
     memset(step, 0, sizeof(*step));
     if (s->in_step)
-        return dcp_error(DCP_EINVAL, "sched_step: the previous step was not completed");
+        return dcp_error(DCP_EINVAL, "sched_plan_step: the previous step was not completed");
     if (dcp_grow_array((void **)&s->running, &s->running_cap, DCP_MAX(s->num_reqs, 1u), sizeof(*s->running)))
         return dcp_error(DCP_ENOMEM, "scheduler: running list");
     while (s->next_arrival < s->num_reqs && s->reqs[s->next_arrival].info.arrival <= now) {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "dcp/serve.h"
+#include "dcp/tools.h"
 #include "util/file.h"
 #include "util/util.h"
 

@@ -3,6 +3,7 @@
  * agreement with the YAML path, and the name/size/geometry helpers.
  */
 #include <math.h>
+#include <string.h>
 
 #include "config/config_internal.h"
 #include "config_test_structs.h"
@@ -240,6 +241,20 @@ static void test_names(void **state)
     assert_string_equal(dcp_dtype_name(DCP_DTYPE_FP16), "fp16");
     assert_string_equal(dcp_dtype_name(DCP_DTYPE_FP8_E4M3), "fp8_e4m3");
     assert_string_equal(dcp_dtype_name((enum dcp_dtype)-1), "unknown");
+    /* dcp_dtype_from_name() is dcp_dtype_name()'s inverse and refuses anything else. */
+    for (int i = 0; i < 4; i++) {
+        enum dcp_dtype d = (enum dcp_dtype)-1;
+        assert_int_equal(dcp_dtype_from_name(dcp_dtype_name((enum dcp_dtype)i), &d), DCP_OK);
+        assert_int_equal((int)d, i);
+    }
+    enum dcp_dtype kept = DCP_DTYPE_FP16;
+    assert_int_equal(dcp_dtype_from_name("BF16", &kept), DCP_EINVAL);
+    assert_non_null(strstr(dcp_last_error(), "one of fp32, bf16, fp16, fp8_e4m3"));
+    assert_int_equal(dcp_dtype_from_name("fp8", &kept), DCP_EINVAL);
+    assert_int_equal(dcp_dtype_from_name("", &kept), DCP_EINVAL);
+    assert_int_equal(dcp_dtype_from_name(NULL, &kept), DCP_EINVAL);
+    assert_int_equal(dcp_dtype_from_name("fp32", NULL), DCP_EINVAL);
+    assert_int_equal((int)kept, (int)DCP_DTYPE_FP16);
     const char *weights[] = {"fp32", "bf16", "fp16", "fp8", "nvfp4", "mxfp4", "int4"};
     for (int i = 0; i < 7; i++)
         assert_string_equal(dcp_weight_dtype_name((enum dcp_weight_dtype)i), weights[i]);

@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_internal.h"
 #include "cuda_test_util.h"
 #include "dcp/dcp.h"
+#include "dcp/tools.h"
 #include "dcp_kernels/variants.h"
 
 struct shape {

@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_internal.h"
 #include "cuda_test_util.h"
 #include "dcp/dcp.h"
+#include "dcp/tools.h"
 
 struct case_shape {
     enum dcp_attention_kind kind;

@@ -175,7 +175,7 @@ dcp_deployment *fixture_deployment(const struct fixture_shape *s)
 static double page_bytes(const struct dcp_config *cfg)
 {
     struct dcp_rank_geometry g;
-    if (dcp_rank_geometry(&cfg->model, cfg->parallel.tp, cfg->parallel.dcp, &g))
+    if (dcp_rank_geometry_init(&cfg->model, cfg->parallel.tp, cfg->parallel.dcp, &g))
         return 0;
     return (double)cfg->memory.block_size * (double)g.token_layer_bytes * cfg->model.num_layers;
 }

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 
 #include "dcp/dcp.h"
+#include "dcp/tools.h"
 
 /** Shape of a test deployment. */
 struct fixture_shape {

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include <dcp/dcp.h>
+#include <dcp/tools.h> /* synthetic inputs without a model: dcp_rank_fill_synthetic, the step token keys */
 
 static const char deployment_yaml[] =
     "model: {name: example-mla, attention: mla, layers: 2, query_heads: 4, kv_dtype: bf16}\n"

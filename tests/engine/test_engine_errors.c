@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "dcp/plan.h"
-#include "dcp/synthetic.h"
+#include "dcp/tools.h"
 #include "dcp_kernels/convert.h"
 #include "dcp/serve.h"
 #include "engine_fixture.h"
@@ -829,9 +829,9 @@ static void test_last_error_other_entries(void **state)
     assert_string_equal(dcp_last_error(), "");
 
     struct dcp_rank_geometry g;
-    EXPECT_MESSAGE(dcp_rank_geometry(NULL, 2, 2, &g), DCP_EINVAL, "geometry");
+    EXPECT_MESSAGE(dcp_rank_geometry_init(NULL, 2, 2, &g), DCP_EINVAL, "geometry");
     leave_stale_message();
-    assert_int_equal(dcp_rank_geometry(&dcp_deployment_config(dep)->model, 2, 2, &g), DCP_OK);
+    assert_int_equal(dcp_rank_geometry_init(&dcp_deployment_config(dep)->model, 2, 2, &g), DCP_OK);
     assert_string_equal(dcp_last_error(), "");
 
     static const char lengths[] = "100\n200\n";
@@ -847,7 +847,7 @@ static void test_last_error_other_entries(void **state)
 
     EXPECT_MESSAGE(dcp_sched_check(NULL), DCP_EINVAL, "sched_check");
     EXPECT_MESSAGE(dcp_sched_add(NULL, NULL, NULL), DCP_EINVAL, "sched_add");
-    EXPECT_MESSAGE(dcp_sched_step(NULL, 0, NULL), DCP_EINVAL, "sched_step");
+    EXPECT_MESSAGE(dcp_sched_plan_step(NULL, 0, NULL), DCP_EINVAL, "sched_plan_step");
     dcp_deployment_destroy(&dep);
     dcp_diag_destroy(&diag);
 }

@@ -50,6 +50,7 @@
 
 #include "cuda_api.h"
 #include "dcp/dcp.h"
+#include "dcp/tools.h"
 #include "dcp_kernels/ref.h"
 #include "modules.h"
 #include "oracle.h"

@@ -7,6 +7,7 @@
 
 #include "../engine/engine_fixture.h"
 #include "dcp/serve.h"
+#include "dcp/tools.h"
 #include "test_util.h"
 
 static void begin(dcp_engine *e, const struct dcp_sched_entry *en, uint32_t n)
@@ -62,7 +63,7 @@ static void test_engine_scheduler(void **state)
     uint32_t steps = 0;
     while (!dcp_sched_done(s)) {
         struct dcp_sched_step st;
-        assert_int_equal(dcp_sched_step(s, now, &st), DCP_OK);
+        assert_int_equal(dcp_sched_plan_step(s, now, &st), DCP_OK);
         if (!st.num_entries) {
             now = dcp_sched_next_arrival(s);
             assert_true(isfinite(now));
@@ -119,7 +120,7 @@ static void test_engine_default_max_seqs(void **state)
     const struct dcp_serve_request r = {.arrival = 0, .prompt_tokens = 32, .output_tokens = 2};
     assert_int_equal(dcp_sched_add(s, &r, NULL), DCP_OK);
     struct dcp_sched_step st;
-    assert_int_equal(dcp_sched_step(s, 0, &st), DCP_OK);
+    assert_int_equal(dcp_sched_plan_step(s, 0, &st), DCP_OK);
     assert_true(st.num_entries > 0);
     dcp_sched_destroy(&s);
     dcp_engine_destroy(&e);

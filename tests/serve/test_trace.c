@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "dcp/serve.h"
+#include "dcp/tools.h"
 #include "test_util.h"
 
 static struct dcp_trace *parse_ok(const char *text, const struct dcp_trace_options *o)

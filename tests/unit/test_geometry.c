@@ -18,7 +18,7 @@ static void test_published_sizes(void **state)
     struct dcp_rank_geometry g;
     const struct dcp_model_config ds = {.attention = DCP_ATTN_MLA, .num_q_heads = 128, .num_kv_heads = 1,
                                         .kv_lora_rank = 512, .rope_dim = 64, .kv_dtype = DCP_DTYPE_BF16};
-    assert_int_equal(dcp_rank_geometry(&ds, 8, 8, &g), DCP_OK);
+    assert_int_equal(dcp_rank_geometry_init(&ds, 8, 8, &g), DCP_OK);
     assert_int_equal(g.token_layer_bytes, 1152);
     assert_int_equal(g.k_token_bytes, 1152); /* the latent + RoPE row holds the values too */
     assert_int_equal(g.v_token_bytes, 0);
@@ -30,13 +30,13 @@ static void test_published_sizes(void **state)
     assert_int_equal(g.qk_dim, 576);
     assert_int_equal(g.v_dim, 512);
     const struct dcp_model_config llama = gqa(64, 8, 128), qwen = gqa(64, 4, 128);
-    assert_int_equal(dcp_rank_geometry(&llama, 1, 1, &g), DCP_OK);
+    assert_int_equal(dcp_rank_geometry_init(&llama, 1, 1, &g), DCP_OK);
     assert_int_equal(g.token_layer_bytes, 4096);
     assert_int_equal(g.token_layer_bytes, dcp_model_kv_bytes_per_token_layer(&llama));
-    assert_int_equal(dcp_rank_geometry(&qwen, 1, 1, &g), DCP_OK);
+    assert_int_equal(dcp_rank_geometry_init(&qwen, 1, 1, &g), DCP_OK);
     assert_int_equal(g.token_layer_bytes, 2048);
     /* tp = 8 over 4 KV heads: two replicas of each head, so DCP may pair them. */
-    assert_int_equal(dcp_rank_geometry(&qwen, 8, 2, &g), DCP_OK);
+    assert_int_equal(dcp_rank_geometry_init(&qwen, 8, 2, &g), DCP_OK);
     assert_int_equal(g.kv_heads_per_rank, 1);
     assert_int_equal(g.kv_replicas, 2);
     assert_int_equal(g.gathered_heads, 16);
@@ -45,7 +45,7 @@ static void test_published_sizes(void **state)
     assert_int_equal(g.v_token_bytes, 256);
     /* K and V rows of different lengths are not possible for GQA, but the split is per head:
      * tp = 2 over 4 KV heads keeps 2 heads, 2 x 128 x 2 bytes of each. */
-    assert_int_equal(dcp_rank_geometry(&qwen, 2, 1, &g), DCP_OK);
+    assert_int_equal(dcp_rank_geometry_init(&qwen, 2, 1, &g), DCP_OK);
     assert_int_equal(g.k_token_bytes, 512);
     assert_int_equal(g.v_token_bytes, 512);
 }
@@ -56,15 +56,15 @@ static void test_validity(void **state)
     (void)state;
     struct dcp_rank_geometry g;
     const struct dcp_model_config llama = gqa(64, 8, 128);
-    assert_int_equal(dcp_rank_geometry(&llama, 8, 2, &g), DCP_EINVAL); /* no replicas to shard */
-    assert_int_equal(dcp_rank_geometry(&llama, 16, 2, &g), DCP_OK);
-    assert_int_equal(dcp_rank_geometry(&llama, 16, 4, &g), DCP_EINVAL);
-    assert_int_equal(dcp_rank_geometry(&llama, 8, 3, &g), DCP_EINVAL);
-    assert_int_equal(dcp_rank_geometry(&llama, 8, 0, &g), DCP_EINVAL);
-    assert_int_equal(dcp_rank_geometry(&llama, 0, 1, &g), DCP_EINVAL);
-    assert_int_equal(dcp_rank_geometry(&llama, 3, 1, &g), DCP_EINVAL); /* 64 query heads */
+    assert_int_equal(dcp_rank_geometry_init(&llama, 8, 2, &g), DCP_EINVAL); /* no replicas to shard */
+    assert_int_equal(dcp_rank_geometry_init(&llama, 16, 2, &g), DCP_OK);
+    assert_int_equal(dcp_rank_geometry_init(&llama, 16, 4, &g), DCP_EINVAL);
+    assert_int_equal(dcp_rank_geometry_init(&llama, 8, 3, &g), DCP_EINVAL);
+    assert_int_equal(dcp_rank_geometry_init(&llama, 8, 0, &g), DCP_EINVAL);
+    assert_int_equal(dcp_rank_geometry_init(&llama, 0, 1, &g), DCP_EINVAL);
+    assert_int_equal(dcp_rank_geometry_init(&llama, 3, 1, &g), DCP_EINVAL); /* 64 query heads */
     assert_non_null(strstr(dcp_last_error(), "tp=3"));
-    assert_int_equal(dcp_rank_geometry(NULL, 8, 1, &g), DCP_EINVAL);
+    assert_int_equal(dcp_rank_geometry_init(NULL, 8, 1, &g), DCP_EINVAL);
 }
 
 /*
@@ -77,18 +77,18 @@ static void test_tp_must_split_kv_heads(void **state)
     (void)state;
     struct dcp_rank_geometry g;
     const struct dcp_model_config m = gqa(24, 8, 128);
-    assert_int_equal(dcp_rank_geometry(&m, 3, 1, &g), DCP_EINVAL);
+    assert_int_equal(dcp_rank_geometry_init(&m, 3, 1, &g), DCP_EINVAL);
     assert_string_equal(dcp_last_error(), "tp=3 does not divide kv_heads=8");
     assert_int_equal(g.kv_heads_per_rank, 0);
-    assert_int_equal(dcp_rank_geometry(&m, 12, 1, &g), DCP_EINVAL);
+    assert_int_equal(dcp_rank_geometry_init(&m, 12, 1, &g), DCP_EINVAL);
     assert_string_equal(dcp_last_error(), "tp=12 is not a multiple of kv_heads=8 (above kv_heads, tp must "
                                           "replicate every KV head equally)");
-    assert_int_equal(dcp_rank_geometry(&m, 4, 1, &g), DCP_OK);
+    assert_int_equal(dcp_rank_geometry_init(&m, 4, 1, &g), DCP_OK);
     assert_int_equal(g.kv_heads_per_rank, 2);
-    assert_int_equal(dcp_rank_geometry(&m, 4, 2, &g), DCP_EINVAL);
+    assert_int_equal(dcp_rank_geometry_init(&m, 4, 2, &g), DCP_EINVAL);
     assert_string_equal(dcp_last_error(),
                         "dcp=2 needs KV replicas, but tp=4 splits 8 KV heads without replication");
-    assert_int_equal(dcp_rank_geometry(&m, 8, 1, &g), DCP_OK);
+    assert_int_equal(dcp_rank_geometry_init(&m, 8, 1, &g), DCP_OK);
     assert_int_equal(g.kv_replicas, 1);
 }
 
@@ -101,7 +101,7 @@ static void test_kv_head0(void **state)
         for (uint32_t tp = 1; tp <= 32; tp *= 2) {
             const struct dcp_model_config m = gqa(64, kvs[i], 64);
             struct dcp_rank_geometry g;
-            assert_int_equal(dcp_rank_geometry(&m, tp, 1, &g), DCP_OK);
+            assert_int_equal(dcp_rank_geometry_init(&m, tp, 1, &g), DCP_OK);
             for (uint32_t r = 0; r < tp; r++) {
                 /* Ranks split the heads evenly while there are more heads than ranks;
                  * then consecutive ranks share one head. */
@@ -113,7 +113,7 @@ static void test_kv_head0(void **state)
     const struct dcp_model_config mla = {.attention = DCP_ATTN_MLA, .num_q_heads = 16, .kv_lora_rank = 32,
                                          .rope_dim = 16, .kv_dtype = DCP_DTYPE_FP8_E4M3};
     struct dcp_rank_geometry g;
-    assert_int_equal(dcp_rank_geometry(&mla, 8, 4, &g), DCP_OK);
+    assert_int_equal(dcp_rank_geometry_init(&mla, 8, 4, &g), DCP_OK);
     assert_int_equal(g.token_layer_bytes, 48);
     for (uint32_t r = 0; r < 8; r++)
         assert_int_equal(dcp_rank_geometry_kv_head0(&g, r), 0);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "dcp/dcp.h"
+#include "dcp/tools.h"
 #include "dcp_kernels/cpu.h"
 #include "test_util.h"
 
