@@ -122,6 +122,31 @@ struct dcp_plan {
  */
 DCP_API int dcp_plan_compute(const dcp_deployment *dep, struct dcp_plan *plan);
 
+/**
+ * The plan of deployment dep as if parallel.dcp were dcp (the baseline is the same;
+ * plan->dcp, the communication and the crossovers are those of dcp). DCP_EINVAL, with
+ * the reason, for a dcp the model and tp do not allow (dcp_rank_geometry_init()).
+ */
+DCP_API int dcp_plan_compute_dcp(const dcp_deployment *dep, uint32_t dcp, struct dcp_plan *plan);
+
+/** One candidate DCP size of a deployment, valid or not. */
+struct dcp_plan_dcp_size {
+    uint32_t dcp;           ///< The size.
+    bool valid;             ///< The model and tp allow it.
+    char reason[200];       ///< Why not (the validity rule's message); "" when valid.
+};
+
+/** Most sizes dcp_plan_dcp_sizes() lists. */
+#define DCP_PLAN_MAX_DCP_SIZES 32
+
+/**
+ * Lists the DCP sizes a user may think of for deployment dep, ascending: 1 to
+ * min(tp, 16), the divisors of tp and the powers of two up to tp (at most
+ * DCP_PLAN_MAX_DCP_SIZES), each valid or with the reason it is not. Returns the count
+ * written to out (0 for NULL arguments).
+ */
+DCP_API uint32_t dcp_plan_dcp_sizes(const dcp_deployment *dep, struct dcp_plan_dcp_size *out, uint32_t max);
+
 #ifdef __cplusplus
 }
 #endif

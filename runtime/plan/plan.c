@@ -10,6 +10,7 @@
  * DCP makes each page stand for N times as many context tokens.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -168,4 +169,61 @@ DCP_API int dcp_plan_compute(const dcp_deployment *dep, struct dcp_plan *plan)
         return dcp_error(DCP_EINVAL, "dcp_plan_compute: a page or token count of %s does not fit "
                                      "64 bits", dcp_deployment_source(dep));
     return DCP_OK;
+}
+
+DCP_API int dcp_plan_compute_dcp(const dcp_deployment *dep, uint32_t dcp, struct dcp_plan *plan)
+{
+    dcp_clear_error();
+    if (!dep || !plan)
+        return dcp_error(DCP_EINVAL, "dcp_plan_compute_dcp: %s is NULL", dep ? "plan" : "deployment");
+    struct dcp_config cfg = *dcp_deployment_config(dep);
+    struct dcp_rank_geometry g;
+    if (dcp_rank_geometry_init(&cfg.model, cfg.parallel.tp, dcp, &g))
+        return dcp_error(DCP_EINVAL, "dcp=%u: %s", dcp, dcp_last_error());
+    cfg.parallel.dcp = dcp;
+    if (!dcp_plan_from_config(&cfg, plan))
+        return dcp_error(DCP_EINVAL, "dcp_plan_compute_dcp: a page or token count of %s does not fit "
+                                     "64 bits", dcp_deployment_source(dep));
+    return DCP_OK;
+}
+
+/* Appends d to the ascending set v (n entries, at most max) unless it is there. */
+static void add_size(uint32_t *v, uint32_t *n, uint32_t max, uint32_t d)
+{
+    uint32_t i = 0;
+    while (i < *n && v[i] < d)
+        i++;
+    if ((i < *n && v[i] == d) || *n == max)
+        return;
+    memmove(v + i + 1, v + i, (*n - i) * sizeof(*v));
+    v[i] = d;
+    ++*n;
+}
+
+DCP_API uint32_t dcp_plan_dcp_sizes(const dcp_deployment *dep, struct dcp_plan_dcp_size *out, uint32_t max)
+{
+    if (!dep || !out)
+        return 0;
+    const struct dcp_config *cfg = dcp_deployment_config(dep);
+    const uint32_t tp = cfg->parallel.tp;
+    uint32_t v[DCP_PLAN_MAX_DCP_SIZES], n = 0;
+    max = DCP_MIN(max, (uint32_t)DCP_PLAN_MAX_DCP_SIZES);
+    for (uint32_t d = 1; d <= DCP_MIN(tp, 16u); d++)
+        add_size(v, &n, max, d);
+    for (uint32_t d = 1; d <= tp / d; d++)
+        if (tp % d == 0) {
+            add_size(v, &n, max, d);
+            add_size(v, &n, max, tp / d);
+        }
+    for (uint64_t d = 1; d <= tp; d *= 2)
+        add_size(v, &n, max, (uint32_t)d);
+    for (uint32_t i = 0; i < n; i++) {
+        struct dcp_rank_geometry g;
+        out[i] = (struct dcp_plan_dcp_size){.dcp = v[i]};
+        out[i].valid = dcp_rank_geometry_init(&cfg->model, tp, v[i], &g) == DCP_OK;
+        if (!out[i].valid)
+            snprintf(out[i].reason, sizeof(out[i].reason), "%s", dcp_last_error());
+    }
+    dcp_clear_error();
+    return n;
 }
