@@ -253,6 +253,25 @@ DCP_API void dcp_perf_decode_time(const struct dcp_perf_model *m, uint64_t batch
                                   uint32_t q_len, struct dcp_perf_step *out);
 
 /**
+ * Output tokens per second per GPU of the decode steady state of a closed loop of
+ * `clients` requests of `context` tokens when `fits` of them fit the KV pool at once
+ * (the others wait): min(clients, fits) sequences decode together, each step giving
+ * one token per sequence (drafts, q_len > 1, are priced as read and computed, and
+ * credited as rejected: a lower bound). 0 when nothing fits.
+ */
+DCP_API double dcp_perf_decode_rate(const struct dcp_perf_model *m, uint64_t fits, uint64_t clients, uint64_t context,
+                                    uint32_t q_len);
+
+/**
+ * The smallest concurrency from which layout b decodes more tokens per GPU per second
+ * than layout a at every concurrency up to max_clients (dcp_perf_decode_rate() at
+ * context tokens, a_fits and b_fits requests fitting at once); 0 when b is not ahead
+ * at max_clients.
+ */
+DCP_API uint32_t dcp_perf_wins_from(const struct dcp_perf_model *a, uint64_t a_fits, const struct dcp_perf_model *b,
+                                    uint64_t b_fits, uint64_t context, uint32_t q_len, uint32_t max_clients);
+
+/**
  * Seconds one collective of `kind` among `ranks` ranks takes over `link` for `bytes`
  * bytes per rank: a calibrated fit if params has one for it, else
  * collective_latency + steps x hop + bytes / (bandwidth x link_efficiency), with

@@ -182,14 +182,15 @@ int cmd_calibrate(int argc, char **argv)
     int rc = cli_parse(&calibrate_spec, argc, argv, &o);
     if (rc)
         return rc == CLI_PARSE_HELP ? CLI_EXIT_OK : rc;
-    if (!o.out) {
-        fprintf(stderr, "dcp-run calibrate: give --out FILE (see dcp-run calibrate --help)\n");
-        return CLI_EXIT_USAGE;
-    }
     struct cli_exec_opts exec = {.backend = o.backend};
     dcp_deployment *dep = NULL;
     if ((rc = cli_open_exec_deployment("calibrate", o.file ? o.file : cli_default_deployment(), &exec, &dep)))
         return rc;
+    if (!o.out) {
+        fprintf(stderr, "dcp-run calibrate: give --out FILE (see dcp-run calibrate --help)\n");
+        dcp_deployment_destroy(&dep);
+        return CLI_EXIT_USAGE;
+    }
     struct dcp_calibrate_params p;
     dcp_calibrate_default_params(&p);
     if (o.quick) {

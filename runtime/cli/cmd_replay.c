@@ -109,6 +109,15 @@ static int parse(int argc, char **argv, struct replay_opts *o)
         fprintf(stderr, "dcp-run replay: give one of --trace FILE or --synthetic N (see dcp-run replay --help)\n");
         return CLI_EXIT_USAGE;
     }
+    if (!o->file)
+        o->file = cli_default_deployment();
+    return 0;
+}
+
+/* Options that need others: checked once the deployment loaded (each option alone
+ * passes the parser). */
+static int check_combinations(const struct replay_opts *o)
+{
     const char *sim_only = o->pd ? "--pd" : o->sweep.n ? "--sweep-clients" : NULL;
     if (sim_only && !o->simulate) {
         fprintf(stderr, "dcp-run replay: %s needs --simulate (the engine executes one instance)\n", sim_only);
@@ -122,8 +131,6 @@ static int parse(int argc, char **argv, struct replay_opts *o)
         fprintf(stderr, "dcp-run replay: --prefill-instances and --prefill-tp need --pd\n");
         return CLI_EXIT_USAGE;
     }
-    if (!o->file)
-        o->file = cli_default_deployment();
     return 0;
 }
 
@@ -277,7 +284,7 @@ static int check_inputs(const dcp_deployment *dep, const struct replay_opts *o)
     if (o->simulate) {
         struct dcp_perf_model m;
         if (dcp_perf_model_init(dep, 1, &o->model, &m)) {
-            fprintf(stderr, "dcp-run replay: %s\n", dcp_last_error());
+            fprintf(stderr, "dcp-run replay: %s: %s\n", o->file, dcp_last_error());
             return DCP_EINVAL;
         }
     }
@@ -293,6 +300,10 @@ int cmd_replay(int argc, char **argv)
     dcp_deployment *dep = NULL;
     if ((rc = cli_open_exec_deployment("replay", o.file, &o.exec, &dep)))
         return rc;
+    if ((rc = check_combinations(&o))) {
+        dcp_deployment_destroy(&dep);
+        return rc;
+    }
     struct dcp_trace *trace = NULL;
     uint32_t layouts[DCP_PLAN_MAX_DCP_SIZES + 1];
     int n = 0;

@@ -31,7 +31,7 @@ struct node {
     double now;                  /* when its next step can start */
     bool busy;                   /* has requests it has not finished or rejected */
     uint32_t *global;            /* [count] trace request of each of its scheduler's requests */
-    uint32_t count, cap;
+    size_t count, cap;
 };
 
 /* A prompt's KV on its way to the decode node. */
@@ -62,67 +62,41 @@ struct sim {
     uint32_t outstanding;        /* sent, not done */
     uint32_t done;
     struct transfer *xfer;       /* min-heap on ready */
-    uint32_t num_xfer, xfer_cap;
+    size_t num_xfer, xfer_cap;
     double kv_seconds_per_token; /* P/D: transfer time per prompt token to one decode GPU */
     double *step_dt[2];          /* decode node: durations of decode-only and mixed steps */
     size_t num_dt[2], dt_cap[2];
     size_t samples_cap;
 };
 
-static int push_u32(uint32_t **a, uint32_t *n, uint32_t *cap, uint32_t v)
+/* Makes *buf hold need elements of elem bytes (capacity doubling). */
+static int grow(void **buf, size_t *cap, size_t need, size_t elem)
 {
-    if (*n == *cap) {
-        const uint32_t c = *cap ? 2 * *cap : 256;
-        uint32_t *p = realloc(*a, c * sizeof(*p));
-        if (!p)
-            return DCP_ENOMEM;
-        *a = p;
-        *cap = c;
-    }
-    (*a)[(*n)++] = v;
-    return DCP_OK;
-}
-
-static int push_double(double **a, size_t *n, size_t *cap, double v)
-{
-    if (*n == *cap) {
-        const size_t c = *cap ? 2 * *cap : 1024;
-        double *p = realloc(*a, c * sizeof(*p));
-        if (!p)
-            return DCP_ENOMEM;
-        *a = p;
-        *cap = c;
-    }
-    (*a)[(*n)++] = v;
+    if (need <= *cap)
+        return DCP_OK;
+    const size_t c = DCP_CLI_MAX(need, *cap ? 2 * *cap : 256);
+    void *p = realloc(*buf, c * elem);
+    if (!p)
+        return DCP_ENOMEM;
+    *buf = p;
+    *cap = c;
     return DCP_OK;
 }
 
 static int add_sample(struct sim *m, double t, uint32_t running, double kv)
 {
     struct replay_result *res = m->res;
-    if (res->num_samples == m->samples_cap) {
-        const size_t c = m->samples_cap ? 2 * m->samples_cap : 4096;
-        struct replay_sample *p = realloc(res->samples, c * sizeof(*p));
-        if (!p)
-            return DCP_ENOMEM;
-        res->samples = p;
-        m->samples_cap = c;
-    }
+    if (grow((void **)&res->samples, &m->samples_cap, res->num_samples + 1, sizeof(*res->samples)))
+        return DCP_ENOMEM;
     res->samples[res->num_samples++] = (struct replay_sample){.t = t, .running = running, .kv_used = (float)kv};
     return DCP_OK;
 }
 
 static int push_transfer(struct sim *m, struct transfer t)
 {
-    if (m->num_xfer == m->xfer_cap) {
-        const uint32_t c = m->xfer_cap ? 2 * m->xfer_cap : 256;
-        struct transfer *p = realloc(m->xfer, c * sizeof(*p));
-        if (!p)
-            return DCP_ENOMEM;
-        m->xfer = p;
-        m->xfer_cap = c;
-    }
-    uint32_t i = m->num_xfer++;
+    if (grow((void **)&m->xfer, &m->xfer_cap, m->num_xfer + 1, sizeof(*m->xfer)))
+        return DCP_ENOMEM;
+    size_t i = m->num_xfer++;
     while (i > 0 && m->xfer[(i - 1) / 2].ready > t.ready) {
         m->xfer[i] = m->xfer[(i - 1) / 2];
         i = (i - 1) / 2;
@@ -134,9 +108,9 @@ static int push_transfer(struct sim *m, struct transfer t)
 static struct transfer pop_transfer(struct sim *m)
 {
     const struct transfer top = m->xfer[0], last = m->xfer[--m->num_xfer];
-    uint32_t i = 0;
+    size_t i = 0;
     for (;;) {
-        uint32_t c = 2 * i + 1;
+        size_t c = 2 * i + 1;
         if (c >= m->num_xfer)
             break;
         if (c + 1 < m->num_xfer && m->xfer[c + 1].ready < m->xfer[c].ready)
@@ -197,17 +171,34 @@ static int sim_node(const dcp_deployment *dep, uint32_t dcp, const struct replay
 
 /* ---- the loop ---------------------------------------------------------------------------- */
 
-/* Sends trace request i at time t to node n. */
+static void mark_done(struct sim *m, uint32_t i)
+{
+    if (m->reqs[i].done)
+        return;
+    m->reqs[i].done = true;
+    m->outstanding--;
+    m->done++;
+}
+
+/* Sends trace request i at time t to node n. A request that can never fit is
+ * rejected there and then (dcp_sched_add): it is done. */
 static int submit(struct sim *m, struct node *n, uint32_t i, double t, uint32_t output_tokens)
 {
     struct dcp_serve_request r = m->trace->requests[i];
     r.arrival = t;
     r.output_tokens = output_tokens;
-    int err = dcp_sched_add(n->s, &r, NULL);
-    if (!err)
-        err = push_u32(&n->global, &n->count, &n->cap, i);
+    uint32_t id;
+    int err = dcp_sched_add(n->s, &r, &id);
+    if (!err && !(err = grow((void **)&n->global, &n->cap, n->count + 1, sizeof(*n->global))))
+        n->global[n->count++] = i;
     if (err)
         return err;
+    const struct dcp_sched_request_info *in = dcp_sched_request(n->s, id);
+    if (in->state == DCP_REQ_REJECTED) {
+        m->reqs[i].reject = in->reject;
+        mark_done(m, i);
+        return DCP_OK;
+    }
     if (!n->busy)
         n->now = DCP_CLI_MAX(n->now, t);
     n->busy = true;
@@ -229,15 +220,6 @@ static struct node *least_loaded_prefill(struct sim *m)
         }
     }
     return best;
-}
-
-static void mark_done(struct sim *m, uint32_t i)
-{
-    if (m->reqs[i].done)
-        return;
-    m->reqs[i].done = true;
-    m->outstanding--;
-    m->done++;
 }
 
 /* Request i (of the trace) arrives at time t: the first stage takes it. */
@@ -319,19 +301,6 @@ static int after_step(struct sim *m, struct node *n, const struct dcp_sched_step
     return DCP_OK;
 }
 
-/* Requests a node rejected at submission (never fit) are done. */
-static void collect_rejections(struct sim *m, struct node *n)
-{
-    for (uint32_t local = 0; local < n->count; local++) {
-        const struct dcp_sched_request_info *in = dcp_sched_request(n->s, local);
-        const uint32_t i = n->global[local];
-        if (in->state == DCP_REQ_REJECTED && !m->reqs[i].done) {
-            m->reqs[i].reject = in->reject;
-            mark_done(m, i);
-        }
-    }
-}
-
 /* The decode node's state over time: a sample holds the state during (previous t, t]. */
 static int sample(struct sim *m)
 {
@@ -355,7 +324,6 @@ static int step_node(struct sim *m, struct node *n, uint32_t **gen_before, size_
     if (err)
         return err;
     if (!step.num_entries) {
-        collect_rejections(m, n);
         const double next = dcp_sched_next_arrival(n->s);
         struct dcp_sched_stats st;
         dcp_sched_get_stats(n->s, &st);
@@ -394,8 +362,9 @@ static int step_node(struct sim *m, struct node *n, uint32_t **gen_before, size_
     }
     if (n == m->decode && step.num_decode) {
         const int mixed = step.prefill_tokens > 0;
-        if ((err = push_double(&m->step_dt[mixed], &m->num_dt[mixed], &m->dt_cap[mixed], dt)))
+        if ((err = grow((void **)&m->step_dt[mixed], &m->dt_cap[mixed], m->num_dt[mixed] + 1, sizeof(double))))
             return err;
+        m->step_dt[mixed][m->num_dt[mixed]++] = dt;
         m->res->decode_tokens[mixed] += step.decode_tokens;
     }
     n->now += dt;
@@ -409,7 +378,6 @@ static int step_node(struct sim *m, struct node *n, uint32_t **gen_before, size_
             return err;
         }
     }
-    collect_rejections(m, n);
     if ((err = after_step(m, n, &step, n->now)))
         return err;
     return n == m->decode ? sample(m) : DCP_OK;

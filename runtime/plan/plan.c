@@ -20,8 +20,6 @@
 #include "engine/merge.h"
 #include "util/util.h"
 
-/* Batch sizes the crossover is estimated for (struct dcp_plan.crossover). */
-static const uint32_t crossover_batches[DCP_PLAN_CROSSOVER_BATCHES] = {1, 8, 64, 256};
 
 /* Geometry of one GPU without DCP (the layout both sides share; see plan_layout).
  * The deployment was validated, so dcp = 1 always has a geometry. */
@@ -109,29 +107,6 @@ static void plan_context(const struct dcp_config *cfg, uint64_t len, uint64_t pa
     out->dcp_kv_read_bytes = (double)largest_shard * (double)token_layer_bytes;
 }
 
-/*
- * Per layer and step, DCP adds communication (a fixed latency per collective plus
- * the batch's bytes over the link) and removes reading (1 - 1/N) of every
- * request's KV from each rank. The context length where the two are equal is the
- * crossover; above it DCP's step is the faster one.
- */
-static void plan_crossover(const struct dcp_config *cfg, const struct dcp_plan_comm *comm,
-                           uint64_t token_layer_bytes, uint32_t batch,
-                           struct dcp_plan_crossover *out)
-{
-    const struct dcp_hardware_config *hw = &cfg->hardware;
-    const uint32_t n = cfg->parallel.dcp;
-    const double query_tokens = (double)batch * cfg->workload.q_len;
-    const double wire_bytes = DCP_MAX(comm->total_send, comm->total_recv);
-
-    out->batch = batch;
-    out->comm_seconds = comm->collectives * hw->collective_latency +
-                        query_tokens * wire_bytes / hw->link_bandwidth;
-    out->saved_per_token_seconds =
-        batch * (1.0 - 1.0 / n) * (double)token_layer_bytes / hw->hbm_bandwidth;
-    out->context_len = n == 1 ? INFINITY : out->comm_seconds / out->saved_per_token_seconds;
-}
-
 bool dcp_plan_from_config(const struct dcp_config *cfg, struct dcp_plan *plan)
 {
     const uint32_t tp = cfg->parallel.tp;
@@ -152,9 +127,6 @@ bool dcp_plan_from_config(const struct dcp_config *cfg, struct dcp_plan *plan)
     dcp_merge_plan_comm(cfg, &plan->comm);
     plan->baseline_kv_read_per_token = (double)token_layer_bytes;
     plan->dcp_kv_read_per_token = (double)token_layer_bytes / cfg->parallel.dcp;
-    for (uint32_t i = 0; i < DCP_PLAN_CROSSOVER_BATCHES; i++)
-        plan_crossover(cfg, &plan->comm, token_layer_bytes, crossover_batches[i],
-                       &plan->crossover[i]);
 
     plan->instances = (uint32_t)((uint64_t)cfg->hardware.gpus_per_node * cfg->hardware.nodes / tp);
     return ok;
