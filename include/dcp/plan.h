@@ -47,20 +47,47 @@ struct dcp_plan_context {
     double dcp_kv_read_bytes;       ///< The same with DCP (the largest local shard).
 };
 
-/** Bytes one rank sends and receives per layer per query token, DCP configured scheme. */
-struct dcp_plan_comm {
-    double q_gather_send;   ///< Q AllGather (0 with replicate_q).
-    double q_gather_recv;   ///< Q AllGather received.
-    double lse_send;        ///< ag_rs: LSE AllGather sent (0 for a2a; a2a carries LSEs with outputs).
-    double lse_recv;        ///< ag_rs: LSE AllGather received.
-    double out_send;        ///< ag_rs: output ReduceScatter sent; a2a: all-to-all sent (outputs + LSEs).
-    double out_recv;        ///< ag_rs: ReduceScatter received; a2a: all-to-all received.
-    double total_send;      ///< Sum of the sends.
-    double total_recv;      ///< Sum of the receives.
-    uint32_t collectives;   ///< Collectives per layer per step (Q gather + merge).
-    bool packed_lse;        ///< The scheme sends each partial output row with its LSE in one
-                            ///< all-to-all (a2a); false: LSE AllGather + ReduceScatter (ag_rs).
+/** What moves the data of one communication row (struct dcp_plan_comm_row). */
+enum dcp_plan_comm_kind {
+    DCP_PLAN_COMM_ALL_GATHER = 0,     ///< Collective: every rank receives every rank's share.
+    DCP_PLAN_COMM_REDUCE_SCATTER = 1, ///< Collective: every rank receives the sum of its chunk over the ranks.
+    DCP_PLAN_COMM_ALL_TO_ALL = 2,     ///< Collective: every rank sends each other rank its own chunk.
+    DCP_PLAN_COMM_ALL_REDUCE = 3,     ///< Collective: every rank receives the sum of every rank's buffer.
+    DCP_PLAN_COMM_PEER_WRITE = 4,     ///< One-sided stores into the peers' memory (peer access), no collective call.
 };
+
+/** Most rows struct dcp_plan_comm holds. */
+#define DCP_PLAN_COMM_MAX_ROWS 8
+
+/**
+ * One exchange of the DCP step, per layer: a collective call (or one round of peer
+ * writes) among `ranks` ranks. Bytes are per rank, per layer, per query token, counting
+ * only what crosses to other ranks (a rank's share for itself is not counted).
+ */
+struct dcp_plan_comm_row {
+    enum dcp_plan_comm_kind kind; ///< How the data moves.
+    const char *what;             ///< What moves: "queries", "LSEs", "outputs", "outputs + LSEs" (static string).
+    uint32_t ranks;               ///< Ranks taking part (the DCP group size).
+    double send_bytes;            ///< Bytes one rank sends to the others.
+    double recv_bytes;            ///< Bytes one rank receives from the others.
+};
+
+/**
+ * Communication of the configured merge scheme (parallel.comm), per rank, per layer,
+ * per query token: the rows in the order the step runs them (the Q gather first unless
+ * replicate_q, then the merge's), and their totals. Empty when dcp = 1.
+ */
+struct dcp_plan_comm {
+    struct dcp_plan_comm_row rows[DCP_PLAN_COMM_MAX_ROWS]; ///< The exchanges, in step order.
+    uint32_t num_rows;      ///< Rows used.
+    double total_send;      ///< Sum of the rows' send_bytes.
+    double total_recv;      ///< Sum of the rows' recv_bytes.
+    uint32_t collectives;   ///< Exchanges per layer per step (= num_rows; peer writes count as one each).
+    enum dcp_comm_scheme scheme; ///< The merge scheme priced (parallel.comm).
+};
+
+/** "all_gather", "reduce_scatter", "all_to_all", "all_reduce", "peer_write", or "unknown". */
+DCP_API const char *dcp_plan_comm_kind_name(enum dcp_plan_comm_kind kind);
 
 /** Where DCP's communication costs less than the KV read it saves. An estimate. */
 struct dcp_plan_crossover {

@@ -13,7 +13,7 @@
 #include "table.h"
 
 /* Version of the JSON layout; bumped when a key changes meaning or goes away. */
-#define PLAN_JSON_SCHEMA "dcp-plan/2"
+#define PLAN_JSON_SCHEMA "dcp-plan/3"
 
 /* Caveat printed with every crossover figure. */
 #define ESTIMATE_NOTE                                                                           \
@@ -55,8 +55,10 @@ static const struct cli_spec plan_spec = {
         "  capacity      per context length: pages one request needs per GPU,\n"
         "                ceil(L / block) or ceil(L / (block x dcp)), and how many such\n"
         "                requests fit at once (whole pages)\n"
-        "  comm          bytes one rank sends and receives per layer per query token for\n"
-        "                the Q AllGather and the merge (a2a or ag_rs), and collectives\n"
+        "  comm          one row per exchange of the merge scheme per layer (the query\n"
+        "                gather, the merge's): how it moves (all_gather, reduce_scatter,\n"
+        "                all_to_all, peer_write), and the bytes one rank sends and\n"
+        "                receives per layer per query token\n"
         "  KV read       bytes one rank reads per layer per decode step for one request\n"
         "                (with DCP: its largest shard), and that time at HBM bandwidth\n"
         "  crossover     an ESTIMATE: the context length above which the KV read DCP saves\n"
@@ -267,43 +269,44 @@ static void print_capacity(const struct dcp_plan *plan)
     cli_table_print(&t, stdout, 2);
 }
 
-static void comm_row(struct cli_table *t, const char *label, double send, double recv)
-{
-    char a[CLI_FMT_LEN];
-    cli_table_row(t);
-    cli_table_cell(t, "%s", label);
-    cli_table_cell(t, "%s", send > 0 ? cli_fmt_bytes(a, send) : "-");
-    cli_table_cell(t, "%s", recv > 0 ? cli_fmt_bytes(a, recv) : "-");
-}
-
 static void print_comm(const struct dcp_config *cfg, const struct dcp_plan *plan)
 {
     const struct dcp_plan_comm *comm = &plan->comm;
-    printf("\nCommunication per rank, per layer, per query token (%s, %s on the wire)\n",
-           dcp_comm_scheme_name(cfg->parallel.comm), dcp_dtype_name(cfg->parallel.comm_dtype));
+    char a[CLI_FMT_LEN], b[CLI_FMT_LEN];
+    printf("\nCommunication per rank, per layer, per query token (%s, %s on the wire%s%s)\n",
+           dcp_comm_scheme_name(comm->scheme), dcp_dtype_name(cfg->parallel.comm_dtype),
+           cfg->parallel.replicate_q ? ", replicate_q: no query gather" : "",
+           cfg->parallel.merge_after_uv ? ", outputs after W_UV" : "");
     if (cfg->parallel.dcp == 1) {
         printf("  none: dcp 1 keeps each sequence on every rank, nothing to gather or merge\n");
         return;
     }
     struct cli_table t;
-    cli_table_init(&t, 3);
+    cli_table_init(&t, 5);
     cli_table_row(&t);
-    cli_table_cell(&t, "%s", "");
+    cli_table_cell(&t, "what");
+    cli_table_cell(&t, "how");
+    cli_table_cell(&t, "ranks");
     cli_table_cell(&t, "send");
     cli_table_cell(&t, "receive");
-    comm_row(&t, cfg->parallel.replicate_q ? "Q AllGather (replicate_q: none)" : "Q AllGather",
-             comm->q_gather_send, comm->q_gather_recv);
-    if (comm->packed_lse) {
-        comm_row(&t, cfg->parallel.merge_after_uv ? "outputs (after W_UV) + LSEs all-to-all" : "outputs + LSEs all-to-all",
-                 comm->out_send, comm->out_recv);
-    } else {
-        comm_row(&t, "LSE AllGather", comm->lse_send, comm->lse_recv);
-        comm_row(&t, cfg->parallel.merge_after_uv ? "output (after W_UV) ReduceScatter" : "output ReduceScatter",
-                 comm->out_send, comm->out_recv);
+    for (uint32_t i = 0; i < comm->num_rows; i++) {
+        const struct dcp_plan_comm_row *row = &comm->rows[i];
+        cli_table_row(&t);
+        cli_table_cell(&t, "%s", row->what);
+        cli_table_cell(&t, "%s", dcp_plan_comm_kind_name(row->kind));
+        cli_table_cell(&t, "%u", row->ranks);
+        cli_table_cell(&t, "%s", cli_fmt_bytes(a, row->send_bytes));
+        cli_table_cell(&t, "%s", cli_fmt_bytes(b, row->recv_bytes));
     }
-    comm_row(&t, "total", comm->total_send, comm->total_recv);
+    cli_table_row(&t);
+    cli_table_cell(&t, "total");
+    cli_table_cell(&t, "%s", "");
+    cli_table_cell(&t, "%s", "");
+    cli_table_cell(&t, "%s", cli_fmt_bytes(a, comm->total_send));
+    cli_table_cell(&t, "%s", cli_fmt_bytes(b, comm->total_recv));
+    cli_table_align(&t, 1, CLI_ALIGN_LEFT);
     cli_table_print(&t, stdout, 2);
-    printf("  collectives per layer per step: %u\n", comm->collectives);
+    printf("  exchanges per layer per step: %u\n", comm->collectives);
 }
 
 static void print_kv_read(const struct dcp_config *cfg, const struct dcp_plan *plan)
@@ -444,12 +447,20 @@ static void json_comm(struct json_writer *w, const struct dcp_plan_comm *comm)
 {
     json_key(w, "comm");
     json_begin_object(w);
-    json_kv_number(w, "q_gather_send", comm->q_gather_send);
-    json_kv_number(w, "q_gather_recv", comm->q_gather_recv);
-    json_kv_number(w, "lse_send", comm->lse_send);
-    json_kv_number(w, "lse_recv", comm->lse_recv);
-    json_kv_number(w, "out_send", comm->out_send);
-    json_kv_number(w, "out_recv", comm->out_recv);
+    json_kv_string(w, "scheme", dcp_comm_scheme_name(comm->scheme));
+    json_key(w, "rows");
+    json_begin_array(w);
+    for (uint32_t i = 0; i < comm->num_rows; i++) {
+        const struct dcp_plan_comm_row *row = &comm->rows[i];
+        json_begin_object(w);
+        json_kv_string(w, "kind", dcp_plan_comm_kind_name(row->kind));
+        json_kv_string(w, "what", row->what);
+        json_kv_uint(w, "ranks", row->ranks);
+        json_kv_number(w, "send_bytes", row->send_bytes);
+        json_kv_number(w, "recv_bytes", row->recv_bytes);
+        json_end_object(w);
+    }
+    json_end_array(w);
     json_kv_number(w, "total_send", comm->total_send);
     json_kv_number(w, "total_recv", comm->total_recv);
     json_kv_uint(w, "collectives", comm->collectives);

@@ -21,7 +21,7 @@
 
 #include "dcp/deployment.h"
 #include "dcp_kernels/common.h"
-#include "util/merge_schemes.h"
+#include "engine/merge.h"
 #include "util/diag_internal.h"
 
 /** How a key's value is written in YAML and stored in struct dcp_config. */
@@ -81,7 +81,6 @@ extern const size_t config_key_count;
 extern const char *const config_attention_names[3];
 extern const char *const config_dtype_names[DCPK_DTYPE_COUNT];
 extern const char *const config_weight_dtype_names[7];
-extern const char *const config_comm_names[DCP_MERGE_SCHEME_COUNT];
 extern const char *const config_backend_names[3];
 extern const char *const config_cuda_comm_names[3];
 extern const char *const config_cuda_precision_names[2];

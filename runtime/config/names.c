@@ -18,15 +18,6 @@ DCPK_DTYPES(DTYPE_SAME_VALUE_)
 #undef DTYPE_SAME_VALUE_
 const char *const config_weight_dtype_names[7] = {"fp32",  "bf16",  "fp16", "fp8",
                                                   "nvfp4", "mxfp4", "int4"};
-/* The merge schemes of DCP_MERGE_SCHEMES (util/merge_schemes.h), likewise. */
-#define COMM_NAME_(NAME, name, collectives, packed) #name,
-const char *const config_comm_names[DCP_MERGE_SCHEME_COUNT] = {DCP_MERGE_SCHEMES(COMM_NAME_)};
-#undef COMM_NAME_
-#define COMM_SAME_VALUE_(NAME, name, collectives, packed)                \
-    _Static_assert((int)DCP_COMM_##NAME == (int)DCP_MERGE_ROW_##NAME, \
-                   "enum dcp_comm_scheme differs from DCP_MERGE_SCHEMES at " #name);
-DCP_MERGE_SCHEMES(COMM_SAME_VALUE_)
-#undef COMM_SAME_VALUE_
 const char *const config_backend_names[3] = {"auto", "cuda", "host"};
 const char *const config_cuda_comm_names[3] = {"auto", "nccl", "virtual"};
 const char *const config_cuda_precision_names[2] = {"fast", "exact"};
@@ -71,7 +62,8 @@ DCP_API const char *dcp_weight_dtype_name(enum dcp_weight_dtype dtype)
 
 DCP_API const char *dcp_comm_scheme_name(enum dcp_comm_scheme scheme)
 {
-    return name_of(config_comm_names, DCP_ARRAY_SIZE(config_comm_names), (int)scheme);
+    /* The merge schemes' names live with their behaviour (engine/merge.c). */
+    return name_of(dcp_merge_scheme_names, DCP_MERGE_SCHEME_COUNT, (int)scheme);
 }
 
 DCP_API const char *dcp_backend_kind_name(enum dcp_backend_kind kind)

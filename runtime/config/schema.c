@@ -78,7 +78,7 @@ const struct config_key config_keys[] = {
     INT("parallel.tp", parallel.tp, ALL, ALL, 0, 1, 65536),
     INT("parallel.dcp", parallel.dcp, 0, ALL, 1, 1, 65536),
     INT("parallel.interleave", parallel.interleave, 0, ALL, 1, 1, 1024),
-    ENUM("parallel.comm", parallel.comm, DCP_COMM_A2A, config_comm_names),
+    ENUM_N("parallel.comm", parallel.comm, DCP_COMM_A2A, dcp_merge_scheme_names, DCP_MERGE_SCHEME_COUNT),
     BOOL("parallel.replicate_q", parallel.replicate_q, 0),
     BOOL("parallel.merge_after_uv", parallel.merge_after_uv, 0),
     /* The first three dtype names: fp8 is not a wire type. */

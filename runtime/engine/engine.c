@@ -13,7 +13,6 @@
 #include "comm/launch_env.h"
 #include "dcp_kernels/placement.h"
 #include "engine/engine_internal.h"
-#include "util/merge_schemes.h"
 #include "util/util.h"
 
 /* Workspace for split-KV partials is capped so huge shapes fall back to fewer splits. */
@@ -253,71 +252,34 @@ static int size_pools(struct dcp_engine *e, bool host)
 
 /* ---- per-rank buffers --------------------------------------------------- */
 
-struct buffer_plan {
-    size_t bytes[16];
-    uint64_t *dst[16];
-    int n;
-    bool overflow; ///< Some size did not fit 64 bits.
-};
-
-/* Adds a buffer of a * b * c * d bytes (each factor a count or an element size). */
-static void plan_buffer(struct buffer_plan *bp, uint64_t *dst, uint64_t a, uint64_t b, uint64_t c, uint64_t d)
-{
-    bp->bytes[bp->n] = dcp_mul_u64(dcp_mul_u64(dcp_mul_u64(a, b, &bp->overflow), c, &bp->overflow), d,
-                                   &bp->overflow);
-    bp->dst[bp->n] = dst;
-    bp->n++;
-}
-
 /* Lays out every per-rank buffer; the same plan sizes the workspace figure. */
-static void plan_rank_buffers(struct dcp_engine *e, struct dcp_rank_buffers *b, struct buffer_plan *bp)
+static void plan_rank_buffers(struct dcp_engine *e, struct dcp_rank_buffers *b, struct dcp_buffer_plan *bp)
 {
     const uint64_t T = e->max_qtokens, H = e->q_heads_per_rank, N = e->dcp;
     const uint64_t Hg = e->gathered_heads, v = e->v_dim, o = e->out_dim, f = sizeof(float);
-    const uint64_t part = dcpk_dtype_size(e->part_dtype);
-    const bool a2a = dcp_merge_scheme(e->comm)->packed_lse;
     bp->n = 0;
     bp->overflow = false;
-    const struct dcp_a2a_chunk chunk = dcp_a2a_chunk_layout(T * H, o, e->part_dtype, &bp->overflow);
-    plan_buffer(bp, &b->block_table, e->max_batch, e->max_blocks_per_seq, sizeof(int32_t), 1);
-    plan_buffer(bp, &b->seq_lens, e->max_batch, sizeof(int32_t), 1, 1);
-    plan_buffer(bp, &b->q_start, (uint64_t)e->max_batch + 1, sizeof(int32_t), 1, 1);
-    plan_buffer(bp, &b->slots, e->max_tokens, sizeof(int64_t), 1, 1);
-    plan_buffer(bp, &b->token_keys, e->max_tokens, sizeof(uint64_t), 1, 1);
-    plan_buffer(bp, &b->lse_scratch, T, H, f, 1);
+    dcp_buffer_plan_add(bp, &b->block_table, e->max_batch, e->max_blocks_per_seq, sizeof(int32_t), 1);
+    dcp_buffer_plan_add(bp, &b->seq_lens, e->max_batch, sizeof(int32_t), 1, 1);
+    dcp_buffer_plan_add(bp, &b->q_start, (uint64_t)e->max_batch + 1, sizeof(int32_t), 1, 1);
+    dcp_buffer_plan_add(bp, &b->slots, e->max_tokens, sizeof(int64_t), 1, 1);
+    dcp_buffer_plan_add(bp, &b->token_keys, e->max_tokens, sizeof(uint64_t), 1, 1);
+    dcp_buffer_plan_add(bp, &b->lse_scratch, T, H, f, 1);
     if (e->merge_uv) {
-        plan_buffer(bp, &b->latent, N * T, H, v, f);
-        plan_buffer(bp, &b->w_uv, (uint64_t)e->num_layers * Hg, v, o, f);
+        dcp_buffer_plan_add(bp, &b->latent, N * T, H, v, f);
+        dcp_buffer_plan_add(bp, &b->w_uv, (uint64_t)e->num_layers * Hg, v, o, f);
     }
-    if (N > 1) {
-        if (!e->replicate_q) {
-            plan_buffer(bp, &b->q_gathered, N * T, H, e->qk_dim, part);
-            if (e->act_dtype != e->part_dtype) { /* this rank's queries, converted (rank.c) */
-                plan_buffer(bp, &b->q_own, T, H, e->qk_dim, part);
-                plan_buffer(bp, &b->q_lse_zero, T, H, f, 1);
-            }
-        }
-        if (a2a) {
-            plan_buffer(bp, &b->part, N, chunk.bytes, 1, 1);
-            plan_buffer(bp, &b->recv, N, chunk.bytes, 1, 1);
-        } else {
-            plan_buffer(bp, &b->part, N * T, H, o, part);
-            plan_buffer(bp, &b->part_lse, N * T, H, f, 1);
-            plan_buffer(bp, &b->recv, N * N, T, H, f);
-            if (e->act_dtype != e->part_dtype)
-                plan_buffer(bp, &b->rs_out, T, H, o, part);
-        }
-    }
+    dcp_merge_plan_buffers(e, &b->merge, bp);
     if (e->split_rows) {
-        plan_buffer(bp, &b->ws_o, e->split_rows, Hg, v, f);
-        plan_buffer(bp, &b->ws_lse, e->split_rows, Hg, f, 1);
+        dcp_buffer_plan_add(bp, &b->ws_o, e->split_rows, Hg, v, f);
+        dcp_buffer_plan_add(bp, &b->ws_lse, e->split_rows, Hg, f, 1);
     }
 }
 
 static int alloc_rank_buffers(struct dcp_rank *r)
 {
     struct dcp_engine *e = r->engine;
-    struct buffer_plan bp;
+    struct dcp_buffer_plan bp;
     plan_rank_buffers(e, &r->buf, &bp);
     for (int i = 0; i < bp.n; i++) {
         int err = e->ops->alloc(r, bp.bytes[i], bp.dst[i]);
@@ -347,26 +309,10 @@ static int upload_w_uv(struct dcp_rank *r)
     return DCP_OK;
 }
 
-/* The zero LSEs with which the merge kernel converts this rank's queries to the wire
- * dtype (one source of weight exp(0 - 0) = 1: rank.c convert_q). */
-static int zero_q_lse(struct dcp_rank *r)
-{
-    const struct dcp_engine *e = r->engine;
-    if (!r->buf.q_lse_zero)
-        return DCP_OK;
-    const size_t n = (size_t)e->max_qtokens * e->q_heads_per_rank; /* planned, so no overflow */
-    float *zeros = calloc(n, sizeof(float));
-    if (!zeros)
-        return dcp_error(DCP_ENOMEM, "%zu zero LSEs for the query conversion", n);
-    int err = e->ops->upload(r, r->buf.q_lse_zero, zeros, n * sizeof(float));
-    free(zeros);
-    return err;
-}
-
 static void free_rank_buffers(struct dcp_rank *r)
 {
     struct dcp_engine *e = r->engine;
-    struct buffer_plan bp;
+    struct dcp_buffer_plan bp;
     struct dcp_rank_buffers copy = r->buf;
     plan_rank_buffers(e, &copy, &bp);
     for (int i = 0; i < bp.n; i++)
@@ -396,7 +342,7 @@ static int size_workspace(struct dcp_engine *e)
     split_rows = DCP_MIN(split_rows, row_bytes ? SPLIT_WORKSPACE_CAP / row_bytes : 0);
     e->split_rows = e->caps.max_splits > 1 && split_rows >= 2 ? split_rows : 0; /* two splits of a token at least */
     struct dcp_rank_buffers b;
-    struct buffer_plan bp;
+    struct dcp_buffer_plan bp;
     plan_rank_buffers(e, &b, &bp);
     e->workspace_bytes = 0;
     for (int i = 0; i < bp.n; i++)
@@ -575,7 +521,7 @@ DCP_API int dcp_engine_create(const struct dcp_engine_params *params, dcp_engine
         if (!err)
             err = upload_w_uv(r);
         if (!err)
-            err = zero_q_lse(r);
+            err = dcp_merge_rank_init(r);
         if (err)
             goto fail;
     }

@@ -14,6 +14,7 @@
 #include "dcp/engine.h"
 #include "dcp/geometry.h"
 #include "dcp_kernels/cpu.h"
+#include "engine/merge.h"
 #include "kv/kv_manager.h"
 #include "util/util.h"
 
@@ -127,40 +128,13 @@ struct dcp_rank_buffers {
     uint64_t slots;         ///< int64 [max_step_tokens] (this rank's write slots)
     uint64_t token_keys;    ///< uint64 [max_step_tokens]
     /* The rest is sized for T = max_query_tokens. */
-    uint64_t q_gathered;    ///< part_dtype (the wire's) [dcp][T][H_l][qk]   (dcp > 1 without replicate_q)
-    uint64_t q_own;         ///< part_dtype [T][H_l][qk]: this rank's queries converted for the gather (act_dtype != part_dtype)
-    uint64_t q_lse_zero;    ///< fp32 [T][H_l] zeros: the LSEs of that conversion by the merge kernel (rank.c convert_q)
+    struct dcp_merge_buffers merge; ///< The merge scheme's (merge.h).
     uint64_t latent;        ///< fp32 [dcp][T][H_l][v] partial latent outputs before W_UV (merge_after_uv)
-    uint64_t part;          ///< part_dtype partial outputs [dcp][T][H_l][o] (a2a: + fp32 LSEs, dcp_a2a_chunk),
-                            ///< chunked per destination; o = out_dim
-    uint64_t part_lse;      ///< fp32 [dcp][T][H_l]       (ag_rs)
-    uint64_t recv;          ///< a2a receive [dcp][one dcp_a2a_chunk], or ag_rs fp32 LSE gather [dcp][dcp*T*H_l]
-    uint64_t rs_out;        ///< part_dtype [T][H_l][o]: the ag_rs ReduceScatter's result when out is of another dtype (act_dtype != part_dtype)
     uint64_t lse_scratch;   ///< fp32 [T][H_l] when the caller passes no LSE buffer
     uint64_t ws_o;          ///< fp32 split-KV partial outputs [splits][T][Hg][v], split_rows x Hg x v in all
     uint64_t ws_lse;        ///< fp32 split-KV partial LSEs [splits][T][Hg], split_rows x Hg in all
     uint64_t w_uv;          ///< fp32 [layers][Hg][v][o]: W_UV of the gathered heads (merge_after_uv)
 };
-
-/**
- * One destination's a2a chunk: rows partial output rows of v elements of part_dtype,
- * then rows fp32 LSEs. The LSEs start at a 4-byte boundary and the chunk is a whole
- * number of 4-byte words, so every offset and stride is a whole number of elements
- * of both arrays (dcpk params count in elements); with fp32 partials nothing is padded.
- */
-struct dcp_a2a_chunk {
-    uint64_t lse_offset; ///< Bytes from the chunk's start to its LSEs.
-    uint64_t bytes;      ///< Bytes of the chunk (the stride between destinations).
-};
-
-static inline struct dcp_a2a_chunk dcp_a2a_chunk_layout(uint64_t rows, uint64_t v, uint32_t part_dtype, bool *ovf)
-{
-    const uint64_t o_bytes = dcp_mul_u64(dcp_mul_u64(rows, v, ovf), dcpk_dtype_size(part_dtype), ovf);
-    struct dcp_a2a_chunk c;
-    c.lse_offset = dcp_mul_u64(dcp_div_ceil_u64(o_bytes, sizeof(float)), sizeof(float), ovf);
-    c.bytes = dcp_add_u64(c.lse_offset, dcp_mul_u64(rows, sizeof(float), ovf), ovf);
-    return c;
-}
 
 /** Bytes begin_step uploads to each rank at most (block_table .. token_keys above). */
 static inline size_t dcp_step_upload_bytes(uint32_t max_batch, uint32_t max_blocks_per_seq, uint32_t max_tokens)
@@ -269,6 +243,16 @@ static inline uint32_t dcp_engine_head_tile(const struct dcp_engine *e)
     const uint32_t heads_per_kv = e->geo.q_per_kv_head;
     return e->caps.head_tile && e->caps.head_tile < heads_per_kv ? e->caps.head_tile : heads_per_kv;
 }
+
+/** Queues one kernel launch of the rank, timed under cat when the engine profiles. */
+int dcp_rank_launch(struct dcp_rank *r, enum dcp_prof_cat cat, enum dcpk_kernel_id kernel, const void *params);
+
+/** The collectives of the backend table. */
+enum dcp_collective { DCP_ALL_GATHER, DCP_REDUCE_SCATTER, DCP_ALL_TO_ALL };
+
+/** Runs one collective of the rank's group, timed as PROF_COMM: n is bytes per member, or
+ *  elements of the engine's part_dtype per member for DCP_REDUCE_SCATTER. */
+int dcp_rank_collective(struct dcp_rank *r, enum dcp_collective kind, uint64_t send, uint64_t recv, size_t n);
 
 /** The backend's wire byte count of a rank (ops->wire_bytes), 0 when it keeps none. */
 uint64_t dcp_rank_wire_bytes(const struct dcp_rank *r);

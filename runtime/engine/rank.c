@@ -1,7 +1,8 @@
 /*
  * rank.c: one rank's decode-path operations: KV append and the DCP attention step
- * (Q AllGather unless replicate_q -> local attention -> W_UV projection with
- * merge_after_uv -> merge by ag_rs or a2a), plus its buffers.
+ * (the queries of the group -> local attention -> W_UV projection with
+ * merge_after_uv -> exchange and merge, the last and the first by the merge scheme,
+ * merge.c), plus its buffers.
  */
 #include <math.h>
 #include <string.h>
@@ -10,7 +11,6 @@
 #include "dcp_kernels/params.h"
 #include "dcp/tools.h"
 #include "engine/engine_internal.h"
-#include "util/merge_schemes.h"
 #include "util/util.h"
 
 /* runtime.cuda.precision reaches the kernels as dcpk_attn_params.precision unchanged. */
@@ -59,7 +59,7 @@ static int timer_end(struct dcp_rank *r, uint32_t token, enum dcp_prof_cat cat, 
     return err;
 }
 
-static int launch(struct dcp_rank *r, enum dcp_prof_cat cat, enum dcpk_kernel_id kernel, const void *params)
+int dcp_rank_launch(struct dcp_rank *r, enum dcp_prof_cat cat, enum dcpk_kernel_id kernel, const void *params)
 {
     uint32_t t = 0;
     int err = timer_begin(r, &t);
@@ -68,18 +68,15 @@ static int launch(struct dcp_rank *r, enum dcp_prof_cat cat, enum dcpk_kernel_id
     return timer_end(r, t, cat, err);
 }
 
-enum collective { ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL };
-
-/* n is bytes per member, or part_dtype elements per member for REDUCE_SCATTER. */
-static int collective(struct dcp_rank *r, enum collective kind, uint64_t send, uint64_t recv, size_t n)
+int dcp_rank_collective(struct dcp_rank *r, enum dcp_collective kind, uint64_t send, uint64_t recv, size_t n)
 {
     const struct dcp_backend_ops *ops = r->engine->ops;
     uint32_t t = 0;
     int err = timer_begin(r, &t);
     if (!err)
-        err = kind == ALL_GATHER       ? ops->all_gather(r, send, recv, n)
-              : kind == REDUCE_SCATTER ? ops->reduce_scatter(r, send, recv, n, r->engine->part_dtype)
-                                       : ops->all_to_all(r, send, recv, n);
+        err = kind == DCP_ALL_GATHER       ? ops->all_gather(r, send, recv, n)
+              : kind == DCP_REDUCE_SCATTER ? ops->reduce_scatter(r, send, recv, n, r->engine->part_dtype)
+                                           : ops->all_to_all(r, send, recv, n);
     return timer_end(r, t, PROF_COMM, err);
 }
 
@@ -139,22 +136,13 @@ DCP_API int dcp_rank_append_kv(dcp_rank *r, uint32_t layer, const void *k, const
         .inv_scale = 1.0f / e->kv_scale,
         .src_dtype = e->act_dtype,
     };
-    return launch(r, PROF_APPEND, DCPK_KERNEL_kv_append, &p);
+    return dcp_rank_launch(r, PROF_APPEND, DCPK_KERNEL_kv_append, &p);
 }
 
 /* ---- attention --------------------------------------------------------------- */
 
-/* Where the local attention writes: directly to the caller (dcp = 1) or into the
- * per-destination chunks the merge collective moves. Strides in elements of each
- * array: out_dtype for out, fp32 for lse. */
-struct attn_target {
-    uint64_t out, lse;
-    uint64_t out_chunk_stride, lse_chunk_stride;
-    uint32_t out_dtype;
-};
-
 static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint32_t q_dtype, uint64_t q_chunk_stride,
-                            const struct attn_target *t)
+                            const struct dcp_attn_target *t)
 {
     const struct dcp_engine *e = r->engine;
     const struct dcp_step *s = &e->step;
@@ -198,7 +186,7 @@ static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint
         .q_dtype = q_dtype,
         .out_dtype = t->out_dtype,
     };
-    int err = launch(r, PROF_ATTENTION, DCPK_KERNEL_attn, &p);
+    int err = dcp_rank_launch(r, PROF_ATTENTION, DCPK_KERNEL_attn, &p);
     if (err || s->num_splits == 1)
         return err;
     /* Combine the splits: source s row i lives at ws + s * stride + i * v, rows in the
@@ -219,51 +207,7 @@ static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint
         .src_dtype = DCPK_FP32, /* the split workspace */
         .out_dtype = t->out_dtype,
     };
-    return launch(r, PROF_MERGE, DCPK_KERNEL_merge, &m);
-}
-
-/* Copies the step's T * H_l rows of dim values from src (src_dtype) to dst (dst_dtype)
- * with the merge kernel, one source: where a row's src_lse is the row's own LSE (or 0),
- * its weight is exp(0) = 1 exactly, so each value is rounded once (NaN and inf pass
- * through: 1 * x; a row whose LSE is -inf becomes 0, as it already is). No new kernel. */
-static int convert_rows(struct dcp_rank *r, enum dcp_prof_cat cat, uint64_t src, uint64_t src_lse, uint64_t dst,
-                        uint32_t dim, uint32_t src_dtype, uint32_t dst_dtype)
-{
-    const struct dcp_engine *e = r->engine;
-    const uint64_t rows = (uint64_t)e->step.tokens * e->q_heads_per_rank;
-    const struct dcpk_merge_params m = {
-        .src_o = src,
-        .src_lse = src_lse,
-        .out = dst,
-        .n_src = 1,
-        .rows = (uint32_t)rows,
-        .rows_per_chunk = (uint32_t)rows,
-        .v_dim = dim,
-        .src_dtype = src_dtype,
-        .out_dtype = dst_dtype,
-    };
-    return launch(r, cat, DCPK_KERNEL_merge, &m);
-}
-
-/* The gather moves queries in the wire dtype (part_dtype); when the caller's are of another
- * act_dtype, this rank's chunk is converted first into q_own. Converting only the own
- * chunk (T * H_l * qk values, 1/dcp of what attention reads) before the gather costs less
- * than gathering act_dtype and converting all chunks after it, and the attention kernel
- * then reads one dtype for every chunk (q_dtype). The LSEs are 0 (q_lse_zero). */
-static int convert_q(struct dcp_rank *r, uint64_t q)
-{
-    const struct dcp_engine *e = r->engine;
-    return convert_rows(r, PROF_OTHER, q, r->buf.q_lse_zero, r->buf.q_own, e->qk_dim, e->act_dtype, e->part_dtype);
-}
-
-/* ag_rs when out is not of part_dtype: the ReduceScatter summed into rs_out; with its
- * merged LSE as the weight's, it is stored into out in act_dtype: a pass over
- * T * H * out_dim values that a ReduceScatter in act_dtype (comm_dtype = act_dtype) does
- * not need. */
-static int store_reduced(struct dcp_rank *r, uint64_t out, uint64_t lse)
-{
-    const struct dcp_engine *e = r->engine;
-    return convert_rows(r, PROF_MERGE, r->buf.rs_out, lse, out, e->out_dim, e->part_dtype, e->act_dtype);
+    return dcp_rank_launch(r, PROF_MERGE, DCPK_KERNEL_merge, &m);
 }
 
 /* merge_after_uv: the latent rows (chunk stride T * H_l * v, fp32) of every gathered head
@@ -288,64 +232,7 @@ static int project_uv(struct dcp_rank *r, uint32_t layer, uint64_t dst, uint64_t
         .out_dim = e->out_dim,
         .dst_dtype = dst_dtype,
     };
-    return launch(r, PROF_MERGE, DCPK_KERNEL_uv_proj, &p);
-}
-
-/* ag_rs: gather every rank's LSEs, scale the local partials, ReduceScatter (sum). */
-static int merge_ag_rs(struct dcp_rank *r, uint64_t out, uint64_t lse)
-{
-    const struct dcp_engine *e = r->engine;
-    const uint64_t T = e->step.tokens, H = e->q_heads_per_rank, N = e->dcp, v = e->out_dim;
-    const uint64_t rows = N * T * H;
-    int err = collective(r, ALL_GATHER, r->buf.part_lse, r->buf.recv, rows * sizeof(float));
-    if (err)
-        return err;
-    const struct dcpk_lse_scale_params p = {
-        .lse_all = r->buf.recv,
-        .o = r->buf.part,
-        .out_lse = lse,
-        .n_src = (uint32_t)N,
-        .self = r->group_rank,
-        .rows = (uint32_t)rows,
-        .rows_per_chunk = (uint32_t)(T * H),
-        .own_chunk = r->group_rank,
-        .v_dim = (uint32_t)v,
-        .o_dtype = e->part_dtype,
-    };
-    if ((err = launch(r, PROF_MERGE, DCPK_KERNEL_lse_scale, &p)))
-        return err;
-    const bool direct = e->act_dtype == e->part_dtype;
-    err = collective(r, REDUCE_SCATTER, r->buf.part, direct ? out : r->buf.rs_out, T * H * v);
-    return err || direct ? err : store_reduced(r, out, lse);
-}
-
-/* a2a: send each destination its heads' partial outputs and LSEs; merge in fp32. */
-static int merge_a2a(struct dcp_rank *r, uint64_t out, uint64_t lse)
-{
-    const struct dcp_engine *e = r->engine;
-    const uint64_t T = e->step.tokens, H = e->q_heads_per_rank, v = e->out_dim;
-    bool ovf = false; /* cannot overflow: the buffers were planned for more */
-    const struct dcp_a2a_chunk c = dcp_a2a_chunk_layout(T * H, v, e->part_dtype, &ovf);
-    int err = collective(r, ALL_TO_ALL, r->buf.part, r->buf.recv, c.bytes);
-    if (err)
-        return err;
-    const struct dcpk_merge_params m = {
-        .src_o = r->buf.recv,
-        .src_lse = r->buf.recv + c.lse_offset,
-        .out = out,
-        .out_lse = lse,
-        .src_stride_o = c.bytes / dcpk_dtype_size(e->part_dtype),
-        .src_stride_lse = c.bytes / sizeof(float),
-        .out_chunk_stride = 0,
-        .out_lse_chunk_stride = 0,
-        .n_src = e->dcp,
-        .rows = (uint32_t)(T * H),
-        .rows_per_chunk = (uint32_t)(T * H),
-        .v_dim = (uint32_t)v,
-        .src_dtype = e->part_dtype,
-        .out_dtype = e->act_dtype,
-    };
-    return launch(r, PROF_MERGE, DCPK_KERNEL_merge, &m);
+    return dcp_rank_launch(r, PROF_MERGE, DCPK_KERNEL_uv_proj, &p);
 }
 
 /* The attention flow once its arguments are checked; its failures are the backend's.
@@ -361,44 +248,32 @@ static int attention(struct dcp_rank *r, uint32_t layer, const void *q, void *ou
     int err;
     if (e->dcp == 1) {
         /* merge_after_uv: fp32 latent, projected straight into out in act_dtype. */
-        const struct attn_target t = {.out = e->merge_uv ? r->buf.latent : ADDR(out), .lse = out_lse,
-                                      .out_chunk_stride = latent_stride,
-                                      .out_dtype = e->merge_uv ? DCPK_FP32 : e->act_dtype};
+        const struct dcp_attn_target t = {.out = e->merge_uv ? r->buf.latent : ADDR(out), .lse = out_lse,
+                                          .out_chunk_stride = latent_stride,
+                                          .out_dtype = e->merge_uv ? DCPK_FP32 : e->act_dtype};
         if ((err = launch_attention(r, layer, ADDR(q), e->act_dtype, 0, &t)))
             return err;
         return e->merge_uv ? project_uv(r, layer, ADDR(out), T * H * o, e->act_dtype) : DCP_OK;
     }
-    /* Every rank attends all N * H_l heads' queries, laid out [N][T][H_l][qk]: the caller's
-     * (replicate_q, act_dtype) or gathered (part_dtype, the wire's). */
-    uint64_t q_all = ADDR(q);
-    uint32_t q_dtype = e->act_dtype;
-    if (!e->replicate_q) {
-        const bool convert = e->act_dtype != e->part_dtype;
-        if (convert && (err = convert_q(r, ADDR(q))))
-            return err;
-        if ((err = collective(r, ALL_GATHER, convert ? r->buf.q_own : ADDR(q), r->buf.q_gathered,
-                              T * H * qk * dcpk_dtype_size(e->part_dtype))))
-            return err;
-        q_all = r->buf.q_gathered;
-        q_dtype = e->part_dtype;
+    /* Every rank attends all N * H_l heads' queries, laid out [N][T][H_l][qk]. */
+    uint64_t q_all = 0;
+    uint32_t q_dtype = 0;
+    if ((err = dcp_merge_gather_q(r, ADDR(q), &q_all, &q_dtype)))
+        return err;
+    /* The partial outputs go where the scheme exchanges them from, or (merge_after_uv)
+     * to the fp32 latent buffer first and from there, projected, to it. */
+    const struct dcp_attn_target part = dcp_merge_target(r);
+    struct dcp_attn_target t = part;
+    if (e->merge_uv) {
+        t.out = r->buf.latent;
+        t.out_chunk_stride = latent_stride;
+        t.out_dtype = DCPK_FP32;
     }
-    const bool a2a = dcp_merge_scheme(e->comm)->packed_lse;
-    bool ovf = false; /* cannot overflow: the buffers were planned for more */
-    const struct dcp_a2a_chunk c = dcp_a2a_chunk_layout(T * H, o, e->part_dtype, &ovf);
-    /* Chunk strides in elements of each array (params.h). */
-    const uint64_t part_stride = a2a ? c.bytes / dcpk_dtype_size(e->part_dtype) : T * H * o;
-    const struct attn_target t = {
-        .out = e->merge_uv ? r->buf.latent : r->buf.part,
-        .lse = a2a ? r->buf.part + c.lse_offset : r->buf.part_lse,
-        .out_chunk_stride = e->merge_uv ? latent_stride : part_stride,
-        .lse_chunk_stride = a2a ? c.bytes / sizeof(float) : T * H,
-        .out_dtype = e->merge_uv ? DCPK_FP32 : e->part_dtype,
-    };
     if ((err = launch_attention(r, layer, q_all, q_dtype, T * H * qk, &t)))
         return err;
-    if (e->merge_uv && (err = project_uv(r, layer, r->buf.part, part_stride, e->part_dtype)))
+    if (e->merge_uv && (err = project_uv(r, layer, part.out, part.out_chunk_stride, part.out_dtype)))
         return err;
-    return a2a ? merge_a2a(r, ADDR(out), out_lse) : merge_ag_rs(r, ADDR(out), out_lse);
+    return dcp_merge_run(r, ADDR(out), out_lse);
 }
 
 DCP_API int dcp_rank_attention(dcp_rank *r, uint32_t layer, const void *q, void *out, void *lse)
@@ -525,7 +400,7 @@ DCP_API int dcp_rank_fill_synthetic(dcp_rank *r, void *dst, const struct dcp_syn
         .amplitude = d->amplitude,
         .inv_scale = 1.0f,
     };
-    return launch(r, PROF_OTHER, DCPK_KERNEL_fill, &p);
+    return dcp_rank_launch(r, PROF_OTHER, DCPK_KERNEL_fill, &p);
 }
 
 DCP_API float dcp_synth_value(uint64_t seed, uint64_t key, uint32_t head, uint32_t d)

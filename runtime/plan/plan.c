@@ -16,14 +16,11 @@
 #include "dcp/geometry.h"
 #include "dcp/placement.h"
 #include "plan/plan_internal.h"
-#include "util/merge_schemes.h"
+#include "engine/merge.h"
 #include "util/util.h"
 
 /* Batch sizes the crossover is estimated for (struct dcp_plan.crossover). */
 static const uint32_t crossover_batches[DCP_PLAN_CROSSOVER_BATCHES] = {1, 8, 64, 256};
-
-/* Bytes of one fp32 log-sum-exp value on the wire. */
-#define LSE_BYTES 4u
 
 /* Geometry of one GPU without DCP (the layout both sides share; see plan_layout).
  * The deployment was validated, so dcp = 1 always has a geometry. */
@@ -112,47 +109,6 @@ static void plan_context(const struct dcp_config *cfg, uint64_t len, uint64_t pa
 }
 
 /*
- * Wire bytes per rank, per layer, per query token of the configured scheme. With
- * n ranks in the group and h local query heads, a rank sends its share to each
- * of the n-1 others and receives theirs:
- *   Q AllGather: its h query vectors of qk values;
- *   ag_rs: all n*h LSEs it computed (after the Q gather it attends for the whole
- *          group's heads), then the ReduceScatter of h value vectors per peer;
- *   a2a:   h value vectors plus their LSEs per peer, in one collective.
- * A value vector has v_dim values, or v_head_dim when MLA merges after the value
- * up-projection (merge_after_uv). The engine's collectives move exactly these bytes,
- * in comm_dtype (tests/engine/test_engine_wire.c counts them).
- */
-static void plan_comm(const struct dcp_config *cfg, struct dcp_plan_comm *out)
-{
-    memset(out, 0, sizeof(*out));
-    const uint32_t n = cfg->parallel.dcp;
-    if (n == 1)
-        return;
-    const struct dcp_rank_geometry g = baseline_geometry(cfg);
-    const uint32_t qk_dim = g.qk_dim, v_dim = dcp_merged_v_dim(cfg, g.v_dim);
-    const double peers = n - 1;
-    const double heads = g.q_heads_per_rank; /* H_l */
-    const double wire = dcp_dtype_size(cfg->parallel.comm_dtype);
-
-    if (!cfg->parallel.replicate_q) {
-        out->q_gather_send = out->q_gather_recv = peers * heads * qk_dim * wire;
-        out->collectives++;
-    }
-    const struct dcp_merge_scheme *ms = dcp_merge_scheme(cfg->parallel.comm);
-    out->packed_lse = ms->packed_lse;
-    if (ms->packed_lse) {
-        out->out_send = out->out_recv = peers * heads * (v_dim * wire + LSE_BYTES);
-    } else {
-        out->lse_send = out->lse_recv = peers * n * heads * LSE_BYTES;
-        out->out_send = out->out_recv = peers * heads * v_dim * wire;
-    }
-    out->collectives += ms->collectives;
-    out->total_send = out->q_gather_send + out->lse_send + out->out_send;
-    out->total_recv = out->q_gather_recv + out->lse_recv + out->out_recv;
-}
-
-/*
  * Per layer and step, DCP adds communication (a fixed latency per collective plus
  * the batch's bytes over the link) and removes reading (1 - 1/N) of every
  * request's KV from each rank. The context length where the two are equal is the
@@ -191,7 +147,8 @@ bool dcp_plan_from_config(const struct dcp_config *cfg, struct dcp_plan *plan)
         plan_context(cfg, cfg->workload.context_lengths[i], plan->dcp.pages, token_layer_bytes,
                      &plan->contexts[i]);
 
-    plan_comm(cfg, &plan->comm);
+    /* The merge scheme's exchanges (engine/merge.c, which also moves them). */
+    dcp_merge_plan_comm(cfg, &plan->comm);
     plan->baseline_kv_read_per_token = (double)token_layer_bytes;
     plan->dcp_kv_read_per_token = (double)token_layer_bytes / cfg->parallel.dcp;
     for (uint32_t i = 0; i < DCP_PLAN_CROSSOVER_BATCHES; i++)

@@ -24,7 +24,7 @@ import json, math, sys
 
 with open(sys.argv[1]) as f:
     d = json.load(f)
-assert d["schema"] == "dcp-plan/2", d["schema"]
+assert d["schema"] == "dcp-plan/3", d["schema"]
 for key in ("source", "config", "instances", "memory", "layouts",
             "contexts", "kv_read_per_token", "comm", "crossover", "estimate_note", "verdict"):
     assert key in d, "missing key " + key
@@ -51,6 +51,15 @@ for c in d["contexts"]:
     assert c["dcp_concurrency"] >= c["baseline_concurrency"]
     assert c["dcp_pages"] * n >= c["baseline_pages"]
 assert [x["batch"] for x in d["crossover"]] == [1, 8, 64, 256]
+comm = d["comm"]
+assert comm["scheme"] == cfg["parallel"]["comm"], comm["scheme"]
+assert comm["collectives"] == len(comm["rows"])
+kinds = ("all_gather", "reduce_scatter", "all_to_all", "all_reduce", "peer_write")
+for row in comm["rows"]:
+    assert row["kind"] in kinds and row["what"] and row["ranks"] == n, row
+    assert row["send_bytes"] > 0 and row["recv_bytes"] > 0, row
+for total, key in (("total_send", "send_bytes"), ("total_recv", "recv_bytes")):
+    assert math.isclose(comm[total], sum(row[key] for row in comm["rows"]), rel_tol=1e-12), total
 if n == 1:
     assert d["comm"]["collectives"] == 0
     assert all(x["context_len"] is None for x in d["crossover"])

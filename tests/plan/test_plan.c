@@ -5,8 +5,10 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "dcp/plan.h"
+#include "engine/merge.h"
 #include "plan/plan_internal.h"
 #include "test_util.h"
 
@@ -236,6 +238,32 @@ static void test_kimi_k2_b200_one_million(void **state)
     assert_int_equal(plan.contexts[4].dcp_concurrency, 47);
 }
 
+/* The plan's row moving `what` (asserting its kind and group size), or fails. */
+static const struct dcp_plan_comm_row *comm_row(const struct dcp_plan *plan, const char *what,
+                                                enum dcp_plan_comm_kind kind)
+{
+    for (uint32_t i = 0; i < plan->comm.num_rows; i++) {
+        const struct dcp_plan_comm_row *r = &plan->comm.rows[i];
+        if (strcmp(r->what, what) == 0) {
+            assert_string_equal(dcp_plan_comm_kind_name(r->kind), dcp_plan_comm_kind_name(kind));
+            assert_int_equal(r->ranks, plan->dcp.dcp);
+            check_near(r->recv_bytes, r->send_bytes, 0, what);
+            return r;
+        }
+    }
+    fail_msg("the plan has no %s row (%u rows)", what, plan->comm.num_rows);
+    return NULL;
+}
+
+/* Bytes one row sends, 0 when the plan has no row moving `what`. */
+static double row_send(const struct dcp_plan *plan, const char *what)
+{
+    for (uint32_t i = 0; i < plan->comm.num_rows; i++)
+        if (strcmp(plan->comm.rows[i].what, what) == 0)
+            return plan->comm.rows[i].send_bytes;
+    return 0;
+}
+
 /* GQA with replication: Qwen3-235B has 4 KV heads, so tp 8 holds each head twice. */
 static void test_gqa_replication(void **state)
 {
@@ -268,8 +296,8 @@ static void test_gqa_replication(void **state)
 
     /* Comm: 8 local heads of 128, bf16, one peer. Q: 1 * 8 * 128 * 2 = 2,048 B;
      * a2a: 1 * 8 * (128 * 2 + 4) = 2,080 B. */
-    check_near(plan.comm.q_gather_send, 2048, 0, "q gather");
-    check_near(plan.comm.out_send, 2080, 0, "a2a");
+    check_near(comm_row(&plan, "queries", DCP_PLAN_COMM_ALL_GATHER)->send_bytes, 2048, 0, "q gather");
+    check_near(comm_row(&plan, "outputs + LSEs", DCP_PLAN_COMM_ALL_TO_ALL)->send_bytes, 2080, 0, "a2a");
     check_near(plan.comm.total_recv, 4128, 0, "total");
 
     /* Llama-3.1-70B: 8 KV heads at tp 8 is one head per GPU, no copies: nothing for DCP. */
@@ -351,27 +379,27 @@ static void test_comm_schemes(void **state)
     struct dcp_plan plan;
     deepseek_v3_h200(&cfg);
     compute_plan(&cfg, &plan);
-    check_near(plan.comm.q_gather_send, 129024, 0, "a2a q send");
-    check_near(plan.comm.q_gather_recv, 129024, 0, "a2a q recv");
-    check_near(plan.comm.lse_send, 0, 0, "a2a lse");
-    check_near(plan.comm.lse_recv, 0, 0, "a2a lse recv");
-    check_near(plan.comm.out_send, 115136, 0, "a2a out");
-    check_near(plan.comm.out_recv, 115136, 0, "a2a out recv");
+    assert_int_equal(plan.comm.num_rows, 2);
+    assert_int_equal(plan.comm.scheme, DCP_COMM_A2A);
+    assert_string_equal(plan.comm.rows[0].what, "queries"); /* the step's order */
+    check_near(comm_row(&plan, "queries", DCP_PLAN_COMM_ALL_GATHER)->send_bytes, 129024, 0, "a2a q send");
+    check_near(comm_row(&plan, "outputs + LSEs", DCP_PLAN_COMM_ALL_TO_ALL)->send_bytes, 115136, 0, "a2a out");
+    check_near(row_send(&plan, "LSEs"), 0, 0, "a2a lse");
     check_near(plan.comm.total_send, 244160, 0, "a2a total send");
     check_near(plan.comm.total_recv, 244160, 0, "a2a total recv");
     assert_int_equal(plan.comm.collectives, 2);
 
     cfg.parallel.comm = DCP_COMM_AG_RS;
     compute_plan(&cfg, &plan);
-    check_near(plan.comm.lse_send, 3584, 0, "ag_rs lse");
-    check_near(plan.comm.out_send, 114688, 0, "ag_rs rs");
+    check_near(comm_row(&plan, "LSEs", DCP_PLAN_COMM_ALL_GATHER)->send_bytes, 3584, 0, "ag_rs lse");
+    check_near(comm_row(&plan, "outputs", DCP_PLAN_COMM_REDUCE_SCATTER)->send_bytes, 114688, 0, "ag_rs rs");
     check_near(plan.comm.total_send, 247296, 0, "ag_rs total");
     assert_int_equal(plan.comm.collectives, 3);
 
     /* Replicating the query projection drops the gather and one collective. */
     cfg.parallel.replicate_q = true;
     compute_plan(&cfg, &plan);
-    check_near(plan.comm.q_gather_send, 0, 0, "replicate_q");
+    check_near(row_send(&plan, "queries"), 0, 0, "replicate_q");
     check_near(plan.comm.total_recv, 118272, 0, "replicate_q total");
     assert_int_equal(plan.comm.collectives, 2);
 
@@ -387,13 +415,44 @@ static void test_comm_schemes(void **state)
      * instead of 512: 7 * 16 * (128 * 4 + 4) = 57,792; the Q gather is unchanged. */
     cfg.parallel.merge_after_uv = true;
     compute_plan(&cfg, &plan);
-    check_near(plan.comm.out_send, 57792, 0, "merge_after_uv a2a out");
+    check_near(comm_row(&plan, "outputs + LSEs", DCP_PLAN_COMM_ALL_TO_ALL)->send_bytes, 57792, 0,
+               "merge_after_uv a2a out");
     check_near(plan.comm.total_send, 258048 + 57792, 0, "merge_after_uv total");
     cfg.model.v_head_dim = 64;
     cfg.parallel.comm = DCP_COMM_AG_RS;
     compute_plan(&cfg, &plan);
-    check_near(plan.comm.out_send, 7 * 16 * 64 * 4, 0, "merge_after_uv ag_rs rs");
-    check_near(plan.comm.lse_send, 7 * 8 * 16 * 4, 0, "merge_after_uv ag_rs lse");
+    check_near(comm_row(&plan, "outputs", DCP_PLAN_COMM_REDUCE_SCATTER)->send_bytes, 7 * 16 * 64 * 4, 0,
+               "merge_after_uv ag_rs rs");
+    check_near(comm_row(&plan, "LSEs", DCP_PLAN_COMM_ALL_GATHER)->send_bytes, 7 * 8 * 16 * 4, 0,
+               "merge_after_uv ag_rs lse");
+}
+
+/* Every scheme of the merge table prices at least its merge, in rows that add up to
+ * the totals; dcp 1 has no rows. */
+static void test_every_scheme_has_rows(void **state)
+{
+    (void)state;
+    struct dcp_config cfg;
+    struct dcp_plan plan;
+    deepseek_v3_h200(&cfg);
+    for (int s = 0; s < DCP_MERGE_SCHEME_COUNT; s++) {
+        cfg.parallel.comm = (enum dcp_comm_scheme)s;
+        compute_plan(&cfg, &plan);
+        assert_int_equal(plan.comm.scheme, s);
+        assert_true(plan.comm.num_rows >= 2 && plan.comm.num_rows <= DCP_PLAN_COMM_MAX_ROWS);
+        assert_int_equal(plan.comm.collectives, plan.comm.num_rows);
+        double send = 0, recv = 0;
+        for (uint32_t i = 0; i < plan.comm.num_rows; i++) {
+            assert_int_equal(plan.comm.rows[i].ranks, 8);
+            send += plan.comm.rows[i].send_bytes;
+            recv += plan.comm.rows[i].recv_bytes;
+        }
+        check_near(plan.comm.total_send, send, 0, dcp_comm_scheme_name(cfg.parallel.comm));
+        check_near(plan.comm.total_recv, recv, 0, dcp_comm_scheme_name(cfg.parallel.comm));
+    }
+    cfg.parallel.dcp = 1;
+    compute_plan(&cfg, &plan);
+    assert_int_equal(plan.comm.num_rows, 0);
 }
 
 /*
@@ -517,7 +576,7 @@ static void test_instances(void **state)
     assert_int_equal(plan.instances, 4);
     check_near(plan.memory.kv_budget_bytes, 11.75e9, 1e-12, "tp 4 budget");
     /* 16 local heads now: Q gather 3 * 16 * 576 * 2 = 55,296 B. */
-    check_near(plan.comm.q_gather_send, 55296, 0, "tp 4 q gather");
+    check_near(comm_row(&plan, "queries", DCP_PLAN_COMM_ALL_GATHER)->send_bytes, 55296, 0, "tp 4 q gather");
     check_near(plan.baseline.replication, 4, 1e-12, "tp 4 replication");
 }
 
@@ -543,6 +602,7 @@ int main(void)
         cmocka_unit_test(test_gqa_replication),
         cmocka_unit_test(test_negative_budget),
         cmocka_unit_test(test_comm_schemes),
+        cmocka_unit_test(test_every_scheme_has_rows),
         cmocka_unit_test(test_crossover),
         cmocka_unit_test(test_crossover_matches_design),
         cmocka_unit_test(test_interleave_shard),

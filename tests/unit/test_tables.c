@@ -1,11 +1,13 @@
 /* The one-list tables (docs/design.md §11): every dtype row agrees with the public
- * API, and every kernel family is registered with a CPU implementation. */
+ * API, every kernel family is registered with a CPU implementation, and every merge
+ * scheme of the operations table has its own name. */
 #include <stdio.h>
 #include <string.h>
 
 #include "dcp/dcp.h"
 #include "dcp/tools.h"
 #include "dcp_kernels/cpu.h"
+#include "engine/merge.h"
 #include "test_util.h"
 
 static void test_dtype_rows(void **state)
@@ -51,11 +53,28 @@ static void test_kernel_families(void **state)
     }
 }
 
+/* Each row of the merge table (engine/merge.c) has a distinct name, which is the
+ * public name of its enum value; the value after the last is unknown. */
+static void test_merge_schemes(void **state)
+{
+    (void)state;
+    for (int s = 0; s < DCP_MERGE_SCHEME_COUNT; s++) {
+        assert_non_null(dcp_merge_scheme_names[s]);
+        assert_string_equal(dcp_comm_scheme_name((enum dcp_comm_scheme)s), dcp_merge_scheme_names[s]);
+        for (int t = 0; t < s; t++)
+            assert_string_not_equal(dcp_merge_scheme_names[s], dcp_merge_scheme_names[t]);
+    }
+    assert_string_equal(dcp_comm_scheme_name((enum dcp_comm_scheme)DCP_MERGE_SCHEME_COUNT), "unknown");
+    assert_string_equal(dcp_plan_comm_kind_name(DCP_PLAN_COMM_PEER_WRITE), "peer_write");
+    assert_string_equal(dcp_plan_comm_kind_name((enum dcp_plan_comm_kind)5), "unknown");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dtype_rows),
         cmocka_unit_test(test_kernel_families),
+        cmocka_unit_test(test_merge_schemes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
