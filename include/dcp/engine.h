@@ -191,6 +191,7 @@ DCP_API void dcp_engine_default_params(struct dcp_engine_params *params);
  * Creates an engine: selects the backend (runtime.backend), creates every local
  * rank, and allocates all pools once. Errors: DCP_EINVAL, DCP_ENOMEM, DCP_EDEVMEM,
  * DCP_ENODRIVER, DCP_ENODEVICE, DCP_ENCCL, DCP_EMODULE, ... with dcp_last_error().
+ * Refused (DCP_EINVAL) inside a rank function of dcp_engine_run().
  */
 DCP_API int dcp_engine_create(const struct dcp_engine_params *params, dcp_engine **out);
 
@@ -198,6 +199,9 @@ DCP_API int dcp_engine_create(const struct dcp_engine_params *params, dcp_engine
  * Frees everything and sets *engine to NULL. Accepts NULL. Never waits without a bound:
  * after a failed step it aborts the communicators first, and what hung device work may
  * still use is leaked, with the reason in dcp_last_error() (see Errors at the top).
+ * Called inside a rank function of dcp_engine_run(), or while another thread's
+ * dcp_engine_run() runs this engine, it does nothing (*engine is kept) and
+ * dcp_last_error() says why.
  */
 DCP_API void dcp_engine_destroy(dcp_engine **engine);
 
@@ -302,6 +306,13 @@ typedef int (*dcp_rank_fn)(dcp_rank *rank, void *arg);
  * an argument error included, a host or virtual-rank engine stays usable and a CUDA
  * engine with NCCL is failed). When a rank thread cannot be started, no fn runs and
  * the call fails with DCP_ENOMEM, leaving the engine as it was.
+ * A rank function may not change the engine's steps, sequences or life: inside one,
+ * dcp_engine_run, dcp_engine_create, dcp_engine_begin_step,
+ * dcp_seq_create/extend/truncate/fork/release and an engine scheduler's
+ * dcp_sched_plan_step/complete return DCP_EINVAL with a message naming the call, and
+ * dcp_engine_destroy does nothing (the calls on this engine are refused alike from any
+ * other thread while its dcp_engine_run runs); the engine and its step are unchanged.
+ * Reading (dcp_seq_length, dcp_engine_get_info, ...) and dcp_engine_abort are fine.
  */
 DCP_API int dcp_engine_run(dcp_engine *engine, dcp_rank_fn fn, void *arg);
 

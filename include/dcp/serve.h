@@ -60,6 +60,8 @@ struct dcp_trace_options {
     uint32_t output_tokens;    ///< Output tokens of requests in the lengths format; 0 = 128.
     double interval;           ///< Seconds between arrivals in the lengths format; 0 = all at time 0.
     uint64_t max_file_bytes;   ///< Refuse larger files; 0 = DCP_TRACE_MAX_FILE_BYTES.
+    uint64_t max_memory_bytes; ///< Refuse (DCP_ENOMEM) a trace whose requests and hash ids take more memory
+                               ///< than this; 0 = DCP_TRACE_MAX_MEMORY_BYTES.
 };
 
 /** Default size cap of a trace file (1 GiB). */
@@ -68,16 +70,25 @@ struct dcp_trace_options {
 #define DCP_TRACE_MAX_TOKENS ((uint64_t)1 << 32)
 /** Most hash ids one request may list. */
 #define DCP_TRACE_MAX_HASHES 65536u
+/** Most requests a trace may hold (loaded, parsed or synthesized); more: DCP_ECONFIG (DCP_EINVAL for
+ *  dcp_trace_synthesize), so that a small file of short lines cannot take memory without bound. */
+#define DCP_TRACE_MAX_REQUESTS 4194304u
+/** Default cap on the memory a trace's requests and hash ids take (1 GiB): 48 bytes per request plus
+ *  8 per hash id. */
+#define DCP_TRACE_MAX_MEMORY_BYTES ((uint64_t)1 << 30)
 
 /**
  * Loads a trace: Mooncake JSONL (one object a line with "timestamp" in ms,
  * "input_length", "output_length" and optional "hash_ids"; other keys ignored) when
  * the first non-blank character is '{', else one prompt length per line ('#' starts
- * a comment). Only regular files up to max_file_bytes are read. Every bad line is an
+ * a comment). Only regular files up to max_file_bytes are read, and at most
+ * DCP_TRACE_MAX_REQUESTS requests taking at most max_memory_bytes are kept (limit
+ * stops reading first). Every bad line is an
  * error naming the file and line (missing or duplicate field, negative, fractional or
  * huge number, time going backwards, malformed JSON); nothing is skipped silently.
  * Errors: DCP_EIO (unreadable, not a regular file, too large), DCP_ECONFIG (bad
- * content), DCP_ENOMEM; detail in dcp_last_error().
+ * content, too many requests), DCP_ENOMEM (out of memory, or above max_memory_bytes);
+ * detail in dcp_last_error().
  */
 DCP_API int dcp_trace_load(const char *path, const struct dcp_trace_options *opts, struct dcp_trace **out);
 
@@ -98,6 +109,8 @@ struct dcp_agentic_trace_params {
                                ///< previous prompt (the prefix reuse of agentic traffic). Default 64.
     double shared_prefix;      ///< Tokens of a system prompt every request shares. Default 8,192.
     uint64_t seed;             ///< Random seed. Default 1.
+    uint64_t max_memory_bytes; ///< Refuse (DCP_ENOMEM) a trace whose requests and hash ids take more
+                               ///< memory than this. Default 0 = DCP_TRACE_MAX_MEMORY_BYTES.
 };
 
 /** Fills the defaults listed above. */
@@ -107,7 +120,9 @@ DCP_API void dcp_agentic_trace_default_params(struct dcp_agentic_trace_params *p
  * Generates an agentic trace: sessions whose successive prompts grow (each turn
  * appends new tokens to the previous prompt, so its hashes start with the previous
  * turn's), a shared system prompt, log-normal lengths around the given medians and
- * Poisson arrivals. hash_block_tokens is 512. Deterministic in seed.
+ * Poisson arrivals. hash_block_tokens is 512. Deterministic in seed. requests at most
+ * DCP_TRACE_MAX_REQUESTS (else DCP_EINVAL); DCP_ENOMEM with a message once the trace
+ * would take more than max_memory_bytes.
  */
 DCP_API int dcp_trace_synthesize(const struct dcp_agentic_trace_params *p, struct dcp_trace **out);
 

@@ -23,7 +23,8 @@
 #define REPLAY_OPT(field) offsetof(struct replay_opts, field)
 static const struct cli_option replay_options[] = {
     {"--trace", CLI_ARG_STRING, "FILE", "request trace", .offset = REPLAY_OPT(trace)},
-    {"--synthetic", CLI_ARG_U32, "N", "generate an agentic trace of N requests instead (median input ~67k)", 1, 1e7,
+    {"--synthetic", CLI_ARG_U32, "N", "generate an agentic trace of N requests instead (median input ~67k)", 1,
+     DCP_TRACE_MAX_REQUESTS,
      .offset = REPLAY_OPT(synthetic)},
     {"--rate", CLI_ARG_REAL, "X", "its arrivals per second (default 4)", 1e-6, 1e6, .offset = REPLAY_OPT(synthetic_rate)},
     {"--write-trace", CLI_ARG_STRING, "FILE", "also write the trace used as JSONL", .offset = REPLAY_OPT(write_trace)},
@@ -152,7 +153,7 @@ static int load_trace(const struct replay_opts *o, struct dcp_trace **t)
     if (o->synthetic) {
         struct dcp_agentic_trace_params p;
         dcp_agentic_trace_default_params(&p);
-        p.requests = o->synthetic;
+        p.requests = o->limit && o->limit < o->synthetic ? o->limit : o->synthetic; /* --limit first */
         if (o->synthetic_rate > 0)
             p.rate = o->synthetic_rate;
         err = dcp_trace_synthesize(&p, t);
@@ -166,8 +167,6 @@ static int load_trace(const struct replay_opts *o, struct dcp_trace **t)
         }
         if (!err)
             (*t)->hash_block_tokens = (uint32_t)DCP_CLI_MAX(1.0, round(512 * ls));
-        if (!err && o->limit && o->limit < (*t)->count)
-            (*t)->count = o->limit;
         for (uint32_t i = 0; !err && o->output_tokens && i < (*t)->count; i++)
             (*t)->requests[i].output_tokens = o->output_tokens;
     } else {

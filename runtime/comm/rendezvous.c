@@ -128,7 +128,10 @@ int dcp_rendezvous_parse_spec(const char *text, struct dcp_rendezvous_spec *out)
         return spec_error(text ? text : "(null)", "empty");
     if (!strncmp(text, "file:", 5)) {
         out->kind = DCP_RENDEZVOUS_FILE;
-        return copy_field(out->path, sizeof(out->path), text + 5, strlen(text + 5), text, "empty path");
+        const size_t n = strlen(text + 5);
+        if (n && text[5 + n - 1] == '/')
+            return spec_error(text, "the path names a directory, not a file in it");
+        return copy_field(out->path, sizeof(out->path), text + 5, n, text, "empty path");
     }
     if (!strncmp(text, "tcp:", 4)) {
         out->kind = DCP_RENDEZVOUS_TCP;
@@ -457,31 +460,46 @@ static void file_mac(const struct dcp_rendezvous *r, const uint8_t *hdr, const v
     dcp_hmac_final(&m, mac);
 }
 
-/* Creates a new file beside the target, exclusively (never through a link) and
- * readable by this user only: its descriptor in *fd, its name in *tmp. */
-static int create_temporary(const struct dcp_rendezvous *r, char **tmp, int *fd)
+/* The directory of the rendezvous file, opened so that no other user can redirect
+ * it (dcp_dir_open_safely: a symbolic link planted in a shared directory would make
+ * rank 0 replace a file of the link's choosing), and the file's name in it. Returns
+ * the descriptor, or -1 with errno and the reason in dcp_last_error(). */
+static int open_file_dir(const struct dcp_rendezvous *r, const char **base)
+{
+    const char *path = r->spec.path, *slash = strrchr(path, '/');
+    *base = slash ? slash + 1 : path;
+    char dir[sizeof(r->spec.path)];
+    snprintf(dir, sizeof(dir), "%.*s", slash ? (int)DCP_MAX(slash - path, 1) : 1, slash ? path : ".");
+    return dcp_dir_open_safely(dir, "rendezvous directory");
+}
+
+/* Creates a new file beside the target in directory dirfd, exclusively (never through
+ * a link) and readable by this user only: its descriptor in *fd, its name in the
+ * directory in *name. */
+static int create_temporary(const struct dcp_rendezvous *r, int dirfd, const char *base, char **name, int *fd)
 {
     for (int tries = 0; tries < 16; tries++) {
         uint8_t rnd[8];
         int st = random_bytes(rnd, sizeof(rnd));
         if (st)
             return st;
-        *tmp = dcp_asprintf("%s.tmp-%02x%02x%02x%02x%02x%02x%02x%02x", r->spec.path, rnd[0], rnd[1], rnd[2], rnd[3],
-                            rnd[4], rnd[5], rnd[6], rnd[7]);
-        if (!*tmp)
+        *name = dcp_asprintf("%s.tmp-%02x%02x%02x%02x%02x%02x%02x%02x", base, rnd[0], rnd[1], rnd[2], rnd[3],
+                             rnd[4], rnd[5], rnd[6], rnd[7]);
+        if (!*name)
             return dcp_error(DCP_ENOMEM, "rendezvous");
-        *fd = open(*tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        *fd = openat(dirfd, *name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (*fd >= 0 && fchmod(*fd, 0600) == 0) /* whatever the umask */
             return DCP_OK;
         const int err = errno;
         if (*fd >= 0) {
             close(*fd);
-            unlink(*tmp);
+            unlinkat(dirfd, *name, 0);
         }
         if (*fd >= 0 || err != EEXIST)
-            st = dcp_error(DCP_EIO, "rendezvous %s: cannot write %s: %s", r->text, *tmp, strerror(err));
-        free(*tmp);
-        *tmp = NULL;
+            st = dcp_error(DCP_EIO, "rendezvous %s: cannot write %s beside %s: %s", r->text, *name, r->spec.path,
+                           strerror(err));
+        free(*name);
+        *name = NULL;
         if (st)
             return st;
     }
@@ -500,20 +518,27 @@ static int file_publish(struct dcp_rendezvous *r, const void *blob, size_t size)
     this_origin((char *)p + 12);
     memcpy(p + 12 + ORIGIN_BYTES, r->tag, TAG_BYTES);
     file_mac(r, hdr, blob, size, mac);
+    const char *base;
+    const int dirfd = open_file_dir(r, &base);
+    if (dirfd < 0)
+        return dcp_error(DCP_EIO, "rendezvous %s: cannot write %s: %s", r->text, r->spec.path, dcp_last_error());
     char *tmp = NULL;
     int fd = -1;
-    int st = create_temporary(r, &tmp, &fd);
-    if (st)
+    int st = create_temporary(r, dirfd, base, &tmp, &fd);
+    if (st) {
+        close(dirfd);
         return st;
+    }
     if (write_all(fd, hdr, sizeof(hdr)) || write_all(fd, blob, size) || write_all(fd, mac, sizeof(mac)) || fsync(fd))
         st = dcp_error(DCP_EIO, "rendezvous %s: cannot write %s: %s", r->text, tmp, strerror(errno));
     if (close(fd) && !st)
         st = dcp_error(DCP_EIO, "rendezvous %s: cannot write %s: %s", r->text, tmp, strerror(errno));
-    if (!st && rename(tmp, r->spec.path))
+    if (!st && renameat(dirfd, tmp, dirfd, base))
         st = dcp_error(DCP_EIO, "rendezvous %s: cannot rename %s: %s", r->text, tmp, strerror(errno));
     if (st)
-        unlink(tmp);
+        unlinkat(dirfd, tmp, 0);
     free(tmp);
+    close(dirfd);
     return st;
 }
 
@@ -593,9 +618,20 @@ static int file_read_open(int fd, const struct stat *st, struct dcp_rendezvous *
 static int file_try_read(struct dcp_rendezvous *r, void *blob, size_t size, double deadline, char *note, size_t ns)
 {
     (void)deadline; /* a regular local or shared file does not block for long; a FIFO is refused unopened */
-    int fd = dcp_file_open(r->spec.path, "rendezvous file", FILE_HEADER_BYTES + DCP_RENDEZVOUS_MAX_BLOB + MAC_BYTES,
-                           DCP_FILE_NOFOLLOW);
+    const char *base;
+    const int dirfd = open_file_dir(r, &base);
+    if (dirfd < 0) {
+        const int err = errno;
+        if (err == ENOENT || err == ELOOP || err == EPERM) { /* may appear, or be put right, in time */
+            snprintf(note, ns, "%s", dcp_last_error());
+            return RETRY;
+        }
+        return dcp_error(DCP_EIO, "rendezvous %s: %s", r->text, dcp_last_error());
+    }
+    int fd = dcp_file_openat(dirfd, base, r->spec.path, "rendezvous file",
+                             FILE_HEADER_BYTES + DCP_RENDEZVOUS_MAX_BLOB + MAC_BYTES, DCP_FILE_NOFOLLOW);
     const int err = errno;
+    close(dirfd);
     if (fd < 0 && err == ENOENT) {
         snprintf(note, ns, "no file %s", r->spec.path);
         return RETRY;

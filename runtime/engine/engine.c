@@ -26,6 +26,36 @@ static int need_engine(const struct dcp_engine *e, const char *op)
     return e ? DCP_OK : dcp_error(DCP_EINVAL, "%s: engine is NULL", op);
 }
 
+/* The engine whose rank function this thread is running inside dcp_engine_run, or NULL. */
+static _Thread_local const struct dcp_engine *rank_fn_engine;
+
+int dcp_engine_check_idle(const struct dcp_engine *e, const char *op)
+{
+    if (rank_fn_engine == e)
+        return dcp_error(DCP_EINVAL, "%s: called from inside a rank function of dcp_engine_run; call it between "
+                         "steps, from the thread that calls dcp_engine_run", op);
+    if (atomic_load(&e->running))
+        return dcp_error(DCP_EINVAL, "%s: called while dcp_engine_run runs this engine's rank functions (from "
+                         "another thread); call it between steps", op);
+    return DCP_OK;
+}
+
+/* need_engine() for the entries that change the engine's steps or sequences. */
+static int need_idle_engine(const struct dcp_engine *e, const char *op)
+{
+    int err = need_engine(e, op);
+    return err ? err : dcp_engine_check_idle(e, op);
+}
+
+/* Creating, destroying or running an engine inside a rank function (of any engine)
+ * would start or join rank threads from a rank thread. */
+static int outside_rank_function(const char *op)
+{
+    return rank_fn_engine ? dcp_error(DCP_EINVAL, "%s: called from inside a rank function of dcp_engine_run; call "
+                                      "it between steps, from the thread that calls dcp_engine_run", op)
+                          : DCP_OK;
+}
+
 DCP_API void dcp_engine_default_params(struct dcp_engine_params *p)
 {
     if (!p)
@@ -408,8 +438,10 @@ static size_t kernel_scratch(const struct dcp_engine *e)
         .num_tokens = e->max_qtokens, .num_heads = e->geo.gathered_heads, .heads_per_chunk = e->geo.q_heads_per_rank,
         .in_dim = e->geo.v_dim, .out_dim = e->out_dim, .dst_dtype = e->act_dtype,
     };
-    /* Every family is sized here: a new one in DCPK_KERNEL_FAMILIES must be added. */
-    _Static_assert(DCPK_KERNEL_COUNT == 7, "kernel_scratch: size the scratch of every kernel family");
+    /* Every family the engine launches is sized here: a new one in DCPK_KERNEL_FAMILIES must be
+     * added. The layer-kind families (sink, sparse_attn, index_score, topk: the last four) are
+     * not launched by the engine yet. */
+    _Static_assert(DCPK_KERNEL_COUNT == 7 + 4, "kernel_scratch: size the scratch of every kernel family");
     size_t need = dcpk_kernels[DCPK_KERNEL_attn].scratch(&attn);
     need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_merge].scratch(&merge));
     need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_lse_scale].scratch(&scale));
@@ -428,12 +460,15 @@ DCP_API int dcp_engine_create(const struct dcp_engine_params *params, dcp_engine
         *out = NULL;
     if (!params || !out || !params->deployment)
         return dcp_error(DCP_EINVAL, "engine_create: params, params->deployment and out are required");
+    int err = outside_rank_function("engine_create");
+    if (err)
+        return err;
     struct dcp_engine *e = calloc(1, sizeof(*e));
     if (!e)
         return dcp_error(DCP_ENOMEM, "engine");
     e->params = *params;
     e->cfg = dcp_deployment_config(params->deployment);
-    int err = resolve_shape(e);
+    err = resolve_shape(e);
     if (err)
         goto fail;
     err = open_backend(e);
@@ -498,6 +533,9 @@ DCP_API void dcp_engine_destroy(dcp_engine **engine)
     if (!engine || !*engine)
         return;
     struct dcp_engine *e = *engine;
+    /* Refused (the engine stays as it was, *engine too): its rank threads are running. */
+    if (outside_rank_function("engine_destroy") || dcp_engine_check_idle(e, "engine_destroy"))
+        return;
     if (e->ranks && e->ops && e->ops->engine_stop)
         e->ops->engine_stop(e);
     if (e->ranks) {
@@ -603,7 +641,7 @@ int dcp_engine_check_usable(const struct dcp_engine *e)
 
 DCP_API int dcp_seq_create(dcp_engine *e, uint32_t *seq_id)
 {
-    int err = need_engine(e, "seq_create");
+    int err = need_idle_engine(e, "seq_create");
     if (!err && !seq_id)
         err = dcp_error(DCP_EINVAL, "seq_create: seq_id is NULL");
     return err ? err : dcp_kv_seq_create(e->kv, seq_id);
@@ -612,7 +650,7 @@ DCP_API int dcp_seq_create(dcp_engine *e, uint32_t *seq_id)
 /* Changing a sequence invalidates the step (its block tables and slots). */
 DCP_API int dcp_seq_extend(dcp_engine *e, uint32_t seq_id, uint32_t n)
 {
-    int err = need_engine(e, "seq_extend");
+    int err = need_idle_engine(e, "seq_extend");
     if (err)
         return err;
     e->step.valid = false;
@@ -621,7 +659,7 @@ DCP_API int dcp_seq_extend(dcp_engine *e, uint32_t seq_id, uint32_t n)
 
 DCP_API int dcp_seq_truncate(dcp_engine *e, uint32_t seq_id, uint64_t len)
 {
-    int err = need_engine(e, "seq_truncate");
+    int err = need_idle_engine(e, "seq_truncate");
     if (err)
         return err;
     e->step.valid = false;
@@ -630,7 +668,7 @@ DCP_API int dcp_seq_truncate(dcp_engine *e, uint32_t seq_id, uint64_t len)
 
 DCP_API int dcp_seq_fork(dcp_engine *e, uint32_t src, uint32_t *seq_id)
 {
-    int err = need_engine(e, "seq_fork");
+    int err = need_idle_engine(e, "seq_fork");
     if (!err && !seq_id)
         err = dcp_error(DCP_EINVAL, "seq_fork: seq_id is NULL");
     return err ? err : dcp_kv_seq_fork(e->kv, src, seq_id);
@@ -638,7 +676,7 @@ DCP_API int dcp_seq_fork(dcp_engine *e, uint32_t src, uint32_t *seq_id)
 
 DCP_API int dcp_seq_release(dcp_engine *e, uint32_t seq_id)
 {
-    int err = need_engine(e, "seq_release");
+    int err = need_idle_engine(e, "seq_release");
     if (err)
         return err;
     e->step.valid = false;
@@ -794,7 +832,7 @@ static uint32_t choose_splits(const struct dcp_engine *e)
 
 DCP_API int dcp_engine_begin_step(dcp_engine *e, const struct dcp_batch *b)
 {
-    int err = need_engine(e, "begin_step");
+    int err = need_idle_engine(e, "begin_step");
     if (err)
         return err;
     if (atomic_load(&e->capturing))
@@ -921,7 +959,10 @@ struct rank_job {
  * collective, so the step is aborted (they return DCP_EABORTED). */
 static int run_rank(struct rank_job *job)
 {
+    const struct dcp_engine *outer = rank_fn_engine;
+    rank_fn_engine = job->rank->engine;
     job->result = job->fn(job->rank, job->arg);
+    rank_fn_engine = outer;
     if (job->result) {
         snprintf(job->message, sizeof(job->message), "%s", dcp_last_error());
         if (job->result != DCP_EABORTED)
@@ -996,12 +1037,22 @@ DCP_API int dcp_engine_run(dcp_engine *e, dcp_rank_fn fn, void *arg)
     dcp_clear_error();
     if (!e || !fn)
         return dcp_error(DCP_EINVAL, "engine_run: engine and fn are required");
-    int err = settle(e);
+    int err = outside_rank_function("engine_run");
     if (err)
         return err;
+    int idle = 0;
+    if (!atomic_compare_exchange_strong(&e->running, &idle, 1))
+        return dcp_error(DCP_EINVAL, "engine_run: called while another thread's dcp_engine_run runs this "
+                         "engine's rank functions; one run at a time");
+    if ((err = settle(e))) {
+        atomic_store(&e->running, 0);
+        return err;
+    }
     struct rank_job *jobs = calloc(e->num_ranks, sizeof(*jobs));
-    if (!jobs)
+    if (!jobs) {
+        atomic_store(&e->running, 0);
         return dcp_error(DCP_ENOMEM, "engine_run: rank jobs");
+    }
     for (uint32_t i = 0; i < e->num_ranks; i++)
         jobs[i] = (struct rank_job){.fn = fn, .arg = arg, .rank = &e->ranks[i]};
     if (e->num_ranks == 1) {
@@ -1012,6 +1063,7 @@ DCP_API int dcp_engine_run(dcp_engine *e, dcp_rank_fn fn, void *arg)
         free(threads);
     }
     free(jobs);
+    atomic_store(&e->running, 0);
     if (!err)
         dcp_clear_error();
     return err;

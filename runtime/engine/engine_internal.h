@@ -221,6 +221,8 @@ struct dcp_engine {
     uint32_t num_ranks;
     uint32_t ranks_initialised;
 
+    atomic_int running;             ///< dcp_engine_run is running rank functions: entries that change the
+                                    ///< engine's steps, sequences or life refuse (dcp_engine_check_idle).
     atomic_int aborted;             ///< The step was aborted; recover at the next begin_step or run.
     atomic_int failed;              ///< Recovery failed: the engine refuses every step (destroy it).
     char failure[256];              ///< Why it failed.
@@ -252,6 +254,11 @@ int dcp_rank_collective(struct dcp_rank *r, enum dcp_collective kind, uint64_t s
 
 /** The backend's wire byte count of a rank (ops->wire_bytes), 0 when it keeps none. */
 uint64_t dcp_rank_wire_bytes(const struct dcp_rank *r);
+
+/** DCP_OK, or DCP_EINVAL with a message naming op when dcp_engine_run of e is running rank functions
+ *  (op was called from one of them, or from another thread meanwhile). For entries outside engine.c
+ *  that change sequences (the engine scheduler). */
+int dcp_engine_check_idle(const struct dcp_engine *e, const char *op);
 
 /** DCP_OK, or DCP_EABORTED with a message when the engine failed for good. */
 int dcp_engine_check_usable(const struct dcp_engine *e);

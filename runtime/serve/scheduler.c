@@ -32,6 +32,7 @@ struct dcp_sched {
     struct dcp_sched_params p;
     struct dcp_kv_manager *kv;
     bool own_kv;
+    const struct dcp_engine *engine; /* whose sequences kv holds (NULL: standalone) */
     uint64_t tpb;             /* tokens per block */
     uint64_t num_blocks;
     uint64_t max_context;
@@ -150,6 +151,7 @@ int dcp_sched_create_for_engine(dcp_engine *engine, const struct dcp_sched_param
     if (!s)
         return dcp_error(DCP_ENOMEM, "scheduler");
     s->kv = engine->kv;
+    s->engine = engine;
     s->num_blocks = engine->num_blocks;
     s->max_context = engine->max_context;
     s->max_seqs = engine->max_seqs;
@@ -475,6 +477,9 @@ int dcp_sched_plan_step(dcp_sched *s, double now, struct dcp_sched_step *step)
     if (!s || !step)
         return dcp_error(DCP_EINVAL, "sched_plan_step: NULL argument");
     memset(step, 0, sizeof(*step));
+    int st = s->engine ? dcp_engine_check_idle(s->engine, "sched_plan_step") : DCP_OK;
+    if (st)
+        return st;
     if (s->in_step)
         return dcp_error(DCP_EINVAL, "sched_plan_step: the previous step was not completed");
     if (dcp_grow_array((void **)&s->running, &s->running_cap, DCP_MAX(s->num_reqs, 1u), sizeof(*s->running)))
@@ -489,7 +494,7 @@ int dcp_sched_plan_step(dcp_sched *s, double now, struct dcp_sched_step *step)
     }
     s->num_entries = 0;
     uint64_t budget = s->p.step_tokens;
-    int st = plan_decodes(s, &budget, &step->preempted);
+    st = plan_decodes(s, &budget, &step->preempted);
     if (!st)
         st = plan_prefills(s, &budget, &step->preempted);
     if (!st)
@@ -595,11 +600,14 @@ int dcp_sched_complete(dcp_sched *s, double end)
     dcp_clear_error();
     if (!s)
         return dcp_error(DCP_EINVAL, "sched_complete: NULL argument");
+    int st = s->engine ? dcp_engine_check_idle(s->engine, "sched_complete") : DCP_OK;
+    if (st)
+        return st;
     if (!s->in_step)
         return dcp_error(DCP_EINVAL, "sched_complete: no step planned");
     s->in_step = false;
     for (uint32_t e = 0; e < s->num_entries; e++) {
-        int st = complete_entry(s, &s->entries[e], end);
+        st = complete_entry(s, &s->entries[e], end);
         if (st)
             return st;
     }

@@ -19,11 +19,38 @@ struct builder {
     size_t req_cap, off_cap;
     size_t hash_count, hash_cap;
     uint64_t *hash_offset; /* [req_cap] where each request's hashes start in hash_storage */
+    const char *name;      /* for messages */
+    const char *fewer;     /* how to ask for fewer requests */
+    uint64_t max_bytes;    /* memory the requests and hash ids may take */
 };
 
-static int builder_init(struct builder *b, const char *format, uint32_t hash_block_tokens)
+/* Memory one request takes besides its hash ids: its record and its hash offset. */
+#define REQUEST_BYTES (sizeof(struct dcp_serve_request) + sizeof(uint64_t))
+
+/* Refuses a trace that would exceed the request count or memory cap with requests
+ * requests and hashes hash ids: a trace must not take memory without bound (a 20 MB
+ * file of one-token lines made 10 million requests). */
+static int builder_check(const struct builder *b, uint64_t requests, uint64_t hashes)
+{
+    if (requests > DCP_TRACE_MAX_REQUESTS)
+        return dcp_error(DCP_ECONFIG, "%s: more than %u requests (the most a trace may hold); %s", b->name,
+                         DCP_TRACE_MAX_REQUESTS, b->fewer);
+    const uint64_t bytes = requests * REQUEST_BYTES + hashes * sizeof(uint64_t);
+    if (bytes > b->max_bytes)
+        return dcp_error(DCP_ENOMEM, "%s: its first %" PRIu64 " requests with %" PRIu64 " hash ids take more than "
+                         "the %.4g MiB a trace may take in memory (max_memory_bytes); %s", b->name, requests, hashes,
+                         (double)b->max_bytes / (1 << 20), b->fewer);
+    return DCP_OK;
+}
+
+static int builder_init(struct builder *b, const char *name, const char *format, uint32_t hash_block_tokens,
+                        uint64_t max_bytes)
 {
     memset(b, 0, sizeof(*b));
+    b->name = name;
+    b->fewer = strcmp(format, "synthetic") ? "read fewer (options.limit, dcp-run --limit)"
+                                           : "generate fewer (requests, dcp-run replay --synthetic or --limit)";
+    b->max_bytes = max_bytes ? max_bytes : DCP_TRACE_MAX_MEMORY_BYTES;
     b->t = calloc(1, sizeof(*b->t));
     if (!b->t)
         return dcp_error(DCP_ENOMEM, "trace");
@@ -35,8 +62,9 @@ static int builder_init(struct builder *b, const char *format, uint32_t hash_blo
 /* Appends a request whose hashes are the last n entries pushed by push_hash(). */
 static int builder_add(struct builder *b, double arrival, uint64_t prompt, uint32_t output, uint32_t nhash)
 {
-    if (b->t->count == UINT32_MAX)
-        return dcp_error(DCP_ECONFIG, "trace: too many requests");
+    int st = builder_check(b, (uint64_t)b->t->count + 1, b->hash_count);
+    if (st)
+        return st;
     if (dcp_grow_array((void **)&b->t->requests, &b->req_cap, (size_t)b->t->count + 1, sizeof(*b->t->requests)) ||
         dcp_grow_array((void **)&b->hash_offset, &b->off_cap, (size_t)b->t->count + 1, sizeof(*b->hash_offset)))
         return dcp_error(DCP_ENOMEM, "trace: %u requests", b->t->count + 1);
@@ -50,6 +78,9 @@ static int builder_add(struct builder *b, double arrival, uint64_t prompt, uint3
 
 static int push_hash(struct builder *b, uint64_t h)
 {
+    int st = builder_check(b, (uint64_t)b->t->count + 1, (uint64_t)b->hash_count + 1);
+    if (st)
+        return st;
     if (dcp_grow_array((void **)&b->t->hash_storage, &b->hash_cap, b->hash_count + 1, sizeof(uint64_t)))
         return dcp_error(DCP_ENOMEM, "trace: %zu hash ids", b->hash_count + 1);
     b->t->hash_storage[b->hash_count++] = h;
@@ -429,7 +460,8 @@ int dcp_trace_parse(const char *name, const char *text, size_t len, const struct
         first++;
     const bool json = first < len && text[first] == '{';
     const double hb = llround(512.0 * x.length_scale);
-    if ((st = builder_init(&x.b, json ? "mooncake" : "lengths", (uint32_t)DCP_MAX(hb, 1.0))))
+    if ((st = builder_init(&x.b, name, json ? "mooncake" : "lengths", (uint32_t)DCP_MAX(hb, 1.0),
+                           x.o->max_memory_bytes)))
         return st;
     struct jcur c = {.name = name};
     for (size_t pos = 0; pos < len && !st && (!x.o->limit || x.b.t->count < x.o->limit);) {
@@ -563,11 +595,14 @@ int dcp_trace_synthesize(const struct dcp_agentic_trace_params *p, struct dcp_tr
         !(p->input_sigma >= 0) || !(p->output_sigma >= 0) || !(p->shared_prefix >= 0) ||
         p->median_input > 1e7 || p->sessions > 1000000)
         return dcp_error(DCP_EINVAL, "trace_synthesize: bad parameters");
+    if (p->requests > DCP_TRACE_MAX_REQUESTS)
+        return dcp_error(DCP_EINVAL, "trace_synthesize: %u requests, more than the %u a trace may hold", p->requests,
+                         DCP_TRACE_MAX_REQUESTS);
     struct session *se = calloc(p->sessions, sizeof(*se));
     if (!se)
         return dcp_error(DCP_ENOMEM, "trace_synthesize: %u sessions", p->sessions);
     struct builder b;
-    int st = builder_init(&b, "synthetic", 512);
+    int st = builder_init(&b, "synthetic trace", "synthetic", 512, p->max_memory_bytes);
     uint64_t rng = p->seed, next_id = 1u << 20;
     double t = 0;
     for (uint32_t i = 0; i < p->requests && !st; i++) {

@@ -1,5 +1,8 @@
 /* file.c: opening and reading input files safely (file.h). */
 #include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <fcntl.h>
@@ -51,10 +54,16 @@ static int too_big(int fd, const char *path, const char *what, size_t max_bytes)
 
 int dcp_file_open(const char *path, const char *what, size_t max_bytes, unsigned flags)
 {
+    return dcp_file_openat(AT_FDCWD, path, path, what, max_bytes, flags);
+}
+
+int dcp_file_openat(int dirfd, const char *name, const char *path, const char *what, size_t max_bytes,
+                    unsigned flags)
+{
     int oflags = O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY;
     if (flags & DCP_FILE_NOFOLLOW)
         oflags |= O_NOFOLLOW;
-    const int fd = open(path, oflags);
+    const int fd = openat(dirfd, name, oflags);
     if (fd < 0) {
         const int e = errno;
         if (e == ELOOP && (flags & DCP_FILE_NOFOLLOW))
@@ -146,4 +155,120 @@ int dcp_file_read(const char *path, const char *what, size_t max_bytes, unsigned
     *data = buf;
     *len = n;
     return DCP_OK;
+}
+
+/* ---- directories others cannot redirect ---------------------------------------- */
+
+/* Most symbolic links one walk follows (as the kernel's MAXSYMLINKS). */
+#define DIR_MAX_LINKS 40
+
+/* Others may replace what the directory holds: writable by others, no sticky bit. */
+static bool open_to_others(const struct stat *st)
+{
+    return (st->st_mode & S_IWOTH) && !(st->st_mode & S_ISVTX);
+}
+
+static int walk_fail(int fd, char *work, int e, const char *fmt, ...) DCP_PRINTF(4, 5);
+static int walk_fail(int fd, char *work, int e, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    dcp_verror(DCP_EIO, fmt, ap);
+    va_end(ap);
+    if (fd >= 0)
+        close(fd);
+    free(work);
+    errno = e;
+    return -1;
+}
+
+/* Opens "/" or "." and checks it like every later component. */
+static int walk_start(bool absolute, const char *path, const char *what, struct stat *st)
+{
+    const char *start = absolute ? "/" : ".";
+    const int fd = open(start, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, st))
+        return walk_fail(fd, NULL, errno, "%s %s: cannot open %s: %s", what, path, start, strerror(errno));
+    if (open_to_others(st))
+        return walk_fail(fd, NULL, EPERM, "%s %s: %s is writable by others without the sticky bit: not trusted",
+                         what, path, absolute ? "/" : "the working directory");
+    return fd;
+}
+
+int dcp_dir_open_safely(const char *path, const char *what)
+{
+    if (!path[0])
+        path = ".";
+    char *work = strdup(path);
+    if (!work) {
+        dcp_error(DCP_ENOMEM, "%s %s: out of memory", what, path);
+        errno = ENOMEM;
+        return -1;
+    }
+    struct stat st;
+    int fd = walk_start(work[0] == '/', path, what, &st), links = 0;
+    if (fd < 0) {
+        free(work);
+        return -1;
+    }
+    for (const char *p = work; *p;) {
+        while (*p == '/')
+            p++;
+        const size_t n = strcspn(p, "/");
+        if (!n)
+            break;
+        char comp[NAME_MAX + 1];
+        if (n > NAME_MAX)
+            return walk_fail(fd, work, ENAMETOOLONG, "%s %s: a path component is longer than %d bytes", what, path,
+                             NAME_MAX);
+        memcpy(comp, p, n);
+        comp[n] = '\0';
+        p += n;
+        if (!strcmp(comp, "."))
+            continue;
+        const int next = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        struct stat lst;
+        if (next < 0 && (errno == ELOOP || errno == ENOTDIR) && !fstatat(fd, comp, &lst, AT_SYMLINK_NOFOLLOW) &&
+            S_ISLNK(lst.st_mode)) {
+            /* Followed only when no other user can have planted it: owned by root or this user,
+             * in a directory others cannot write (where a link of ours could be hard-linked). */
+            if ((lst.st_uid != 0 && lst.st_uid != geteuid()) || (st.st_mode & S_IWOTH))
+                return walk_fail(fd, work, ELOOP, "%s %s: component '%s' is a symbolic link %s: not followed",
+                                 what, path, comp,
+                                 st.st_mode & S_IWOTH ? "in a directory others may write"
+                                                      : "owned by another user");
+            char target[PATH_MAX];
+            const ssize_t tn = readlinkat(fd, comp, target, sizeof(target) - 1);
+            if (tn <= 0 || ++links > DIR_MAX_LINKS)
+                return walk_fail(fd, work, ELOOP, "%s %s: cannot follow the symbolic link '%s'%s", what, path, comp,
+                                 tn > 0 ? ": too many links" : "");
+            target[tn] = '\0';
+            char *rest = dcp_asprintf("%s/%s", target, p);
+            if (!rest)
+                return walk_fail(fd, work, ENOMEM, "%s %s: out of memory", what, path);
+            free(work);
+            work = rest;
+            p = work;
+            if (target[0] == '/') {
+                close(fd);
+                if ((fd = walk_start(true, path, what, &st)) < 0) {
+                    free(work);
+                    return -1;
+                }
+            }
+            continue;
+        }
+        if (next < 0)
+            return walk_fail(fd, work, errno, "%s %s: cannot open the directory '%s': %s", what, path, comp,
+                             strerror(errno));
+        close(fd);
+        fd = next;
+        if (fstat(fd, &st))
+            return walk_fail(fd, work, errno, "%s %s: cannot stat '%s': %s", what, path, comp, strerror(errno));
+        if (open_to_others(&st))
+            return walk_fail(fd, work, EPERM, "%s %s: the directory '%s' is writable by others without the sticky "
+                             "bit: not trusted", what, path, comp);
+    }
+    free(work);
+    return fd;
 }

@@ -30,6 +30,24 @@ enum dcp_file_flags {
  */
 int dcp_file_open(const char *path, const char *what, size_t max_bytes, unsigned flags);
 
+/** dcp_file_open() of name relative to the directory dirfd (AT_FDCWD: the working
+ *  directory); path names the file in messages. */
+int dcp_file_openat(int dirfd, const char *name, const char *path, const char *what, size_t max_bytes,
+                    unsigned flags);
+
+/**
+ * Opens directory path (O_RDONLY | O_DIRECTORY) so that no other user can redirect
+ * it: each component is opened relative to its parent with O_NOFOLLOW; a component
+ * that is a symbolic link is followed only when root or this user owns it and its
+ * directory is not writable by others (where another user could plant or hard-link
+ * one); a directory writable by others without the sticky bit is refused (anyone
+ * could replace what it holds), "/" and "." included. Returns the descriptor, or -1
+ * with errno (ELOOP: a link not followed; EPERM: a directory open to others; ENOENT,
+ * EACCES, ENOTDIR, ... from openat) and the reason in dcp_last_error(), naming what
+ * ("rendezvous directory"), the path and the component.
+ */
+int dcp_dir_open_safely(const char *path, const char *what);
+
 /**
  * Reads the whole regular file path (at most max_bytes) into a new buffer with a
  * '\0' after the last byte; *len excludes it. Never blocks on a FIFO or device

@@ -5,6 +5,8 @@
 #   a FIFO or /dev/zero as the deployment: exit 1 at once, "not a regular file"
 #   DCP_DEFAULT_DEPLOYMENT naming no file: the message names the variable
 #   over 100 errors: the summary gives the true total, not 101
+#   replay --synthetic at its maximum: --limit applies first; without it, a clear error
+#     when the trace would pass the memory cap, instead of the OOM killer
 set -u
 dcp_run=$1
 config=$2
@@ -33,6 +35,22 @@ grep -q -- '--layers 99: the model .* has 2 layers; give 1..2' "$tmp/err" || fai
 "$dcp_run" replay --quiet --synthetic 2 --layers 3 "$config" >"$tmp/out" 2>"$tmp/err"
 [ $? -eq 2 ] || fail "replay --layers 3 on a 2-layer model did not exit 2: $(cat "$tmp/err")"
 grep -q -- '--layers 3: the model .* has 2 layers' "$tmp/err" || fail "replay --layers 3: $(cat "$tmp/err")"
+
+# --synthetic at its maximum: --limit applies before generating (it used to generate
+# every request first: gigabytes). A 3 GB address-space cap makes the old behaviour fail
+# fast instead of swapping (not under ASan, which reserves terabytes of address space).
+max=$("$dcp_run" replay --help | sed -n 's/.*--synthetic N .*\[1\.\.\([0-9]*\)\]$/\1/p')
+[ -n "$max" ] || fail "replay --help gives no range for --synthetic"
+limit_as() { if [ -z "${ASAN_OPTIONS:-}" ]; then ulimit -v 3000000; fi; }
+gpu_config=$(dirname "$config")/deepseek-v3-8xh200.yaml # --simulate prices GPU deployments only
+(limit_as; exec timeout 60 "$dcp_run" replay --quiet --simulate --synthetic "$max" --limit 3 "$gpu_config") \
+    >"$tmp/out" 2>"$tmp/err" || fail "replay --synthetic $max --limit 3: $(cat "$tmp/err")"
+grep -q '3 requests' "$tmp/out" || fail "replay --synthetic $max --limit 3 did not replay 3 requests: $(head -3 "$tmp/out")"
+(limit_as; exec timeout 60 "$dcp_run" replay --quiet --simulate --synthetic "$max" "$gpu_config") >"$tmp/out" 2>"$tmp/err"
+status=$?
+[ "$status" -eq 1 ] || fail "replay --synthetic $max exited $status, expected 1 with a message"
+grep -q 'a trace may take in memory (max_memory_bytes); generate fewer' "$tmp/err" ||
+    fail "replay --synthetic $max: $(cat "$tmp/err")"
 
 mkfifo "$tmp/fifo" || fail "mkfifo"
 for f in "$tmp/fifo" /dev/zero; do

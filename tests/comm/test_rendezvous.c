@@ -73,6 +73,7 @@ static void test_parse_specs(void **state)
         {"nfs:/x", "unknown scheme"},
         {"/shared/id", "unknown scheme"},
         {"file:", "empty path"},
+        {"file:/shared/job/", "names a directory"},
         {"tcp:", "missing ':PORT'"},
         {"tcp:host", "missing ':PORT'"},
         {"tcp::80", "empty host"},
@@ -831,6 +832,68 @@ static void test_file_private_and_exclusive(void **state)
     scratch_remove(&s);
 }
 
+/* Reads path's first line into text ("" when it cannot). */
+static void read_text(const char *path, char *text, size_t n)
+{
+    text[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (!fgets(text, (int)n, f))
+            text[0] = '\0';
+        fclose(f);
+    }
+}
+
+/* In a shared sticky directory another user plants job -> the victim's directory:
+ * rank 0 publishing file:DIR/job/nccl.id used to replace the victim's own file of
+ * that name. A link in a directory others may write is not followed, a directory
+ * others may write without the sticky bit is not trusted, and a link no one else
+ * can have planted (ours, in our own directory) still works. */
+static void test_file_directory_links(void **state)
+{
+    (void)state;
+    struct scratch s, victim;
+    scratch_make(&s);
+    scratch_make(&victim);
+    write_text(victim.path, "precious");
+    assert_int_equal(chmod(victim.path, 0600), 0);
+    char job[160], spec[200];
+    snprintf(job, sizeof(job), "%s/job", s.dir);
+    snprintf(spec, sizeof(spec), "file:%s/nccl.id", job);
+    assert_int_equal(symlink(victim.dir, job), 0);
+
+    /* The shared directory (1777): the planted link is refused by rank 0 and its peers. */
+    assert_int_equal(chmod(s.dir, 01777), 0);
+    run_root(spec, 2, "job", 1, 5, DCP_EIO);
+    assert_non_null(strstr(dcp_last_error(), "component 'job' is a symbolic link in a directory others may write"));
+    char text[32];
+    read_text(victim.path, text, sizeof(text));
+    assert_string_equal(text, "precious");
+    const struct peer_job peer = {.spec = spec, .rank = 1, .world_size = 2, .tag = "job",
+                                  .timeout_s = SHORT_TIMEOUT_S, .expect = DCP_ETIMEOUT,
+                                  .mention = "symbolic link in a directory others may write"};
+    assert_int_equal(run_peer(&peer), 0);
+
+    /* Writable by others without the sticky bit: anyone may swap what it holds. */
+    assert_int_equal(unlink(job), 0);
+    assert_int_equal(mkdir(job, 0700), 0);
+    assert_int_equal(chmod(s.dir, 0777), 0);
+    run_root(spec, 2, "job", 1, 5, DCP_EIO);
+    assert_non_null(strstr(dcp_last_error(), "writable by others without the sticky bit"));
+    assert_int_equal(rmdir(job), 0);
+
+    /* Our own link in our own directory is followed. */
+    assert_int_equal(chmod(s.dir, 0700), 0);
+    assert_int_equal(symlink(victim.dir, job), 0);
+    run_root(spec, 2, "job", 1, 5, DCP_OK);
+    const struct peer_job ok = {.spec = spec, .rank = 1, .world_size = 2, .tag = "job", .timeout_s = 0,
+                                .expect = DCP_OK, .seed = 5};
+    assert_int_equal(run_peer(&ok), 0);
+    assert_int_equal(unlink(job), 0);
+    scratch_remove(&victim);
+    scratch_remove(&s);
+}
+
 /* No tag (so every run would share "dcp"): refused, naming the variables. */
 static void test_file_requires_tag(void **state)
 {
@@ -1072,6 +1135,7 @@ int main(void)
         cmocka_unit_test(test_tcp_listens_on_given_host_only),
         cmocka_unit_test(test_tcp_requires_secret),
         cmocka_unit_test(test_file_private_and_exclusive),
+        cmocka_unit_test(test_file_directory_links),
         cmocka_unit_test(test_file_requires_tag),
         cmocka_unit_test(test_file_untrusted_waited_past),
         cmocka_unit_test(test_file_fifo_bounded),

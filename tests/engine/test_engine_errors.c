@@ -596,6 +596,164 @@ static void test_thread_create_failure(void **state)
     rig_destroy(&g);
 }
 
+/* ---- entries a rank function may not call ------------------------------------------------- */
+
+/* Each entry that changes the engine's steps, sequences or life, called from inside a
+ * rank function: a nested dcp_engine_run used to start rank threads over the running
+ * ones and crash in the host backend's dispatch (issue 20). */
+enum {
+    REENTER_RUN, REENTER_BEGIN_STEP, REENTER_CREATE, REENTER_DESTROY, REENTER_SEQ_CREATE, REENTER_SEQ_EXTEND,
+    REENTER_SEQ_TRUNCATE, REENTER_SEQ_FORK, REENTER_SEQ_RELEASE, REENTER_COUNT
+};
+static const char *const reenter_names[REENTER_COUNT] = {
+    "engine_run", "begin_step", "engine_create", "engine_destroy", "seq_create",
+    "seq_extend", "seq_truncate", "seq_fork", "seq_release",
+};
+
+struct reenter_job {
+    struct step_job step; /* the step's own work, done after the calls */
+    uint32_t seq;         /* the step's sequence */
+    int result[8][REENTER_COUNT];
+    char message[8][REENTER_COUNT][200];
+    dcp_engine *created[8];
+};
+
+static int reenter_fn(dcp_rank *r, void *arg)
+{
+    struct reenter_job *j = arg;
+    dcp_engine *e = j->step.g->e, *self = e;
+    const uint32_t i = dcp_rank_tp_rank(r), q_len = 1;
+    const struct dcp_batch b = {.num_seqs = 1, .seq_ids = &j->seq, .q_lens = &q_len};
+    struct dcp_engine_params p;
+    dcp_engine_default_params(&p);
+    p.deployment = j->step.g->dep;
+    p.kv_budget_bytes = 1 << 20;
+    uint32_t id = 0;
+    for (int c = 0; c < REENTER_COUNT; c++) {
+        int err = DCP_OK;
+        switch (c) {
+        case REENTER_RUN: err = dcp_engine_run(e, step_fn, &j->step); break;
+        case REENTER_BEGIN_STEP: err = dcp_engine_begin_step(e, &b); break;
+        case REENTER_CREATE: err = dcp_engine_create(&p, &j->created[i]); break;
+        case REENTER_DESTROY:
+            dcp_engine_destroy(&self);
+            err = self == e ? DCP_EINVAL : DCP_OK; /* a void call: refused when the handle is kept */
+            break;
+        case REENTER_SEQ_CREATE: err = dcp_seq_create(e, &id); break;
+        case REENTER_SEQ_EXTEND: err = dcp_seq_extend(e, j->seq, 1); break;
+        case REENTER_SEQ_TRUNCATE: err = dcp_seq_truncate(e, j->seq, 1); break;
+        case REENTER_SEQ_FORK: err = dcp_seq_fork(e, j->seq, &id); break;
+        case REENTER_SEQ_RELEASE: err = dcp_seq_release(e, j->seq); break;
+        }
+        j->result[i][c] = err;
+        snprintf(j->message[i][c], sizeof(j->message[i][c]), "%s", dcp_last_error());
+    }
+    return step_fn(r, &j->step);
+}
+
+/* Every rank's output of the last step (q_len tokens, fp32). */
+static void download_all_out(struct rig *g, uint32_t q_len, float *host)
+{
+    const size_t n = (size_t)q_len * g->info.q_heads_per_rank * g->info.v_dim;
+    for (uint32_t i = 0; i < g->info.num_local_ranks; i++)
+        assert_int_equal(dcp_rank_download(dcp_engine_rank(g->e, i), host + i * n, g->out[i], n * sizeof(float)),
+                         DCP_OK);
+}
+
+static void expect_same_out(struct rig *a, struct rig *b, uint32_t q_len)
+{
+    const size_t n = (size_t)a->info.num_local_ranks * q_len * a->info.q_heads_per_rank * a->info.v_dim;
+    float *x = test_calloc(n, sizeof(float)), *y = test_calloc(n, sizeof(float));
+    download_all_out(a, q_len, x);
+    download_all_out(b, q_len, y);
+    assert_memory_equal(x, y, n * sizeof(float));
+    test_free(x);
+    test_free(y);
+}
+
+static void test_rank_function_reentry(void **state)
+{
+    (void)state;
+    struct fixture_shape s = default_shape();
+    struct rig g, fresh;
+    rig_create(&g, &s);
+    rig_create(&fresh, &s);
+    struct reenter_job *j = test_calloc(1, sizeof(*j));
+    j->step = (struct step_job){.g = &g, .seed = 5, .attend = true};
+    j->seq = three_tokens(&g, 3);
+    assert_int_equal(dcp_engine_run(g.e, reenter_fn, j), DCP_OK);
+    for (uint32_t i = 0; i < g.info.num_local_ranks; i++)
+        for (int c = 0; c < REENTER_COUNT; c++)
+            if (j->result[i][c] != DCP_EINVAL || !strstr(j->message[i][c], reenter_names[c]) ||
+                !strstr(j->message[i][c], "inside a rank function"))
+                fail_msg("rank %u, %s from a rank function: expected DCP_EINVAL naming the entry, got %d (\"%s\")",
+                         i, reenter_names[c], j->result[i][c], j->message[i][c]);
+    for (uint32_t i = 0; i < g.info.num_local_ranks; i++)
+        assert_null(j->created[i]);
+    assert_int_equal(atomic_load(&j->step.calls), g.info.num_local_ranks); /* the nested run ran nothing */
+    assert_int_equal(dcp_seq_length(g.e, j->seq), 3);
+
+    /* The step's results and the next step's equal a fresh engine's. */
+    struct step_job fj = {.g = &fresh, .seed = 5, .attend = true};
+    const uint32_t fa = three_tokens(&fresh, 3);
+    assert_int_equal(dcp_engine_run(fresh.e, step_fn, &fj), DCP_OK);
+    expect_same_out(&g, &fresh, 3);
+    struct rig *both[2] = {&g, &fresh};
+    const uint32_t seqs[2] = {j->seq, fa};
+    for (int k = 0; k < 2; k++) {
+        struct step_job next = {.g = both[k], .seed = 9, .attend = true};
+        assert_int_equal(dcp_seq_extend(both[k]->e, seqs[k], 1), DCP_OK);
+        assert_int_equal(begin(both[k]->e, seqs[k], 1), DCP_OK);
+        assert_int_equal(dcp_engine_run(both[k]->e, step_fn, &next), DCP_OK);
+    }
+    expect_same_out(&g, &fresh, 1);
+    test_free(j);
+    rig_destroy(&fresh);
+    rig_destroy(&g);
+}
+
+/* The engine's scheduler changes its sequences: refused inside a rank function too. */
+struct sched_reenter {
+    dcp_sched *s;
+    int result[8];
+    char message[8][200];
+};
+
+static int sched_reenter_fn(dcp_rank *r, void *arg)
+{
+    struct sched_reenter *j = arg;
+    const uint32_t i = dcp_rank_tp_rank(r);
+    struct dcp_sched_step st;
+    j->result[i] = dcp_sched_plan_step(j->s, 0, &st);
+    snprintf(j->message[i], sizeof(j->message[i]), "%s", dcp_last_error());
+    return DCP_OK;
+}
+
+static void test_sched_in_rank_function(void **state)
+{
+    (void)state;
+    struct fixture_shape s = default_shape();
+    struct rig g;
+    rig_create(&g, &s);
+    struct dcp_sched_params sp;
+    dcp_sched_default_params(&sp);
+    struct sched_reenter j = {0};
+    assert_int_equal(dcp_sched_create_for_engine(g.e, &sp, &j.s), DCP_OK);
+    const struct dcp_serve_request req = {.prompt_tokens = 3, .output_tokens = 2};
+    assert_int_equal(dcp_sched_add(j.s, &req, NULL), DCP_OK);
+    assert_int_equal(dcp_engine_run(g.e, sched_reenter_fn, &j), DCP_OK);
+    for (uint32_t i = 0; i < g.info.num_local_ranks; i++) {
+        assert_int_equal(j.result[i], DCP_EINVAL);
+        assert_non_null(strstr(j.message[i], "sched_plan_step"));
+    }
+    struct dcp_sched_step st;
+    assert_int_equal(dcp_sched_plan_step(j.s, 0, &st), DCP_OK); /* between steps: planned */
+    assert_int_equal(st.num_entries, 1);
+    assert_int_equal(dcp_sched_complete(j.s, 1), DCP_OK);
+    dcp_sched_destroy(&j.s);
+    rig_destroy(&g);
+}
+
 /* ---- ranks driven by the caller's own threads ---------------------------------------------- */
 
 struct own_thread {
@@ -869,6 +1027,8 @@ int main(void)
         cmocka_unit_test(test_argument_errors_keep_engine),
         cmocka_unit_test(test_append_only_step),
         cmocka_unit_test(test_thread_create_failure),
+        cmocka_unit_test(test_rank_function_reentry),
+        cmocka_unit_test(test_sched_in_rank_function),
         cmocka_unit_test(test_barrier_timeout),
         cmocka_unit_test(test_abort_call),
         cmocka_unit_test(test_last_error),

@@ -288,6 +288,63 @@ static void test_synthetic_agentic(void **state)
     dcp_trace_destroy(&c);
 }
 
+/* A trace cannot take memory without bound: a 20 MB file of one-token lines made 10
+ * million requests (2.2 GB), and a synthetic trace of 10 million agentic requests
+ * (about 3.5 KB each) was killed by the OOM killer. Requests and hash ids are counted
+ * against max_memory_bytes and the request count against DCP_TRACE_MAX_REQUESTS. */
+static void test_memory_bounded(void **state)
+{
+    (void)state;
+    /* 100 one-token lines: 4800 bytes of requests; a cap of 2000 stops at the 42nd. */
+    char text[256];
+    size_t n = 0;
+    for (int i = 0; i < 100; i++)
+        text[n++] = '1', text[n++] = '\n';
+    struct dcp_trace_options o = {.max_memory_bytes = 2000};
+    struct dcp_trace *t = (struct dcp_trace *)1;
+    assert_int_equal(dcp_trace_parse("many.txt", text, n, &o, &t), DCP_ENOMEM);
+    assert_null(t);
+    assert_non_null(strstr(dcp_last_error(), "many.txt: its first 42 requests"));
+    assert_non_null(strstr(dcp_last_error(), "max_memory_bytes"));
+    o.limit = 41; /* the limit stops reading first */
+    t = parse_ok(text, &o);
+    assert_int_equal(t->count, 41);
+    dcp_trace_destroy(&t);
+    /* Hash ids count too. */
+    const char *json = "{\"timestamp\": 0, \"input_length\": 100000, \"output_length\": 1, \"hash_ids\": ["
+                       "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]}\n";
+    o = (struct dcp_trace_options){.max_memory_bytes = 48 + 8 * 19};
+    assert_int_equal(dcp_trace_parse("h.jsonl", json, strlen(json), &o, &t), DCP_ENOMEM);
+    assert_non_null(strstr(dcp_last_error(), "20 hash ids"));
+    o.max_memory_bytes += 8;
+    t = parse_ok(json, &o);
+    dcp_trace_destroy(&t);
+
+    /* Synthetic: the cap ends generation with a message; too many requests are refused at once. */
+    struct dcp_agentic_trace_params p;
+    dcp_agentic_trace_default_params(&p);
+    p.max_memory_bytes = 1 << 20;
+    assert_int_equal(dcp_trace_synthesize(&p, &t), DCP_ENOMEM);
+    assert_null(t);
+    assert_non_null(strstr(dcp_last_error(), "synthetic trace: its first"));
+    p.max_memory_bytes = 0;
+    p.requests = DCP_TRACE_MAX_REQUESTS + 1;
+    assert_int_equal(dcp_trace_synthesize(&p, &t), DCP_EINVAL);
+    assert_non_null(strstr(dcp_last_error(), "4194304"));
+
+    /* One more line than DCP_TRACE_MAX_REQUESTS (8 MB of text; skipped in quick runs). */
+    if (test_quick())
+        return;
+    const size_t lines = (size_t)DCP_TRACE_MAX_REQUESTS + 1;
+    char *big = malloc(2 * lines);
+    assert_non_null(big);
+    for (size_t i = 0; i < lines; i++)
+        big[2 * i] = '1', big[2 * i + 1] = '\n';
+    assert_int_equal(dcp_trace_parse("big.txt", big, 2 * lines, NULL, &t), DCP_ECONFIG);
+    assert_non_null(strstr(dcp_last_error(), "big.txt: more than 4194304 requests"));
+    free(big);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -300,6 +357,7 @@ int main(void)
         cmocka_unit_test(test_shipped_excerpt),
         cmocka_unit_test(test_mutations),
         cmocka_unit_test(test_synthetic_agentic),
+        cmocka_unit_test(test_memory_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
