@@ -22,4 +22,10 @@
  */
 void dcp_model_token_bytes(const struct dcp_model_config *m, uint32_t kv_heads, uint64_t *k, uint64_t *v);
 
+/**
+ * Layers of each kind among the first num_layers of model m (its pattern repeated;
+ * no pattern: all full): count[t] for every enum dcp_layer_type t.
+ */
+void dcp_model_count_layers(const struct dcp_model_config *m, uint32_t num_layers, uint32_t count[DCP_LAYER_NONE + 1]);
+
 #endif /* DCP_MODEL_MODEL_H */
