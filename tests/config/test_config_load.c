@@ -884,7 +884,7 @@ static void test_layer_kinds(void **state)
                      "t.yaml:4:29: model.layers[0].sliding_window: sliding_window=0 is out of range; valid: "
                      "1..16777216");
     expect_one_error(LAYERS_MODEL("[{sink: yes, windows: 3}]"),
-                     "t.yaml:4:25: model.layers[0]: unknown key 'windows'; allowed: full, none, sliding_window, "
+                     "t.yaml:4:24: model.layers[0]: unknown key 'windows'; allowed: full, none, sliding_window, "
                      "sparse_topk, sink, repeat");
     expect_one_error(LAYERS_MODEL("{count: 8}"),
                      "t.yaml:4:11: model.layers: missing 'pattern': the list of layer kinds the count repeats");
@@ -896,7 +896,7 @@ static void test_layer_kinds(void **state)
                      "attention layer for DCP to shard");
     expect_one_error(LAYERS_MODEL("{count: 4, pattern: full}"),
                      "t.yaml:4:31: model.layers: expected a layer count, a list of layer kinds such as "
-                     "[{sliding_window: 128}, full], or {count: N, pattern: [...]}, got a string");
+                     "[{sliding_window: 128}, full], or {count: N, pattern: [...]}, got \"full\"");
 }
 
 /* model.layers round-trips through dcp_deployment_to_json(), and a filled struct is checked the same way. */
