@@ -98,6 +98,9 @@ static int resolve_shape(struct dcp_engine *e)
     const struct dcp_rank_geometry g = e->geo;
     e->interleave = cfg->parallel.interleave;
     e->block_size = cfg->memory.block_size;
+    if (e->params.num_layers > m->num_layers)
+        return dcp_error(DCP_EINVAL, "params.num_layers=%u: the model (%s) has %u layers", e->params.num_layers,
+                         m->name, m->num_layers);
     e->num_layers = e->params.num_layers ? e->params.num_layers : m->num_layers;
     e->mla = m->attention == DCP_ATTN_MLA;
     e->q_heads_per_rank = g.q_heads_per_rank;
@@ -320,6 +323,9 @@ static void free_rank_buffers(struct dcp_rank *r)
     e->ops->free(r, r->kv_arena);
     memset(&r->buf, 0, sizeof(r->buf));
     r->kv_arena = 0;
+    free(r->user_bufs); /* the table; buffers the caller did not free stay the caller's leak */
+    r->user_bufs = NULL;
+    r->num_user_bufs = r->cap_user_bufs = 0;
 }
 
 /* Sizes the workspace once; every size is checked, so later plans cannot
@@ -620,9 +626,19 @@ DCP_API void dcp_engine_abort(dcp_engine *e)
 /* Called between steps (no rank function runs): an engine whose step was aborted
  * is made usable again when the backend can restart its collectives; otherwise,
  * or when it failed before, every call from now on is refused. */
+/* Forgets which thread made the ranks' step calls (check_group_threads, rank.c): a
+ * step run again after an abort, or by new threads (whose ids may be those of the
+ * last run's), starts afresh. */
+static void forget_step_threads(struct dcp_engine *e)
+{
+    for (uint32_t i = 0; i < e->num_ranks; i++)
+        atomic_store(&e->ranks[i].step_thread, 0);
+}
+
 static int settle(struct dcp_engine *e)
 {
     if (!atomic_load(&e->failed) && atomic_exchange(&e->aborted, 0)) {
+        forget_step_threads(e);
         int err = e->ops->recover ? e->ops->recover(e)
                                   : dcp_error(DCP_EABORTED, "the %s backend cannot restart its collectives",
                                               e->ops->name);
@@ -850,6 +866,7 @@ DCP_API int dcp_engine_begin_step(dcp_engine *e, const struct dcp_batch *b)
     if ((err = settle(e)) || (err = check_batch(e, b)))
         return err;
     build_step(e, b);
+    e->step_id++;
     struct dcp_step *s = &e->step;
     s->num_splits = choose_splits(e);
     for (uint32_t i = 0; i < e->num_ranks; i++) {
@@ -1055,6 +1072,7 @@ DCP_API int dcp_engine_run(dcp_engine *e, dcp_rank_fn fn, void *arg)
         atomic_store(&e->running, 0);
         return err;
     }
+    forget_step_threads(e);
     struct rank_job *jobs = calloc(e->num_ranks, sizeof(*jobs));
     if (!jobs) {
         atomic_store(&e->running, 0);

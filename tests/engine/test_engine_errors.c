@@ -169,6 +169,7 @@ static void set_max_seqs(struct dcp_engine_params *p, uint64_t v) { p->max_seqs 
 static void set_max_step_tokens(struct dcp_engine_params *p, uint64_t v) { p->max_step_tokens = (uint32_t)v; }
 static void set_max_query_tokens(struct dcp_engine_params *p, uint64_t v) { p->max_query_tokens = (uint32_t)v; }
 static void set_act_dtype(struct dcp_engine_params *p, uint64_t v) { p->act_dtype = (enum dcp_dtype)v; }
+static void set_num_layers(struct dcp_engine_params *p, uint64_t v) { p->num_layers = (uint32_t)v; }
 
 static void expect_refused(const dcp_deployment *dep, void (*edit)(struct dcp_engine_params *p, uint64_t v),
                            uint64_t v, const char *needle)
@@ -194,6 +195,12 @@ static void test_absurd_sizes(void **state)
     expect_refused(dep, set_max_seqs, UINT32_MAX, "max_seqs");
     expect_refused(dep, set_max_step_tokens, UINT32_MAX, "max_step_tokens");
     expect_refused(dep, set_max_query_tokens, UINT32_MAX, "max_query_tokens");
+    /* More layers than the model has: the KV arena would hold layers no model runs. */
+    const uint32_t layers = dcp_deployment_config(dep)->model.num_layers;
+    expect_refused(dep, set_num_layers, layers + 1, "num_layers");
+    dcp_engine *all = NULL;
+    assert_int_equal(create_with(dep, set_num_layers, layers, &all), DCP_OK);
+    dcp_engine_destroy(&all);
 
     /* The largest accepted max_context works: a sequence can grow to it block by block
      * (here limited by the 8 blocks of the budget) and a step over it is in bounds. */
@@ -852,6 +859,82 @@ static void test_abort_call(void **state)
     rig_destroy(&g);
 }
 
+/* Two threads on one rank (forbidden by engine.h) are detected, not raced: a call on a
+ * rank that is inside another call returns DCP_EBUSY at once and does nothing. */
+static void test_rank_busy(void **state)
+{
+    (void)state;
+    struct rig g;
+    rig_with_timeout(&g, 600);
+    const uint32_t a = three_tokens(&g, 1);
+    struct own_thread o = {.r = dcp_engine_rank(g.e, 0), .g = &g, .layer = 0};
+    assert_int_equal(pthread_create(&o.t, NULL, own_attention, &o), 0); /* waits in the collective for rank 1 */
+    float host[4];
+    int err = DCP_OK;
+    for (int i = 0; i < 2000 && (err = dcp_rank_download(o.r, host, g.q[0], sizeof(host))) == DCP_OK; i++)
+        nanosleep(&(struct timespec){.tv_nsec = 1000 * 1000}, NULL);
+    assert_int_equal(err, DCP_EBUSY);
+    assert_non_null(strstr(dcp_last_error(), "rank_download: rank 0 is inside another call"));
+    assert_int_equal(dcp_rank_attention(o.r, 0, g.q[0], g.out[0], NULL), DCP_EBUSY);
+    dcp_engine_abort(g.e);
+    join_within(&o, 20);
+    assert_int_equal(o.result, DCP_EABORTED);
+    assert_int_equal(begin(g.e, a, 1), DCP_OK);
+    struct step_job job = {.g = &g, .seed = 5, .attend = true};
+    assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_OK);
+    rig_destroy(&g);
+}
+
+/* One thread driving every rank of a group: rank 0's collective would wait for rank 1,
+ * which only this thread calls (it waited for the comm timeout, 120 s by default). The
+ * collective refuses at once; the step is aborted and the next one runs. */
+static void test_one_thread_for_every_rank(void **state)
+{
+    (void)state;
+    struct rig g;
+    rig_with_timeout(&g, 60);
+    const uint32_t a = three_tokens(&g, 1);
+    struct step_job job = {.g = &g, .seed = 5, .attend = false};
+    for (uint32_t i = 0; i < g.info.num_local_ranks; i++)
+        assert_int_equal(step_fn(dcp_engine_rank(g.e, i), &job), DCP_OK); /* the appends */
+    const double t0 = now_s();
+    assert_int_equal(dcp_rank_attention(dcp_engine_rank(g.e, 0), 0, g.q[0], g.out[0], NULL), DCP_EINVAL);
+    assert_true(now_s() - t0 < 5);
+    assert_non_null(strstr(dcp_last_error(), "which this same thread drives"));
+    assert_int_equal(dcp_rank_attention(dcp_engine_rank(g.e, 1), 0, g.q[1], g.out[1], NULL), DCP_EINVAL); /* alike */
+    assert_int_equal(begin(g.e, a, 1), DCP_OK);
+    job.attend = true;
+    assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_OK);
+    rig_destroy(&g);
+}
+
+/* A buffer freed twice (or a pointer not from dcp_rank_alloc) is refused with a message;
+ * the host backend aborted the process in free(). */
+static void test_double_free(void **state)
+{
+    (void)state;
+    struct fixture_shape s = default_shape();
+    struct rig g;
+    rig_create(&g, &s);
+    dcp_rank *r = dcp_engine_rank(g.e, 0);
+    void *p = NULL, *q = NULL;
+    assert_int_equal(dcp_rank_alloc(r, 256, &p), DCP_OK);
+    assert_int_equal(dcp_rank_alloc(r, 256, &q), DCP_OK);
+    dcp_rank_free(r, p);
+    assert_string_equal(dcp_last_error(), "");
+    dcp_rank_free(r, p);
+    assert_non_null(strstr(dcp_last_error(), "rank_free"));
+    assert_non_null(strstr(dcp_last_error(), "no live buffer of rank 0"));
+    dcp_rank_free(dcp_engine_rank(g.e, 1), q); /* another rank's */
+    assert_non_null(strstr(dcp_last_error(), "no live buffer of rank 1"));
+    dcp_rank_free(r, q);
+    assert_string_equal(dcp_last_error(), "");
+    three_tokens(&g, 1);
+    struct step_job job = {.g = &g, .seed = 5, .attend = true};
+    assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_OK);
+    rig_destroy(&g);
+}
+
 /* ---- dcp_last_error(): a message for every failure, cleared by every success -------------- */
 
 #define EXPECT_MESSAGE(call, code, needle)                                                        \
@@ -1031,6 +1114,9 @@ int main(void)
         cmocka_unit_test(test_sched_in_rank_function),
         cmocka_unit_test(test_barrier_timeout),
         cmocka_unit_test(test_abort_call),
+        cmocka_unit_test(test_rank_busy),
+        cmocka_unit_test(test_one_thread_for_every_rank),
+        cmocka_unit_test(test_double_free),
         cmocka_unit_test(test_last_error),
         cmocka_unit_test(test_last_error_other_entries),
     };
