@@ -1,5 +1,5 @@
 #!/bin/sh
-# serving-sweep.sh [DCP_RUN] [DEPLOYMENT]: where DCP wins and loses, as the step-time
+# serving-sweep.sh [DCP_RUN] [DEPLOYMENT]: where DCP wins and loses, as the performance
 # model predicts it: the synthetic agentic trace (2,000 requests) at prompt length
 # scales 0.03 .. 1 (median prompt ~2k .. ~67k tokens) and at a light and a heavy
 # arrival rate, TP baseline vs DCP, simulated. Prints one line per point; the table in

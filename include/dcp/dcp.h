@@ -8,7 +8,8 @@
  *   geometry.h    per-rank heads and bytes, KV budget, token keys
  *   plan.h        memory, capacity and communication plan: DCP vs TP
  *   engine.h      sequences, paged KV, per-rank append and attention with the DCP merge
- *   serve.h       request traces, continuous-batching scheduler, step-time model
+ *   serve.h       request traces, continuous-batching scheduler
+ *   perf.h        the performance model: step times of plan and replay --simulate
  *
  * Not included: tools.h (synthetic data, test and benchmark aids for tools).
  */
@@ -23,5 +24,6 @@
 #include "dcp/plan.h"
 #include "dcp/engine.h"
 #include "dcp/serve.h"
+#include "dcp/perf.h"
 
 #endif /* DCP_DCP_H */

@@ -98,9 +98,13 @@ struct dcp_model_config {
     uint32_t experts;                 ///< MoE: routed experts per MoE layer; 0 = dense model. Default 0.
     uint32_t experts_per_token;       ///< MoE: routed experts each token uses (<= experts). Default 0.
     double active_params;             ///< MoE: parameters one token uses (shared part + experts_per_token
-                                      ///< experts); 0 = all. Only the serving step-time model uses it. Default 0.
-    uint32_t hidden_size;             ///< Model width, for the size of TP all-reduces in the step-time model;
-                                      ///< 0 = unknown (latency only). Default 0.
+                                      ///< experts); at most num_params; only with experts > 0. Default 0.
+    uint32_t hidden_size;             ///< Model width (the activation row a TP all-reduce moves per token);
+                                      ///< required by the performance model (include/dcp/perf.h) and by an
+                                      ///< MoE model. Default 0 (not given).
+    uint64_t context_window;          ///< Longest sequence (prompt + output) the model accepts, in tokens
+                                      ///< (config.json max_position_embeddings); 0 = not given. Workload context
+                                      ///< lengths may not exceed it and replay rejects longer requests. Default 0.
 };
 
 /** The hardware one deployment runs on. */
@@ -109,9 +113,21 @@ struct dcp_hardware_config {
     double memory_bytes;              ///< Memory per GPU in bytes (YAML: memory_gb, decimal GB). Required.
     double hbm_bandwidth;             ///< Memory bandwidth per GPU, bytes/s (YAML: hbm_gbps). Required.
     double link_bandwidth;            ///< Per-GPU interconnect bandwidth per direction, bytes/s (YAML: link_gbps). Required.
-    double collective_latency;        ///< Fixed cost of one small collective, seconds (YAML: collective_latency_us). Default 20 us.
+    double collective_latency;        ///< Fixed cost of one collective call inside a CUDA graph, before its
+                                      ///< per-hop latency and bytes, seconds (YAML: collective_latency_us). Default 12 us.
     uint32_t gpus_per_node;           ///< GPUs per node. Default 8.
     uint32_t nodes;                   ///< Nodes. Default 1.
+    double flops_bf16;                ///< Dense bf16 tensor FLOP/s per GPU (YAML: tflops_bf16); 0 = not given
+                                      ///< (no performance model). Default 0.
+    double flops_fp8;                 ///< Dense fp8 tensor FLOP/s per GPU (YAML: tflops_fp8); 0 = no fp8 tensor
+                                      ///< cores (fp8 GEMMs run at the bf16 rate). Default 0.
+    double flops_fp4;                 ///< Dense fp4 tensor FLOP/s per GPU (YAML: tflops_fp4); 0 = no fp4 tensor
+                                      ///< cores (4-bit weights run at the fp8, else bf16, rate). Default 0.
+    double internode_bandwidth;       ///< Network bandwidth per GPU per direction between nodes, bytes/s
+                                      ///< (YAML: internode_gbps); 0 = not given. Needed when a TP or DCP group
+                                      ///< spans nodes, and for P/D KV transfers. Default 0.
+    double internode_latency;         ///< Latency of one network hop of a collective between nodes, seconds
+                                      ///< (YAML: internode_latency_us). Default 2.7 us.
 };
 
 /** The parallel layout. */

@@ -26,8 +26,11 @@ struct dcp_rank_geometry {
     uint32_t q_per_kv_head;      ///< gathered_heads / kv_heads_per_rank: gathered query heads per local KV head.
     uint32_t qk_dim;             ///< Query/key length per head (head_dim, or kv_lora_rank + rope_dim for MLA).
     uint32_t v_dim;              ///< Value length per head (head_dim, or kv_lora_rank for MLA).
-    uint64_t token_layer_bytes;  ///< KV bytes a rank stores per token it owns per layer (K and V of its
-                                 ///< KV heads, or the MLA latent + RoPE vector).
+    uint64_t k_token_bytes;      ///< Key bytes a rank stores per token it owns per layer: its KV heads' K rows
+                                 ///< (MLA: the latent + RoPE row, which holds the values too).
+    uint64_t v_token_bytes;      ///< Value bytes likewise: its KV heads' V rows (0 for MLA).
+    uint64_t token_layer_bytes;  ///< KV bytes a rank stores per token it owns per layer: k_token_bytes +
+                                 ///< v_token_bytes.
 };
 
 /**

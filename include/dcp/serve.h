@@ -1,6 +1,6 @@
 /*
  * serve.h: serving on top of the engine: request traces, a continuous-batching
- * scheduler with prefix caching and preemption, and a step-time model.
+ * scheduler with prefix caching and preemption.
  *
  * The scheduler decides, step by step, which sequences run and how many tokens
  * each appends; it owns their KV blocks through the KV block manager. It runs in
@@ -8,15 +8,15 @@
  *  - on an engine (dcp_sched_create_for_engine()): it uses the engine's own block
  *    manager, so its steps can be fed to dcp_engine_begin_step() and executed;
  *  - standalone (dcp_sched_create()): a block manager of the same kind sized like
- *    an engine of the given layout would be, for simulation with a step-time model
- *    (dcp_step_model_time()) instead of kernels.
+ *    an engine of the given layout would be, for simulation with the performance
+ *    model (include/dcp/perf.h, dcp_perf_step_time()) instead of kernels.
  *
  * A step, from the caller's side:
  *   dcp_sched_plan_step(s, now, &step)     plans: admits, extends blocks, preempts;
- *   ... execute step.entries or price them with the step-time model ...
+ *   ... execute step.entries or price them with dcp_perf_step_time() ...
  *   dcp_sched_complete(s, end_time)   applies the result: first tokens, MTP
  *                                     acceptance and truncation, retirement.
- * docs/serving.md describes the policies and the model term by term.
+ * docs/serving.md describes the policies.
  */
 #ifndef DCP_SERVE_H
 #define DCP_SERVE_H
@@ -216,6 +216,8 @@ struct dcp_sched_entry {
     uint32_t q_len;            ///< Tokens appended this step (positions [start, start + q_len)).
     uint64_t start;            ///< First position appended.
     bool decode;               ///< true: decode (1 + drafts tokens, attention); false: prefill chunk.
+    bool loaded;               ///< A prefill entry whose KV arrives from elsewhere (P/D: a prefill instance
+                               ///< computed it; struct dcp_sched_params.prompts_loaded): nothing is computed.
 };
 
 /** A planned step. Entries: decodes first, then prefill chunks. Valid until the next call. */
@@ -293,63 +295,6 @@ DCP_API const struct dcp_sched_request_info *dcp_sched_request(const dcp_sched *
 
 /** Human-readable name of a reject reason ("none", "pool", "context"). */
 DCP_API const char *dcp_reject_reason_name(enum dcp_reject_reason r);
-
-/* --- step-time model (simulation) ---------------------------------------- */
-
-/** Inputs of the step-time model besides the deployment. */
-struct dcp_step_model_params {
-    double kv_efficiency;      ///< Fraction of HBM bandwidth the attention kernels reach reading KV. Default 0.6.
-    double gpu_flops;          ///< Dense FLOP/s per GPU at the weights' precision. Default 2.25e15.
-    double flops_efficiency;   ///< Fraction of gpu_flops reached (MFU). Default 0.5.
-    double step_overhead;      ///< Fixed seconds per step (scheduling, launch). Default 0.
-};
-
-/** Fills the defaults listed above. */
-DCP_API void dcp_step_model_default_params(struct dcp_step_model_params *p);
-
-/** The model for one layout. Plain data (see docs/serving.md for every term). */
-struct dcp_step_model {
-    uint32_t tp;                  ///< GPUs of one instance.
-    uint32_t dcp;                 ///< DCP size.
-    uint32_t layers;              ///< Layers.
-    double hbm_bandwidth;         ///< Bytes/s per GPU.
-    double link_bandwidth;        ///< Bytes/s per GPU per direction.
-    double collective_latency;    ///< Seconds per collective.
-    double dense_weight_bytes;    ///< Weight bytes per GPU read every step (non-expert part).
-    double expert_weight_bytes;   ///< Weight bytes per GPU of one expert (all layers).
-    uint32_t experts;             ///< Routed experts per layer (0: dense model).
-    uint32_t experts_per_token;   ///< Routed experts each token uses.
-    double active_params;         ///< Parameters one token uses (FLOPs = 2 x this).
-    double kv_bytes_per_token;    ///< KV bytes per context token per GPU, all layers (replication and DCP included).
-    double attn_flops_per_ctx;    ///< Decode attention FLOPs per query token per context token (all layers, per GPU).
-    double prefill_attn_flops_per_ctx; ///< The same for prefill (MLA: expanded form, per head qk_nope + rope + qk_nope).
-    double dcp_comm_bytes;        ///< DCP bytes sent per query token per layer per GPU (0 for dcp = 1).
-    uint32_t dcp_collectives;     ///< DCP collectives per layer (0 for dcp = 1).
-    double hidden_bytes;          ///< Activation bytes per token for the TP all-reduces (0: hidden_size unknown).
-    struct dcp_step_model_params params; ///< The inputs above.
-};
-
-/** Time of one step and where it goes, seconds. */
-struct dcp_step_time {
-    double weights;            ///< Weight bytes read / HBM bandwidth.
-    double kv;                 ///< KV bytes read / (HBM bandwidth x kv_efficiency).
-    double compute;            ///< FLOPs / (gpu_flops x flops_efficiency).
-    double comm;               ///< Collectives: latency + bytes / link bandwidth.
-    double total;              ///< max(weights + kv, compute) + comm + step_overhead.
-    double experts_touched;    ///< Expected distinct experts per layer the step's tokens route to.
-};
-
-/**
- * Builds the model of deployment dep with DCP size dcp (1 = TP baseline) from its
- * model, hardware and parallel sections (model.experts, experts_per_token,
- * active_parameters and hidden_size refine the weight and collective terms).
- */
-DCP_API int dcp_step_model_init(const dcp_deployment *dep, uint32_t dcp, const struct dcp_step_model_params *p,
-                                struct dcp_step_model *m);
-
-/** Prices one planned step. */
-DCP_API void dcp_step_model_time(const struct dcp_step_model *m, const struct dcp_sched_step *step,
-                                 struct dcp_step_time *t);
 
 #ifdef __cplusplus
 }

@@ -119,10 +119,11 @@ DCPK_INLINE dcpk_vf dcpk_vf_exp_nonpos(const dcpk_vf *xp)
 #error "the block decoders assume a little-endian host"
 #endif
 
-/** Elements per permuted decode block of a dtype (1: fp32, decoded in order). */
+/** Elements per permuted decode block of a dtype (1: decoded in order: fp32, and any
+ *  dtype without a vector decoder below, which goes through its codec). */
 DCPK_INLINE uint32_t dcpk_decode_block(uint32_t dtype)
 {
-    return dtype == DCPK_FP8_E4M3 ? 32u : dtype == DCPK_FP32 ? 1u : 16u;
+    return dtype == DCPK_FP8_E4M3 ? 32u : dtype == DCPK_BF16 || dtype == DCPK_FP16 ? 16u : 1u;
 }
 
 /** The source element that position i of a decoded row of n elements holds. */
@@ -179,7 +180,7 @@ DCPK_INLINE dcpk_vf dcpk_fp8_lanes(const dcpk_vu *bp)
 
 /**
  * dst[i] = value of element dcpk_decode_source(dtype, n, i) of a row of n
- * elements of dtype at src (fp8 values times fp8_scale; others unscaled).
+ * elements of dtype at src (values of a scaled dtype, fp8, times fp8_scale; others unscaled).
  */
 DCPK_INLINE void dcpk_decode_row(float *restrict dst, const void *restrict src, uint32_t n,
                                  uint32_t dtype, float fp8_scale)
@@ -220,8 +221,12 @@ DCPK_INLINE void dcpk_decode_row(float *restrict dst, const void *restrict src, 
         for (; i < n; i++)
             dst[i] = dcpk_fp8e4m3_to_f32(((const uint8_t *)src)[i]) * fp8_scale;
         break;
-    default:
+    case DCPK_FP32:
         memcpy(dst, src, (size_t)n * sizeof(float));
+        break;
+    default: /* no vector decoder: the dtype's codec (dcp_kernels/convert.h) */
+        for (i = 0; i < n; i++)
+            dst[i] = dcpk_load_as_f32(src, i, dtype) * (dcpk_dtype_scaled(dtype) ? fp8_scale : 1.0f);
         break;
     }
 }

@@ -13,7 +13,7 @@
 #include <cuda_fp8.h>
 #include <stdint.h>
 
-#include "dcp_kernels/common.h"
+#include "dcp_kernels/convert.h"
 
 namespace dcpk {
 
@@ -30,7 +30,7 @@ __device__ __forceinline__ float quiet_nan() { return __uint_as_float(0x7fc00000
 template <uint32_t DT>
 constexpr int elem_bytes()
 {
-#define DCPK_ELEM_BYTES_(NAME, name, bytes, scaled, wire) DT == DCPK_##NAME ? (bytes) :
+#define DCPK_ELEM_BYTES_(NAME, name, bytes, scaled, wire, codec) DT == DCPK_##NAME ? (bytes) :
     return DCPK_DTYPES(DCPK_ELEM_BYTES_) 0;
 #undef DCPK_ELEM_BYTES_
 }
@@ -39,7 +39,7 @@ constexpr int elem_bytes()
 template <uint32_t DT>
 constexpr bool elem_scaled()
 {
-#define DCPK_ELEM_SCALED_(NAME, name, bytes, scaled, wire) ((scaled) && DT == DCPK_##NAME) ||
+#define DCPK_ELEM_SCALED_(NAME, name, bytes, scaled, wire, codec) ((scaled) && DT == DCPK_##NAME) ||
     return DCPK_DTYPES(DCPK_ELEM_SCALED_) false;
 #undef DCPK_ELEM_SCALED_
 }
@@ -78,37 +78,29 @@ __device__ __forceinline__ float4 unpack4(const uint4 &c, int piece)
         const uint32_t a = chunk_word(c, 2 * piece), b = chunk_word(c, 2 * piece + 1);
         const float2 lo = __half22float2(half2_bits(a)), hi = __half22float2(half2_bits(b));
         return make_float4(lo.x, lo.y, hi.x, hi.y);
-    } else {
+    } else if constexpr (DT == DCPK_FP8_E4M3) {
         const uint32_t w = chunk_word(c, piece);
         const __half2 lo(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xffffu), __NV_E4M3));
         const __half2 hi(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w >> 16), __NV_E4M3));
         const float2 l = __half22float2(lo), h = __half22float2(hi);
         return make_float4(l.x, l.y, h.x, h.y);
+    } else {
+        /* Any other row of DCPK_DTYPES: its codec, element by element. */
+        const void *e = &c;
+        const uint64_t i = 4u * (uint64_t)piece;
+        return make_float4(dcpk_load_as_f32(e, i, DT), dcpk_load_as_f32(e, i + 1, DT), dcpk_load_as_f32(e, i + 2, DT),
+                           dcpk_load_as_f32(e, i + 3, DT));
     }
 }
 
 /**
- * Stores v as element idx of an array of dtype: round to nearest even; fp8 E4M3
- * saturates to +-448 (__NV_SATFINITE), as dcp_kernels/convert.h specifies.
+ * Stores v as element idx of an array of dtype: the dtype's codec
+ * (dcp_kernels/convert.h), which uses the conversion instructions on the device.
  * The caller applies any fp8 scale first.
  */
 __device__ __forceinline__ void store_as(uint64_t base, uint64_t idx, uint32_t dtype, float v)
 {
-    switch (dtype) {
-    case DCPK_BF16:
-        reinterpret_cast<__nv_bfloat16 *>(base)[idx] = __float2bfloat16_rn(v);
-        break;
-    case DCPK_FP16:
-        reinterpret_cast<__half *>(base)[idx] = __float2half_rn(v);
-        break;
-    case DCPK_FP8_E4M3:
-        reinterpret_cast<__nv_fp8_storage_t *>(base)[idx] =
-            __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
-        break;
-    default:
-        reinterpret_cast<float *>(base)[idx] = v;
-        break;
-    }
+    dcpk_store_as(reinterpret_cast<void *>(base), idx, dtype, v);
 }
 
 /* ---- asynchronous copies (sm_80+) ---------------------------------------- */

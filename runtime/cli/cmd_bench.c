@@ -425,7 +425,8 @@ static bool parse_dtype(const char *s, void *dest, char *why, size_t why_size)
 {
     if (dcp_dtype_from_name(s, dest) == DCP_OK)
         return true;
-    snprintf(why, why_size, "one of bf16, fp16, fp32, fp8_e4m3");
+    const char *names = strstr(dcp_last_error(), "one of "); /* the library lists every dtype */
+    snprintf(why, why_size, "%s", names ? names : "a KV dtype name");
     return false;
 }
 

@@ -3,7 +3,7 @@
  * for the TP baseline and for DCP in the same per-GPU memory, side by side.
  *
  * One loop serves both modes: the scheduler plans a step; --simulate prices it with
- * the step-time model, otherwise the engine executes it (replay_exec.c) and its wall
+ * the performance model (perf.h), otherwise the engine executes it (replay_exec.c) and its wall
  * time is the step's duration; the scheduler then completes it. Between steps with
  * nothing to run the clock jumps to the next arrival.
  */
@@ -50,9 +50,13 @@ static int sim_pool(const dcp_deployment *dep, uint32_t dcp, const struct dcp_tr
         fprintf(stderr, "dcp-run replay: %s: the KV budget holds no page\n", cli_layout_name(name, dcp));
         return DCP_ENOSPC;
     }
+    /* Requests longer than the model's window are rejected (reason "context"). */
+    const uint64_t window = dcp_deployment_config(dep)->model.context_window;
     uint64_t longest = 0;
     for (uint32_t i = 0; i < t->count; i++)
         longest = DCP_CLI_MAX(longest, t->requests[i].prompt_tokens + t->requests[i].output_tokens);
+    if (window)
+        longest = DCP_CLI_MIN(longest, window);
     *pool = (struct dcp_sched_pool){
         .num_blocks = DCP_CLI_MIN(lay->pages, (uint64_t)INT32_MAX),
         .block_size = dcp_deployment_config(dep)->memory.block_size,
@@ -155,7 +159,7 @@ static int feed_clients(dcp_sched *s, const struct dcp_trace *t, uint32_t client
     return err;
 }
 
-static int serve_loop(dcp_sched *s, const struct dcp_step_model *model, struct replay_exec *x,
+static int serve_loop(dcp_sched *s, const struct dcp_perf_model *model, struct replay_exec *x,
                       struct replay_result *res, struct progress *pg, const struct dcp_trace *trace,
                       uint32_t clients)
 {
@@ -188,13 +192,13 @@ static int serve_loop(dcp_sched *s, const struct dcp_step_model *model, struct r
         }
         double dt = 0;
         if (model) {
-            struct dcp_step_time t;
-            dcp_step_model_time(model, &step, &t);
+            struct dcp_perf_step t;
+            dcp_perf_step_time(model, &step, &t);
             dt = t.total;
-            res->model_seconds[0] += t.weights;
-            res->model_seconds[1] += t.kv;
-            res->model_seconds[2] += t.compute;
-            res->model_seconds[3] += t.comm;
+            res->model_seconds[0] += t.linear;
+            res->model_seconds[1] += t.attention;
+            res->model_seconds[2] += t.tp_comm + t.dcp_comm;
+            res->model_seconds[3] += t.overhead;
         } else {
             if (gen_cap < step.num_decode) {
                 free(gen_before);
@@ -239,16 +243,16 @@ int replay_layout(const dcp_deployment *dep, const struct replay_opts *o, const 
     const double t0 = cli_now();
     dcp_sched *s = NULL;
     struct replay_exec *x = NULL;
-    struct dcp_step_model model;
+    struct dcp_perf_model model;
     int err;
     if (o->simulate) {
         struct dcp_sched_pool pool;
         err = sim_pool(dep, dcp, trace, &pool, o->sched.max_running);
         if (!err)
-            err = dcp_step_model_init(dep, dcp, &o->model, &model);
+            err = dcp_perf_model_init(dep, dcp, &o->model, &model);
         if (!err)
             err = dcp_sched_create(&pool, &o->sched, &s);
-        snprintf(res->backend, sizeof(res->backend), "simulated (step-time model)");
+        snprintf(res->backend, sizeof(res->backend), "simulated (performance model)");
     } else {
         err = replay_exec_create(dep, o, trace, dcp, &x);
         if (!err) {
@@ -352,7 +356,7 @@ static void print_text(const struct dcp_config *cfg, const struct replay_opts *o
         ROW("MTP drafts accepted", "%.1f%%", r[i].drafted ? 100.0 * (double)r[i].accepted / r[i].drafted : 0.0);
     ROW("steps", "%s", cli_fmt_count(a, r[i].steps));
     if (o->simulate)
-        ROW("time: weights/KV/FLOPs/comm", "%.0f/%.0f/%.0f/%.0f s", r[i].model_seconds[0], r[i].model_seconds[1],
+        ROW("time: linear/attention/comm/overhead", "%.0f/%.0f/%.0f/%.0f s", r[i].model_seconds[0], r[i].model_seconds[1],
             r[i].model_seconds[2], r[i].model_seconds[3]);
     ROW("wall time of the replay", "%.2f s", r[i].wall_seconds);
     if (!o->simulate) {
@@ -368,9 +372,9 @@ static void print_text(const struct dcp_config *cfg, const struct replay_opts *o
         printf("\nDCP / TP: %.2fx output tok/s per GPU, %.2fx mean concurrency.\n", r[1].tok_s_gpu / r[0].tok_s_gpu,
                r[0].conc_mean > 0 ? r[1].conc_mean / r[0].conc_mean : 0.0);
     if (o->simulate)
-        printf("Simulated: times are predictions of the step-time model (docs/serving.md); the inputs are the\n"
-               "deployment's hardware figures, kv_efficiency %g, %.3g FLOP/s per GPU at %g efficiency.\n",
-               o->model.kv_efficiency, o->model.gpu_flops, o->model.flops_efficiency);
+        printf("Simulated: times are predictions of the performance model (docs/plan.md); the inputs are the\n"
+               "deployment's hardware figures, kv_efficiency %g, gemm_efficiency %g.\n",
+               o->model.kv_efficiency, o->model.gemm_efficiency);
     else
         printf("Executed: step times are wall times of the engine on this machine; correctness compares one\n"
                "decode row per request and admission with float64 attention (tolerance %.1e).\n",
@@ -441,10 +445,10 @@ static void print_json(const struct dcp_config *cfg, const struct replay_opts *o
         } else {
             json_key(&w, "model_seconds");
             json_begin_object(&w);
-            json_kv_number(&w, "weights", x->model_seconds[0]);
-            json_kv_number(&w, "kv", x->model_seconds[1]);
-            json_kv_number(&w, "compute", x->model_seconds[2]);
-            json_kv_number(&w, "comm", x->model_seconds[3]);
+            json_kv_number(&w, "linear", x->model_seconds[0]);
+            json_kv_number(&w, "attention", x->model_seconds[1]);
+            json_kv_number(&w, "comm", x->model_seconds[2]);
+            json_kv_number(&w, "overhead", x->model_seconds[3]);
             json_end_object(&w);
         }
         json_end_object(&w);
@@ -464,7 +468,7 @@ static const struct cli_option replay_options[] = {
      .offset = REPLAY_OPT(synthetic)},
     {"--rate", CLI_ARG_REAL, "X", "its arrivals per second (default 4)", 1e-6, 1e6, .offset = REPLAY_OPT(synthetic_rate)},
     {"--write-trace", CLI_ARG_STRING, "FILE", "also write the trace used as JSONL", .offset = REPLAY_OPT(write_trace)},
-    {"--simulate", CLI_ARG_FLAG, NULL, "step-time model instead of kernels (GPU-scale deployments)",
+    {"--simulate", CLI_ARG_FLAG, NULL, "price steps with the performance model instead of running kernels (GPU deployments)",
      .offset = REPLAY_OPT(simulate)},
     {"--length-scale", CLI_ARG_REAL, "X", "multiply prompt lengths by X (default 1)", 1e-4, 1e4,
      .offset = REPLAY_OPT(length_scale)},
@@ -473,6 +477,10 @@ static const struct cli_option replay_options[] = {
     {"--time-scale", CLI_ARG_REAL, "X", "multiply arrival times by X (< 1 compresses; default 1)", 1e-6, 1e6,
      .offset = REPLAY_OPT(time_scale)},
     {"--limit", CLI_ARG_U32, "N", "first N requests only", 1, UINT32_MAX, .offset = REPLAY_OPT(limit)},
+    {"--output-tokens", CLI_ARG_U32, "N",
+     "output tokens of every request: required for a lengths trace; with --synthetic\n"
+     "every request gets N instead of a drawn length; a Mooncake trace keeps its own", 1, 1u << 24,
+     .offset = REPLAY_OPT(output_tokens)},
     {"--clients", CLI_ARG_U32, "N",
      "closed loop: N clients, each sends its next request when the last\n"
      "finished (timestamps ignored), like a benchmark's max concurrency", 1, 1e6, .offset = REPLAY_OPT(clients)},
@@ -486,12 +494,10 @@ static const struct cli_option replay_options[] = {
     {"--mtp", CLI_ARG_U32, "N", "MTP draft tokens per step (default 0)", 0, 15, .offset = REPLAY_OPT(sched.mtp_drafts)},
     {"--mtp-acceptance", CLI_ARG_REAL, "X", "probability each draft is accepted (default 0.7)", 0, 1,
      .offset = REPLAY_OPT(sched.mtp_acceptance)},
-    {"--kv-efficiency", CLI_ARG_REAL, "X", "simulate: fraction of HBM bandwidth reading KV (default 0.6)", 1e-3, 1,
-     .offset = REPLAY_OPT(model.kv_efficiency)},
-    {"--gpu-tflops", CLI_ARG_REAL, "X", "simulate: dense TFLOP/s per GPU (default 2250)", 1e-3, 1e6, 1e12,
-     .offset = REPLAY_OPT(model.gpu_flops)},
-    {"--mfu", CLI_ARG_REAL, "X", "simulate: fraction of it reached (default 0.5)", 1e-3, 1,
-     .offset = REPLAY_OPT(model.flops_efficiency)},
+    {"--kv-efficiency", CLI_ARG_REAL, "X", "simulate: fraction of HBM bandwidth decode attention reaches (default 0.9)",
+     1e-3, 1, .offset = REPLAY_OPT(model.kv_efficiency)},
+    {"--gemm-efficiency", CLI_ARG_REAL, "X", "simulate: fraction of the tensor peak GEMMs reach (default 0.6)", 1e-3, 1,
+     .offset = REPLAY_OPT(model.gemm_efficiency)},
     CLI_EXEC_OPTIONS(struct replay_opts, exec, "execute: "),
     {"--plot", CLI_ARG_STRING, "FILE.svg", "write concurrency and KV use over time and the comparison",
      .offset = REPLAY_OPT(plot)},
@@ -520,7 +526,7 @@ static int parse(int argc, char **argv, struct replay_opts *o)
     memset(o, 0, sizeof(*o));
     o->exec.check = true;
     dcp_sched_default_params(&o->sched);
-    dcp_step_model_default_params(&o->model);
+    dcp_perf_default_params(&o->model);
     int rc = cli_parse(&replay_spec, argc, argv, o);
     if (rc)
         return rc;
@@ -531,6 +537,16 @@ static int parse(int argc, char **argv, struct replay_opts *o)
     if (!o->file)
         o->file = cli_default_deployment();
     return 0;
+}
+
+/* A lengths trace says nothing about outputs: --output-tokens must. */
+static int check_output_tokens(const struct replay_opts *o, const struct dcp_trace *t)
+{
+    if (o->output_tokens || strcmp(t->format, "lengths") != 0)
+        return DCP_OK;
+    fprintf(stderr, "dcp-run replay: %s lists prompt lengths only: give --output-tokens N (the output tokens of "
+                    "every request)\n", o->trace);
+    return DCP_EINVAL;
 }
 
 static int load_trace(const struct replay_opts *o, struct dcp_trace **t)
@@ -553,9 +569,12 @@ static int load_trace(const struct replay_opts *o, struct dcp_trace **t)
         }
         if (!err)
             (*t)->hash_block_tokens = (uint32_t)DCP_CLI_MAX(1.0, round(512 * ls));
+        for (uint32_t i = 0; !err && o->output_tokens && i < (*t)->count; i++)
+            (*t)->requests[i].output_tokens = o->output_tokens;
     } else {
         const struct dcp_trace_options to = {
             .limit = o->limit, .length_scale = o->length_scale, .time_scale = o->time_scale,
+            .output_tokens = o->output_tokens,
         };
         err = dcp_trace_load(o->trace, &to, t);
     }
@@ -563,6 +582,8 @@ static int load_trace(const struct replay_opts *o, struct dcp_trace **t)
         fprintf(stderr, "dcp-run replay: %s\n", dcp_last_error());
         return err;
     }
+    if ((err = check_output_tokens(o, *t)))
+        return err;
     for (uint32_t i = 0; o->output_scale > 0 && i < (*t)->count; i++) {
         struct dcp_serve_request *r = &(*t)->requests[i];
         r->output_tokens = (uint32_t)DCP_CLI_MAX(1.0, DCP_CLI_MIN(round(r->output_tokens * o->output_scale), 4e9));

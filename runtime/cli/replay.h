@@ -1,6 +1,6 @@
 /*
  * replay.h: the pieces of `dcp-run replay`: one layout's run (simulated with the
- * step-time model or executed on the engine), its results, and the SVG plot.
+ * performance model or executed on the engine), its results, and the SVG plot.
  */
 #ifndef DCP_CLI_REPLAY_H
 #define DCP_CLI_REPLAY_H
@@ -23,10 +23,11 @@ struct replay_opts {
     bool simulate, json, quiet;
     double length_scale, time_scale, output_scale;
     uint32_t limit;
+    uint32_t output_tokens;        ///< --output-tokens (0: not given).
     uint32_t clients;              ///< Closed loop of this many clients (0: the trace's timestamps).
     const char *plot;
     struct dcp_sched_params sched;
-    struct dcp_step_model_params model;
+    struct dcp_perf_params model;   ///< Simulate: the performance model's inputs.
     struct cli_exec_opts exec;     ///< Execute: --layers, --kv-mb, --backend, --no-check.
 };
 
@@ -52,7 +53,7 @@ struct replay_check {
 struct replay_result {
     uint32_t dcp;                 ///< 1 = TP baseline.
     uint32_t tp;                  ///< GPUs.
-    char backend[256];            ///< "simulated (step-time model)" or the engine's backend.
+    char backend[256];            ///< "simulated (performance model)" or the engine's backend.
     uint64_t num_blocks;          ///< Pool blocks (= KV pages per GPU).
     uint64_t tokens_per_block;    ///< Tokens one block holds.
     uint32_t requests, finished, rejected;
@@ -68,7 +69,7 @@ struct replay_result {
     uint32_t conc_max;
     double kv_max;
     double wall_seconds;          ///< Wall time of the replay of this layout.
-    double model_seconds[4];      ///< Simulate: summed step-time terms (weights, kv, compute, comm).
+    double model_seconds[4];      ///< Simulate: summed step terms (linear, attention, comm, overhead).
     struct replay_sample *samples;
     uint64_t num_samples;
     struct replay_check check;    ///< Execute mode only.

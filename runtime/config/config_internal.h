@@ -69,8 +69,14 @@ struct config_key {
     unsigned num_choices;        ///< CONFIG_ENUM: number of names.
 };
 
+/**
+ * Why a key that people write is not part of the schema (the model behind plan and
+ * replay has no place for it), or NULL: "parallel.pp" is pipeline parallelism.
+ */
+const char *config_key_outside_model(const char *path);
+
 /** Upper bound of the schema size, for per-key arrays. */
-#define CONFIG_KEY_MAX 64
+#define CONFIG_KEY_MAX 96
 
 /** The schema, sections before their keys. */
 extern const struct config_key config_keys[];

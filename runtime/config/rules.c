@@ -290,17 +290,52 @@ static void rule_kv_scale_used(struct rule_ctx *c)
                     dcp_dtype_name(m->kv_dtype));
 }
 
-/* MoE fields (serving step-time model): a token cannot use more experts or
- * parameters than the model has. */
+/* MoE fields (the performance model reads the experts a step touches from them): an
+ * MoE model gives all four, a dense one none of experts_per_token and
+ * active_parameters, and a token cannot use more experts or parameters than the
+ * model has. */
 static void rule_moe(struct rule_ctx *c)
 {
     const struct dcp_model_config *m = &c->cfg->model;
+    if (m->experts == 0) {
+        if (m->experts_per_token || m->active_params > 0)
+            rule_report(c, DCP_DIAG_ERROR, m->experts_per_token ? "model.experts_per_token" : "model.active_parameters",
+                        "%s is given but experts is 0 (a dense model); an MoE model gives experts, "
+                        "experts_per_token, active_parameters and hidden_size",
+                        m->experts_per_token ? "experts_per_token" : "active_parameters");
+        return;
+    }
+    struct config_text t = {0};
+    if (!m->experts_per_token)
+        config_text_add(&t, "%sexperts_per_token", t.len ? ", " : "");
+    if (!(m->active_params > 0))
+        config_text_add(&t, "%sactive_parameters", t.len ? ", " : "");
+    if (!m->hidden_size)
+        config_text_add(&t, "%shidden_size", t.len ? ", " : "");
+    if (t.len)
+        rule_report(c, DCP_DIAG_ERROR, "model.experts",
+                    "an MoE model (experts=%u) must also give %s: without them every parameter would be "
+                    "priced as read by every step", m->experts, t.buf);
     if (m->experts_per_token > m->experts)
         rule_report(c, DCP_DIAG_ERROR, "model.experts_per_token", "experts_per_token=%u exceeds experts=%u",
                     m->experts_per_token, m->experts);
     if (m->active_params > m->num_params)
         rule_report(c, DCP_DIAG_ERROR, "model.active_parameters",
                     "active_parameters=%g exceeds parameters=%g", m->active_params, m->num_params);
+}
+
+/* Nothing is planned past the model's context window. */
+static void rule_context_window(struct rule_ctx *c)
+{
+    const uint64_t window = c->cfg->model.context_window;
+    const struct dcp_workload_config *w = &c->cfg->workload;
+    for (uint32_t i = 0; window && i < w->num_context_lengths; i++)
+        if (w->context_lengths[i] > window) {
+            rule_report(c, DCP_DIAG_ERROR, "workload.context_lengths",
+                        "context length %llu exceeds the model's context_window=%llu tokens",
+                        (unsigned long long)w->context_lengths[i], (unsigned long long)window);
+            return;
+        }
 }
 
 /* The merge after the value up-projection exists only where the output is a latent (MLA). */
@@ -329,7 +364,9 @@ static const struct config_rule {
     {rule_trace_readable, {"workload.trace"}},
     {rule_kv_scale_used, {"model.kv_scale", "model.kv_dtype"}},
     {rule_merge_after_uv, {"model.attention", "parallel.merge_after_uv"}},
-    {rule_moe, {"model.experts", "model.experts_per_token", "model.active_parameters", "model.parameters"}},
+    {rule_moe,
+     {"model.experts", "model.experts_per_token", "model.active_parameters", "model.parameters", "model.hidden_size"}},
+    {rule_context_window, {"model.context_window", "workload.context_lengths"}},
 };
 
 static bool rule_inputs_ok(const struct rule_ctx *c, const struct config_rule *rule)

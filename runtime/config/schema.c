@@ -61,6 +61,7 @@ const struct config_key config_keys[] = {
     {.path = "model.active_parameters", .kind = CONFIG_PARAM_COUNT, FIELD(model.active_params),
      .applies = ALL, .min = 0, .max = 1e16, .scale = 1},
     INT("model.hidden_size", model.hidden_size, 0, ALL, 0, 0, 1u << 20),
+    INT("model.context_window", model.context_window, 0, ALL, 0, 0, DCP_MAX_CONTEXT_TOKENS),
 
     SECTION("hardware", ALL),
     STRING("hardware.gpu", hardware.gpu, ALL),
@@ -70,9 +71,14 @@ const struct config_key config_keys[] = {
            .flags = CONFIG_MIN_OPEN),
     NUMBER("hardware.link_gbps", hardware.link_bandwidth, ALL, 0, 0, 1e6, 1e9,
            .flags = CONFIG_MIN_OPEN),
-    NUMBER("hardware.collective_latency_us", hardware.collective_latency, 0, 20, 0, 1e6, 1e-6),
+    NUMBER("hardware.collective_latency_us", hardware.collective_latency, 0, 12, 0, 1e6, 1e-6),
     INT("hardware.gpus_per_node", hardware.gpus_per_node, 0, ALL, 8, 1, 1024),
     INT("hardware.nodes", hardware.nodes, 0, ALL, 1, 1, 65536),
+    NUMBER("hardware.tflops_bf16", hardware.flops_bf16, 0, 0, 0, 1e6, 1e12),
+    NUMBER("hardware.tflops_fp8", hardware.flops_fp8, 0, 0, 0, 1e6, 1e12),
+    NUMBER("hardware.tflops_fp4", hardware.flops_fp4, 0, 0, 0, 1e6, 1e12),
+    NUMBER("hardware.internode_gbps", hardware.internode_bandwidth, 0, 0, 0, 1e6, 1e9),
+    NUMBER("hardware.internode_latency_us", hardware.internode_latency, 0, 2.7, 0, 1e6, 1e-6),
 
     SECTION("parallel", ALL),
     INT("parallel.tp", parallel.tp, ALL, ALL, 0, 1, 65536),
@@ -125,6 +131,26 @@ _Static_assert(sizeof(enum dcp_attention_kind) == sizeof(int) && sizeof(enum dcp
                    sizeof(enum dcp_backend_kind) == sizeof(int) &&
                    sizeof(enum dcp_cuda_comm) == sizeof(int) && sizeof(enum dcp_cuda_precision) == sizeof(int),
                "enum fields are int-sized");
+
+/* Keys outside the model: written by people who know other engines' options, so
+ * they get the reason instead of "did you mean". */
+static const struct {
+    const char *path, *why;
+} outside_model[] = {
+    {"parallel.pp", "pipeline parallelism (pp) is outside the model: one instance is one TP group "
+                    "(tp GPUs, with dcp sharding its KV cache); plan each pipeline stage as its own deployment, "
+                    "or use a larger tp"},
+    {"parallel.pipeline_parallel", "pipeline parallelism is outside the model: one instance is one TP group "
+                                   "(tp GPUs, with dcp sharding its KV cache); use a larger tp"},
+};
+
+const char *config_key_outside_model(const char *path)
+{
+    for (size_t i = 0; i < DCP_ARRAY_SIZE(outside_model); i++)
+        if (strcmp(outside_model[i].path, path) == 0)
+            return outside_model[i].why;
+    return NULL;
+}
 
 /* ---- Looking keys up ---------------------------------------------------- */
 

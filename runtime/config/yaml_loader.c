@@ -552,6 +552,11 @@ static void report_unknown_key(struct yaml_loader *L, const char *parent, const 
     char shown[SHOW_BUF], path[SHOW_BUF + 32];
     show_text(scalar_text(key), scalar_len(key), 0, shown);
     snprintf(path, sizeof(path), "%s%s%s", parent, parent[0] ? "." : "", shown);
+    const char *outside = config_key_outside_model(path);
+    if (outside) {
+        config_report_add(L->report, DCP_DIAG_ERROR, pos_of(key), path, "%s", outside);
+        return;
+    }
     const struct config_key *elsewhere = key_in_other_section(parent, scalar_text(key), scalar_len(key));
     if (elsewhere) {
         config_report_add(L->report, DCP_DIAG_ERROR, pos_of(key), path,

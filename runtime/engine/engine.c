@@ -77,9 +77,9 @@ static int adopt_launcher_rank(struct dcp_engine *e)
     int err = dcp_launch_env_detect(&env);
     if (err || env.world_size <= 1)
         return err;
-    if (env.world_size != e->tp)
+    if (env.world_size != e->geo.tp)
         return dcp_error(DCP_EINVAL, "%s started %u processes but tp=%u: start one process per TP rank",
-                         env.launcher, env.world_size, e->tp);
+                         env.launcher, env.world_size, e->geo.tp);
     e->params.rank_begin = env.rank;
     e->params.rank_count = 1;
     return DCP_OK;
@@ -89,13 +89,11 @@ static int resolve_shape(struct dcp_engine *e)
 {
     const struct dcp_config *cfg = e->cfg;
     const struct dcp_model_config *m = &cfg->model;
-    e->tp = cfg->parallel.tp;
-    e->dcp = e->params.dcp ? e->params.dcp : cfg->parallel.dcp;
+    const uint32_t dcp = e->params.dcp ? e->params.dcp : cfg->parallel.dcp;
     /* The deployment validated its own dcp; an override (the baseline's dcp = 1) is checked here. */
-    int err = dcp_rank_geometry_init(m, e->tp, e->dcp, &e->geo);
+    int err = dcp_rank_geometry_init(m, cfg->parallel.tp, dcp, &e->geo);
     if (err)
         return err;
-    const struct dcp_rank_geometry g = e->geo;
     e->interleave = cfg->parallel.interleave;
     e->block_size = cfg->memory.block_size;
     if (e->params.num_layers > m->num_layers)
@@ -103,12 +101,7 @@ static int resolve_shape(struct dcp_engine *e)
                          m->name, m->num_layers);
     e->num_layers = e->params.num_layers ? e->params.num_layers : m->num_layers;
     e->mla = m->attention == DCP_ATTN_MLA;
-    e->q_heads_per_rank = g.q_heads_per_rank;
-    e->kv_heads_per_rank = g.kv_heads_per_rank;
-    e->gathered_heads = g.gathered_heads;
-    e->qk_dim = g.qk_dim;
-    e->v_dim = g.v_dim;
-    e->v_row_stride = e->mla ? e->qk_dim : e->v_dim;
+    e->v_row_stride = e->mla ? e->geo.qk_dim : e->geo.v_dim;
     e->dtype = (uint32_t)m->kv_dtype;
     if (!dcpk_act_dtype_ok((uint32_t)e->params.act_dtype))
         return dcp_error(DCP_EINVAL, "act_dtype=%s (%d): q, k, v and out are fp32, bf16 or fp16",
@@ -124,9 +117,9 @@ static int resolve_shape(struct dcp_engine *e)
     e->scale = (float)m->softmax_scale;
     e->kv_scale = (float)m->kv_scale;
     e->comm = cfg->parallel.comm;
-    e->replicate_q = cfg->parallel.replicate_q && e->dcp > 1;
+    e->replicate_q = cfg->parallel.replicate_q && e->geo.dcp > 1;
     e->merge_uv = cfg->parallel.merge_after_uv && e->mla;
-    e->out_dim = dcp_merged_v_dim(cfg, e->v_dim);
+    e->out_dim = dcp_merged_v_dim(cfg, e->geo.v_dim);
     if (e->merge_uv != (e->params.w_uv != NULL))
         return dcp_error(DCP_EINVAL, e->merge_uv ? "parallel.merge_after_uv is true but dcp_engine_params.w_uv is NULL: "
                                                    "the engine needs the W_UV of every layer (fp32 [query_heads]"
@@ -143,12 +136,12 @@ static int resolve_shape(struct dcp_engine *e)
     int lerr = adopt_launcher_rank(e);
     if (lerr)
         return lerr;
-    if (e->params.rank_begin >= e->tp)
-        return dcp_error(DCP_EINVAL, "rank_begin=%u but tp=%u", e->params.rank_begin, e->tp);
-    e->num_ranks = e->params.rank_count ? e->params.rank_count : e->tp - e->params.rank_begin;
-    if (e->params.rank_begin + e->num_ranks > e->tp)
+    if (e->params.rank_begin >= e->geo.tp)
+        return dcp_error(DCP_EINVAL, "rank_begin=%u but tp=%u", e->params.rank_begin, e->geo.tp);
+    e->num_ranks = e->params.rank_count ? e->params.rank_count : e->geo.tp - e->params.rank_begin;
+    if (e->params.rank_begin + e->num_ranks > e->geo.tp)
         return dcp_error(DCP_EINVAL, "ranks %u..%u exceed tp=%u", e->params.rank_begin,
-                         e->params.rank_begin + e->num_ranks - 1, e->tp);
+                         e->params.rank_begin + e->num_ranks - 1, e->geo.tp);
     return DCP_OK;
 }
 
@@ -188,10 +181,8 @@ static int kv_budget(const struct dcp_engine *e, bool host, double *out)
 static int size_pages(struct dcp_engine *e, bool host)
 {
     bool ovf = false;
-    const uint64_t esize = dcpk_dtype_size(e->dtype);
-    const uint64_t rows = dcp_mul_u64(dcp_mul_u64(e->kv_heads_per_rank, e->block_size, &ovf), esize, &ovf);
-    e->k_page_bytes = dcp_mul_u64(rows, e->qk_dim, &ovf);
-    e->v_page_bytes = e->mla ? 0 : dcp_mul_u64(rows, e->v_dim, &ovf);
+    e->k_page_bytes = dcp_mul_u64(e->geo.k_token_bytes, e->block_size, &ovf);
+    e->v_page_bytes = dcp_mul_u64(e->geo.v_token_bytes, e->block_size, &ovf);
     const uint64_t page_all_layers =
         dcp_mul_u64(dcp_add_u64(e->k_page_bytes, e->v_page_bytes, &ovf), e->num_layers, &ovf);
     if (ovf || page_all_layers == 0)
@@ -228,7 +219,7 @@ static int size_limits(struct dcp_engine *e)
                          (unsigned long long)e->max_context, ovf ? " (longest workload context + 1024)" : "",
                          INT32_MAX);
     /* A block table holds distinct blocks, so it never needs more than num_blocks entries. */
-    const uint64_t per_block = (uint64_t)e->block_size * e->dcp;
+    const uint64_t per_block = (uint64_t)e->block_size * e->geo.dcp;
     e->max_blocks_per_seq = (uint32_t)DCP_MIN(dcp_div_ceil_u64(e->max_context, per_block), e->num_blocks);
     e->max_seqs = e->params.max_seqs ? e->params.max_seqs : 4096;
     if (e->max_seqs > DCP_KV_MAX_SEQS)
@@ -258,8 +249,8 @@ static int size_pools(struct dcp_engine *e, bool host)
 /* Lays out every per-rank buffer; the same plan sizes the workspace figure. */
 static void plan_rank_buffers(struct dcp_engine *e, struct dcp_rank_buffers *b, struct dcp_buffer_plan *bp)
 {
-    const uint64_t T = e->max_qtokens, H = e->q_heads_per_rank, N = e->dcp;
-    const uint64_t Hg = e->gathered_heads, v = e->v_dim, o = e->out_dim, f = sizeof(float);
+    const uint64_t T = e->max_qtokens, H = e->geo.q_heads_per_rank, N = e->geo.dcp;
+    const uint64_t Hg = e->geo.gathered_heads, v = e->geo.v_dim, o = e->out_dim, f = sizeof(float);
     bp->n = 0;
     bp->overflow = false;
     dcp_buffer_plan_add(bp, &b->block_table, e->max_batch, e->max_blocks_per_seq, sizeof(int32_t), 1);
@@ -301,8 +292,8 @@ static int upload_w_uv(struct dcp_rank *r)
     const struct dcp_engine *e = r->engine;
     if (!e->merge_uv)
         return DCP_OK;
-    const size_t head = (size_t)e->v_dim * e->out_dim, layer = head * e->gathered_heads;
-    const size_t first = (size_t)r->group_id * e->gathered_heads * head;
+    const size_t head = (size_t)e->geo.v_dim * e->out_dim, layer = head * e->geo.gathered_heads;
+    const size_t first = (size_t)r->group_id * e->geo.gathered_heads * head;
     for (uint32_t l = 0; l < e->num_layers; l++) {
         int err = e->ops->upload(r, r->buf.w_uv + l * layer * sizeof(float), e->params.w_uv[l] + first,
                                  layer * sizeof(float));
@@ -336,14 +327,14 @@ static void free_rank_buffers(struct dcp_rank *r)
 static int size_workspace(struct dcp_engine *e)
 {
     /* Rows of one attention call (T * gathered heads) are 32-bit in the kernels. */
-    const uint64_t rows = (uint64_t)e->max_qtokens * e->gathered_heads;
+    const uint64_t rows = (uint64_t)e->max_qtokens * e->geo.gathered_heads;
     if (rows > INT32_MAX)
         return dcp_error(DCP_EINVAL, "max_query_tokens=%u x %u gathered heads = %llu rows: at most %d",
-                         e->max_qtokens, e->gathered_heads, (unsigned long long)rows, INT32_MAX);
+                         e->max_qtokens, e->geo.gathered_heads, (unsigned long long)rows, INT32_MAX);
     if (e->caps.max_splits == 0)
         e->caps.max_splits = 1;
     bool ovf = false;
-    const uint64_t row_bytes = dcp_mul_u64(e->gathered_heads, ((uint64_t)e->v_dim + 1) * sizeof(float), &ovf);
+    const uint64_t row_bytes = dcp_mul_u64(e->geo.gathered_heads, ((uint64_t)e->geo.v_dim + 1) * sizeof(float), &ovf);
     uint64_t split_rows = dcp_mul_u64(e->caps.max_splits, e->max_qtokens, &ovf);
     split_rows = DCP_MIN(split_rows, row_bytes ? SPLIT_WORKSPACE_CAP / row_bytes : 0);
     e->split_rows = e->caps.max_splits > 1 && split_rows >= 2 ? split_rows : 0; /* two splits of a token at least */
@@ -356,7 +347,7 @@ static int size_workspace(struct dcp_engine *e)
     if (bp.overflow)
         return dcp_error(DCP_EINVAL, "the per-rank workspace for max_batch=%u, max_query_tokens=%u, "
                          "max_step_tokens=%u and %u gathered heads does not fit 64 bits",
-                         e->max_batch, e->max_qtokens, e->max_tokens, e->gathered_heads);
+                         e->max_batch, e->max_qtokens, e->max_tokens, e->geo.gathered_heads);
     return DCP_OK;
 }
 
@@ -369,7 +360,7 @@ static int alloc_step(struct dcp_engine *e)
     s->seq_lens = calloc(e->max_batch, sizeof(int32_t));
     s->q_start = calloc(e->max_batch + 1, sizeof(int32_t));
     s->token_keys = calloc(e->max_tokens, sizeof(uint64_t));
-    s->slots = calloc((size_t)e->dcp * e->max_tokens, sizeof(int64_t));
+    s->slots = calloc((size_t)e->geo.dcp * e->max_tokens, sizeof(int64_t));
     s->seen = calloc(e->max_seqs, sizeof(uint32_t));
     if (!s->block_table || !s->seq_lens || !s->q_start || !s->token_keys || !s->slots || !s->seen)
         return dcp_error(DCP_ENOMEM, "step metadata");
@@ -408,7 +399,7 @@ static int open_backend(struct dcp_engine *e)
 static size_t kernel_scratch(const struct dcp_engine *e)
 {
     const uint32_t heads_per_kv = e->geo.q_per_kv_head;
-    const uint32_t rows = e->max_qtokens * e->gathered_heads;
+    const uint32_t rows = e->max_qtokens * e->geo.gathered_heads;
     const struct dcpk_attn_params attn = {
         /* Distinct cache addresses unless V lives in the K rows (MLA): the CPU
          * kernel needs a V tile only when they differ. */
@@ -416,16 +407,16 @@ static size_t kernel_scratch(const struct dcp_engine *e)
         .v_cache = e->mla ? 64 : 128,
         .batch = e->max_batch,
         .num_q_tokens = e->max_qtokens,
-        .num_heads = e->gathered_heads,
-        .heads_per_chunk = e->q_heads_per_rank,
-        .num_kv_heads = e->kv_heads_per_rank,
+        .num_heads = e->geo.gathered_heads,
+        .heads_per_chunk = e->geo.q_heads_per_rank,
+        .num_kv_heads = e->geo.kv_heads_per_rank,
         .head_tile = heads_per_kv,
-        .qk_dim = e->qk_dim,
-        .v_dim = e->v_dim,
+        .qk_dim = e->geo.qk_dim,
+        .v_dim = e->geo.v_dim,
         .v_row_stride = e->v_row_stride,
         .block_size = e->block_size,
         .max_blocks = e->max_blocks_per_seq,
-        .group_size = e->dcp,
+        .group_size = e->geo.dcp,
         .interleave = e->interleave,
         .num_splits = e->caps.max_splits,
         .dtype = e->dtype,
@@ -433,25 +424,25 @@ static size_t kernel_scratch(const struct dcp_engine *e)
         .out_dtype = e->act_dtype,
     };
     const struct dcpk_merge_params merge = {
-        .n_src = DCP_MAX(e->dcp, e->caps.max_splits),
+        .n_src = DCP_MAX(e->geo.dcp, e->caps.max_splits),
         .rows = rows,
         .rows_per_chunk = rows,
-        .v_dim = e->v_dim,
+        .v_dim = e->geo.v_dim,
     };
     const struct dcpk_lse_scale_params scale = {
-        .n_src = e->dcp, .rows = rows, .rows_per_chunk = rows, .v_dim = e->v_dim,
+        .n_src = e->geo.dcp, .rows = rows, .rows_per_chunk = rows, .v_dim = e->geo.v_dim,
     };
     const struct dcpk_kv_append_params append = {
-        .num_tokens = e->max_tokens, .num_kv_heads = e->kv_heads_per_rank, .k_dim = e->qk_dim,
-        .v_dim = e->v_dim, .block_size = e->block_size, .dtype = e->dtype,
+        .num_tokens = e->max_tokens, .num_kv_heads = e->geo.kv_heads_per_rank, .k_dim = e->geo.qk_dim,
+        .v_dim = e->geo.v_dim, .block_size = e->block_size, .dtype = e->dtype,
     };
-    const struct dcpk_reduce_params reduce = {.n_src = e->dcp, .count = (uint64_t)rows * e->v_dim};
+    const struct dcpk_reduce_params reduce = {.n_src = e->geo.dcp, .count = (uint64_t)rows * e->geo.v_dim};
     const struct dcpk_fill_params fill = {
-        .rows = e->max_tokens, .heads = e->gathered_heads, .dim = e->qk_dim, .dtype = e->dtype,
+        .rows = e->max_tokens, .heads = e->geo.gathered_heads, .dim = e->geo.qk_dim, .dtype = e->dtype,
     };
     const struct dcpk_uv_proj_params uv = {
-        .num_tokens = e->max_qtokens, .num_heads = e->gathered_heads, .heads_per_chunk = e->q_heads_per_rank,
-        .in_dim = e->v_dim, .out_dim = e->out_dim, .dst_dtype = e->act_dtype,
+        .num_tokens = e->max_qtokens, .num_heads = e->geo.gathered_heads, .heads_per_chunk = e->geo.q_heads_per_rank,
+        .in_dim = e->geo.v_dim, .out_dim = e->out_dim, .dst_dtype = e->act_dtype,
     };
     /* Every family is sized here: a new one in DCPK_KERNEL_FAMILIES must be added. */
     _Static_assert(DCPK_KERNEL_COUNT == 7, "kernel_scratch: size the scratch of every kernel family");
@@ -497,7 +488,7 @@ DCP_API int dcp_engine_create(const struct dcp_engine_params *params, dcp_engine
     struct dcp_kv_manager_params kp = {
         .num_blocks = e->num_blocks,
         .block_size = e->block_size,
-        .group_size = e->dcp,
+        .group_size = e->geo.dcp,
         .max_seqs = e->max_seqs,
         .max_context = e->max_context,
     };
@@ -517,8 +508,8 @@ DCP_API int dcp_engine_create(const struct dcp_engine_params *params, dcp_engine
         r->engine = e;
         r->local_index = i;
         r->tp_rank = e->params.rank_begin + i;
-        r->group_rank = r->tp_rank % e->dcp;
-        r->group_id = r->tp_rank / e->dcp;
+        r->group_rank = r->tp_rank % e->geo.dcp;
+        r->group_id = r->tp_rank / e->geo.dcp;
         err = e->ops->rank_init(r);
         e->ranks_initialised = i + 1;
         if (err)
@@ -575,21 +566,21 @@ DCP_API void dcp_engine_get_info(const dcp_engine *e, struct dcp_engine_info *in
         .backend_detail = e->caps.detail,
         .backend_notice = e->notice,
         .backend_libraries = e->caps.libraries,
-        .tp = e->tp,
-        .dcp = e->dcp,
+        .tp = e->geo.tp,
+        .dcp = e->geo.dcp,
         .num_local_ranks = e->num_ranks,
         .num_layers = e->num_layers,
-        .q_heads_per_rank = e->q_heads_per_rank,
-        .kv_heads_per_rank = e->kv_heads_per_rank,
-        .gathered_heads = e->gathered_heads,
-        .qk_dim = e->qk_dim,
-        .v_dim = e->v_dim,
+        .q_heads_per_rank = e->geo.q_heads_per_rank,
+        .kv_heads_per_rank = e->geo.kv_heads_per_rank,
+        .gathered_heads = e->geo.gathered_heads,
+        .qk_dim = e->geo.qk_dim,
+        .v_dim = e->geo.v_dim,
         .out_dim = e->out_dim,
         .replicate_q = e->replicate_q,
         .merge_after_uv = e->merge_uv,
         .block_size = e->block_size,
         .num_blocks = e->num_blocks,
-        .tokens_per_block = (uint64_t)e->block_size * e->dcp,
+        .tokens_per_block = (uint64_t)e->block_size * e->geo.dcp,
         .kv_bytes_per_rank = e->kv_bytes,
         .workspace_bytes_per_rank = e->workspace_bytes,
         .max_batch = e->max_batch,
@@ -783,7 +774,7 @@ static int check_batch(struct dcp_engine *e, const struct dcp_batch *b)
 static void build_step(struct dcp_engine *e, const struct dcp_batch *b)
 {
     struct dcp_step *s = &e->step;
-    const uint32_t N = e->dcp, I = e->interleave, B = e->block_size;
+    const uint32_t N = e->geo.dcp, I = e->interleave, B = e->block_size;
     /* The row stride: the step's longest table, or in graph mode the longest any
      * step may have, so that a captured step's stride holds for every later one. */
     uint32_t max_blocks = 1;
@@ -838,13 +829,13 @@ static uint32_t choose_splits(const struct dcp_engine *e)
         return 1;
     const uint32_t heads_per_kv = e->geo.q_per_kv_head;
     const uint32_t tile = dcp_engine_head_tile(e);
-    const uint64_t base = (uint64_t)s->batch * e->kv_heads_per_rank * dcp_div_ceil_u64(heads_per_kv, tile);
+    const uint64_t base = (uint64_t)s->batch * e->geo.kv_heads_per_rank * dcp_div_ceil_u64(heads_per_kv, tile);
     if (e->split_override)
         return (uint32_t)DCP_MAX(1, DCP_MIN(DCP_MIN(e->split_override, e->caps.max_splits), e->split_rows / s->tokens));
     uint64_t want = e->caps.parallelism / base;
     uint64_t longest_pages = e->params.graphs ? e->max_blocks_per_seq : 0;
     for (uint32_t i = 0; i < s->batch && !e->params.graphs; i++) {
-        const uint64_t local = dcpk_local_length((uint64_t)s->seq_lens[i], 0, e->dcp, e->interleave);
+        const uint64_t local = dcpk_local_length((uint64_t)s->seq_lens[i], 0, e->geo.dcp, e->interleave);
         longest_pages = DCP_MAX(longest_pages, dcp_div_ceil_u64(local, e->block_size));
     }
     want = DCP_MIN(want, longest_pages);
@@ -893,8 +884,8 @@ DCP_API int dcp_engine_step_launch(const dcp_engine *e, struct dcp_step_launch *
         return dcp_error(DCP_EINVAL, "step_launch: no step (call dcp_engine_begin_step first)");
     const struct dcpk_attn_params p = {
         .batch = e->step.batch,
-        .num_heads = e->gathered_heads,
-        .num_kv_heads = e->kv_heads_per_rank,
+        .num_heads = e->geo.gathered_heads,
+        .num_kv_heads = e->geo.kv_heads_per_rank,
         .head_tile = dcp_engine_head_tile(e),
         .num_splits = e->step.num_splits,
     };

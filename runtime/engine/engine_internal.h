@@ -189,12 +189,10 @@ struct dcp_engine {
     struct dcp_kv_manager *kv;
 
     /* shape */
-    uint32_t tp, dcp, interleave, block_size, num_layers;
-    uint32_t q_heads_per_rank;      ///< H_l
-    uint32_t kv_heads_per_rank;
-    struct dcp_rank_geometry geo;   ///< Per-rank geometry (the fields below are copied from it).
-    uint32_t gathered_heads;        ///< dcp * H_l
-    uint32_t qk_dim, v_dim, v_row_stride;
+    struct dcp_rank_geometry geo;   ///< Per-rank geometry under tp and this engine's dcp (model layer,
+                                    ///< runtime/model): heads, dims and bytes are read from here, never copied.
+    uint32_t interleave, block_size, num_layers;
+    uint32_t v_row_stride;          ///< Elements between V rows of a page (v_dim; MLA: the K row, qk_dim).
     uint32_t out_dim;               ///< Values per head on the merge's wire and in out (v_dim, or v_head_dim).
     bool replicate_q;               ///< The caller passes all gathered heads' queries (dcp > 1): no Q gather.
     bool merge_uv;                  ///< Partial latent outputs are projected by W_UV before the merge.

@@ -65,7 +65,7 @@ static struct packed_chunk packed_chunk_of(uint64_t rows, uint64_t v, uint32_t w
  * planned for the largest T, so a step's chunk cannot overflow. */
 static struct packed_chunk engine_chunk(const struct dcp_engine *e, uint64_t tokens, bool *ovf)
 {
-    return packed_chunk_of(dcp_mul_u64(tokens, e->q_heads_per_rank, ovf), e->out_dim, e->part_dtype, ovf);
+    return packed_chunk_of(dcp_mul_u64(tokens, e->geo.q_heads_per_rank, ovf), e->out_dim, e->part_dtype, ovf);
 }
 
 static struct packed_chunk step_chunk(const struct dcp_engine *e)
@@ -105,12 +105,12 @@ static void q_gather_row(const struct comm_dims *d, struct dcp_plan_comm *c, enu
 
 static void plan_q_buffers(const struct dcp_engine *e, struct dcp_merge_buffers *b, struct dcp_buffer_plan *bp)
 {
-    const uint64_t T = e->max_qtokens, H = e->q_heads_per_rank, N = e->dcp, part = dcpk_dtype_size(e->part_dtype);
+    const uint64_t T = e->max_qtokens, H = e->geo.q_heads_per_rank, N = e->geo.dcp, part = dcpk_dtype_size(e->part_dtype);
     if (e->replicate_q)
         return;
-    dcp_buffer_plan_add(bp, &b->q_gathered, N * T, H, e->qk_dim, part);
+    dcp_buffer_plan_add(bp, &b->q_gathered, N * T, H, e->geo.qk_dim, part);
     if (e->act_dtype != e->part_dtype) { /* this rank's queries, converted (convert_q) */
-        dcp_buffer_plan_add(bp, &b->q_own, T, H, e->qk_dim, part);
+        dcp_buffer_plan_add(bp, &b->q_own, T, H, e->geo.qk_dim, part);
         dcp_buffer_plan_add(bp, &b->q_lse_zero, T, H, sizeof(float), 1);
     }
 }
@@ -123,7 +123,7 @@ static int convert_rows(struct dcp_rank *r, enum dcp_prof_cat cat, uint64_t src,
                         uint32_t dim, uint32_t src_dtype, uint32_t dst_dtype)
 {
     const struct dcp_engine *e = r->engine;
-    const uint64_t rows = (uint64_t)e->step.tokens * e->q_heads_per_rank;
+    const uint64_t rows = (uint64_t)e->step.tokens * e->geo.q_heads_per_rank;
     const struct dcpk_merge_params m = {
         .src_o = src,
         .src_lse = src_lse,
@@ -148,10 +148,10 @@ static int gather_q_collective(struct dcp_rank *r, uint64_t q)
     const struct dcp_engine *e = r->engine;
     const struct dcp_merge_buffers *b = &r->buf.merge;
     const bool convert = e->act_dtype != e->part_dtype;
-    int err = convert ? convert_rows(r, PROF_OTHER, q, b->q_lse_zero, b->q_own, e->qk_dim, e->act_dtype,
+    int err = convert ? convert_rows(r, PROF_OTHER, q, b->q_lse_zero, b->q_own, e->geo.qk_dim, e->act_dtype,
                                      e->part_dtype)
                       : DCP_OK;
-    const uint64_t bytes = (uint64_t)e->step.tokens * e->q_heads_per_rank * e->qk_dim * dcpk_dtype_size(e->part_dtype);
+    const uint64_t bytes = (uint64_t)e->step.tokens * e->geo.q_heads_per_rank * e->geo.qk_dim * dcpk_dtype_size(e->part_dtype);
     return err ? err : dcp_rank_collective(r, DCP_ALL_GATHER, convert ? b->q_own : q, b->q_gathered, bytes);
 }
 
@@ -168,7 +168,7 @@ static void ag_rs_rows(const struct comm_dims *d, struct dcp_plan_comm *c)
 
 static void ag_rs_buffers(const struct dcp_engine *e, struct dcp_merge_buffers *b, struct dcp_buffer_plan *bp)
 {
-    const uint64_t T = e->max_qtokens, H = e->q_heads_per_rank, N = e->dcp, o = e->out_dim;
+    const uint64_t T = e->max_qtokens, H = e->geo.q_heads_per_rank, N = e->geo.dcp, o = e->out_dim;
     const uint64_t part = dcpk_dtype_size(e->part_dtype), f = sizeof(float);
     dcp_buffer_plan_add(bp, &b->part, N * T, H, o, part);
     dcp_buffer_plan_add(bp, &b->part_lse, N * T, H, f, 1);
@@ -180,7 +180,7 @@ static void ag_rs_buffers(const struct dcp_engine *e, struct dcp_merge_buffers *
 static struct dcp_attn_target ag_rs_target(const struct dcp_rank *r)
 {
     const struct dcp_engine *e = r->engine;
-    const uint64_t rows = (uint64_t)e->step.tokens * e->q_heads_per_rank;
+    const uint64_t rows = (uint64_t)e->step.tokens * e->geo.q_heads_per_rank;
     return (struct dcp_attn_target){
         .out = r->buf.merge.part,
         .lse = r->buf.merge.part_lse,
@@ -198,7 +198,7 @@ static int ag_rs_run(struct dcp_rank *r, uint64_t out, uint64_t lse)
 {
     const struct dcp_engine *e = r->engine;
     const struct dcp_merge_buffers *b = &r->buf.merge;
-    const uint64_t T = e->step.tokens, H = e->q_heads_per_rank, N = e->dcp, v = e->out_dim;
+    const uint64_t T = e->step.tokens, H = e->geo.q_heads_per_rank, N = e->geo.dcp, v = e->out_dim;
     const uint64_t rows = N * T * H;
     int err = dcp_rank_collective(r, DCP_ALL_GATHER, b->part_lse, b->recv, rows * sizeof(float));
     if (err)
@@ -234,8 +234,8 @@ static void a2a_rows(const struct comm_dims *d, struct dcp_plan_comm *c)
 static void a2a_buffers(const struct dcp_engine *e, struct dcp_merge_buffers *b, struct dcp_buffer_plan *bp)
 {
     const struct packed_chunk c = engine_chunk(e, e->max_qtokens, &bp->overflow);
-    dcp_buffer_plan_add(bp, &b->part, e->dcp, c.bytes, 1, 1);
-    dcp_buffer_plan_add(bp, &b->recv, e->dcp, c.bytes, 1, 1);
+    dcp_buffer_plan_add(bp, &b->part, e->geo.dcp, c.bytes, 1, 1);
+    dcp_buffer_plan_add(bp, &b->recv, e->geo.dcp, c.bytes, 1, 1);
 }
 
 /* Partial rows and their LSEs go to one packed chunk per destination (strides in elements). */
@@ -257,7 +257,7 @@ static int merge_packed(struct dcp_rank *r, uint64_t src, uint64_t out, uint64_t
 {
     const struct dcp_engine *e = r->engine;
     const struct packed_chunk c = step_chunk(e);
-    const uint32_t rows = e->step.tokens * e->q_heads_per_rank;
+    const uint32_t rows = e->step.tokens * e->geo.q_heads_per_rank;
     const struct dcpk_merge_params m = {
         .src_o = src,
         .src_lse = src + c.lse_offset,
@@ -265,7 +265,7 @@ static int merge_packed(struct dcp_rank *r, uint64_t src, uint64_t out, uint64_t
         .out_lse = lse,
         .src_stride_o = c.bytes / dcpk_dtype_size(e->part_dtype),
         .src_stride_lse = c.bytes / sizeof(float),
-        .n_src = e->dcp,
+        .n_src = e->geo.dcp,
         .rows = rows,
         .rows_per_chunk = rows,
         .v_dim = e->out_dim,
@@ -317,7 +317,7 @@ static const struct merge_scheme *scheme_of(enum dcp_comm_scheme s)
 
 void dcp_merge_plan_buffers(const struct dcp_engine *e, struct dcp_merge_buffers *b, struct dcp_buffer_plan *bp)
 {
-    if (e->dcp == 1)
+    if (e->geo.dcp == 1)
         return;
     plan_q_buffers(e, b, bp);
     scheme_of(e->comm)->plan_buffers(e, b, bp);
@@ -330,7 +330,7 @@ int dcp_merge_rank_init(struct dcp_rank *r)
     const struct dcp_engine *e = r->engine;
     if (!r->buf.merge.q_lse_zero)
         return DCP_OK;
-    const size_t n = (size_t)e->max_qtokens * e->q_heads_per_rank; /* planned, so no overflow */
+    const size_t n = (size_t)e->max_qtokens * e->geo.q_heads_per_rank; /* planned, so no overflow */
     float *zeros = calloc(n, sizeof(float));
     if (!zeros)
         return dcp_error(DCP_ENOMEM, "%zu zero LSEs for the query conversion", n);

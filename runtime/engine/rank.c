@@ -149,7 +149,7 @@ DCP_API void dcp_rank_head_offsets(const dcp_rank *r, uint32_t *q_head0, uint32_
         return;
     const struct dcp_engine *e = r->engine;
     if (q_head0)
-        *q_head0 = r->tp_rank * e->q_heads_per_rank;
+        *q_head0 = r->tp_rank * e->geo.q_heads_per_rank;
     if (kv_head0)
         *kv_head0 = dcp_rank_geometry_kv_head0(&e->geo, r->tp_rank);
 }
@@ -186,9 +186,9 @@ DCP_API int dcp_rank_append_kv(dcp_rank *r, uint32_t layer, const void *k, const
         .v_src = e->mla ? 0 : ADDR(v),
         .slots = r->buf.slots,
         .num_tokens = e->step.tokens,
-        .num_kv_heads = e->kv_heads_per_rank,
-        .k_dim = e->qk_dim,
-        .v_dim = e->v_dim,
+        .num_kv_heads = e->geo.kv_heads_per_rank,
+        .k_dim = e->geo.qk_dim,
+        .v_dim = e->geo.v_dim,
         .block_size = e->block_size,
         .dtype = e->dtype,
         .inv_scale = 1.0f / e->kv_scale,
@@ -204,7 +204,7 @@ static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint
 {
     const struct dcp_engine *e = r->engine;
     const struct dcp_step *s = &e->step;
-    const uint64_t T = s->tokens, Hg = e->gathered_heads, H = e->q_heads_per_rank, v = e->v_dim;
+    const uint64_t T = s->tokens, Hg = e->geo.gathered_heads, H = e->geo.q_heads_per_rank, v = e->geo.v_dim;
     const uint64_t k_cache = dcp_layer_k(r, layer);
     struct dcpk_attn_params p = {
         .q = q,
@@ -224,17 +224,17 @@ static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint
         .ws_split_stride_lse = T * Hg,
         .batch = s->batch,
         .num_q_tokens = (uint32_t)T,
-        .num_heads = e->gathered_heads,
-        .heads_per_chunk = e->q_heads_per_rank,
-        .num_kv_heads = e->kv_heads_per_rank,
+        .num_heads = e->geo.gathered_heads,
+        .heads_per_chunk = e->geo.q_heads_per_rank,
+        .num_kv_heads = e->geo.kv_heads_per_rank,
         .head_tile = dcp_engine_head_tile(e),
-        .qk_dim = e->qk_dim,
-        .v_dim = e->v_dim,
+        .qk_dim = e->geo.qk_dim,
+        .v_dim = e->geo.v_dim,
         .v_row_stride = e->v_row_stride,
         .block_size = e->block_size,
         .max_blocks = s->max_blocks,
         .rank = r->group_rank,
-        .group_size = e->dcp,
+        .group_size = e->geo.dcp,
         .interleave = e->interleave,
         .num_splits = s->num_splits,
         .dtype = e->dtype,
@@ -261,7 +261,7 @@ static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint
         .n_src = s->num_splits,
         .rows = (uint32_t)(T * Hg),
         .rows_per_chunk = (uint32_t)(T * H),
-        .v_dim = e->v_dim,
+        .v_dim = e->geo.v_dim,
         .src_dtype = DCPK_FP32, /* the split workspace */
         .out_dtype = t->out_dtype,
     };
@@ -275,18 +275,18 @@ static int project_uv(struct dcp_rank *r, uint32_t layer, uint64_t dst, uint64_t
                       uint32_t dst_dtype)
 {
     const struct dcp_engine *e = r->engine;
-    const uint64_t T = e->step.tokens, H = e->q_heads_per_rank, Hg = e->gathered_heads;
-    const uint64_t head = (uint64_t)e->v_dim * e->out_dim;
+    const uint64_t T = e->step.tokens, H = e->geo.q_heads_per_rank, Hg = e->geo.gathered_heads;
+    const uint64_t head = (uint64_t)e->geo.v_dim * e->out_dim;
     const struct dcpk_uv_proj_params p = {
         .src = r->buf.latent,
         .w = r->buf.w_uv + (uint64_t)layer * Hg * head * sizeof(float),
         .dst = dst,
-        .src_chunk_stride = T * H * e->v_dim,
+        .src_chunk_stride = T * H * e->geo.v_dim,
         .dst_chunk_stride = dst_chunk_stride,
         .num_tokens = (uint32_t)T,
-        .num_heads = e->gathered_heads,
-        .heads_per_chunk = e->q_heads_per_rank,
-        .in_dim = e->v_dim,
+        .num_heads = e->geo.gathered_heads,
+        .heads_per_chunk = e->geo.q_heads_per_rank,
+        .in_dim = e->geo.v_dim,
         .out_dim = e->out_dim,
         .dst_dtype = dst_dtype,
     };
@@ -300,11 +300,11 @@ static int project_uv(struct dcp_rank *r, uint32_t layer, uint64_t dst, uint64_t
 static int attention(struct dcp_rank *r, uint32_t layer, const void *q, void *out, void *lse)
 {
     const struct dcp_engine *e = r->engine;
-    const uint64_t T = e->step.tokens, H = e->q_heads_per_rank, v = e->v_dim, o = e->out_dim, qk = e->qk_dim;
+    const uint64_t T = e->step.tokens, H = e->geo.q_heads_per_rank, v = e->geo.v_dim, o = e->out_dim, qk = e->geo.qk_dim;
     const uint64_t out_lse = lse ? ADDR(lse) : r->buf.lse_scratch;
     const uint64_t latent_stride = T * H * v;
     int err;
-    if (e->dcp == 1) {
+    if (e->geo.dcp == 1) {
         /* merge_after_uv: fp32 latent, projected straight into out in act_dtype. */
         const struct dcp_attn_target t = {.out = e->merge_uv ? r->buf.latent : ADDR(out), .lse = out_lse,
                                           .out_chunk_stride = latent_stride,

@@ -153,7 +153,7 @@ int dcp_sched_create_for_engine(dcp_engine *engine, const struct dcp_sched_param
     s->num_blocks = engine->num_blocks;
     s->max_context = engine->max_context;
     s->max_seqs = engine->max_seqs;
-    st = finish_create(s, p, engine->dcp);
+    st = finish_create(s, p, engine->geo.dcp);
     if (st) {
         dcp_sched_destroy(&s);
         return st;

@@ -42,10 +42,11 @@ grep -q -- '--layers 3: the model .* has 2 layers' "$tmp/err" || fail "replay --
 max=$("$dcp_run" replay --help | sed -n 's/.*--synthetic N .*\[1\.\.\([0-9]*\)\]$/\1/p')
 [ -n "$max" ] || fail "replay --help gives no range for --synthetic"
 limit_as() { if [ -z "${ASAN_OPTIONS:-}" ]; then ulimit -v 3000000; fi; }
-(limit_as; exec timeout 60 "$dcp_run" replay --quiet --simulate --synthetic "$max" --limit 3 "$config") \
+gpu_config=$(dirname "$config")/deepseek-v3-8xh200.yaml # --simulate prices GPU deployments only
+(limit_as; exec timeout 60 "$dcp_run" replay --quiet --simulate --synthetic "$max" --limit 3 "$gpu_config") \
     >"$tmp/out" 2>"$tmp/err" || fail "replay --synthetic $max --limit 3: $(cat "$tmp/err")"
 grep -q '3 requests' "$tmp/out" || fail "replay --synthetic $max --limit 3 did not replay 3 requests: $(head -3 "$tmp/out")"
-(limit_as; exec timeout 60 "$dcp_run" replay --quiet --simulate --synthetic "$max" "$config") >"$tmp/out" 2>"$tmp/err"
+(limit_as; exec timeout 60 "$dcp_run" replay --quiet --simulate --synthetic "$max" "$gpu_config") >"$tmp/out" 2>"$tmp/err"
 status=$?
 [ "$status" -eq 1 ] || fail "replay --synthetic $max exited $status, expected 1 with a message"
 grep -q 'a trace may take in memory (max_memory_bytes); generate fewer' "$tmp/err" ||

@@ -76,6 +76,12 @@ static void test_every_key_round_trips(void **state)
     c.model.experts_per_token = 2;
     c.model.active_params = 13e9;
     c.model.hidden_size = 8192;
+    c.model.context_window = 131072;
+    c.hardware.flops_bf16 = 989.5e12;
+    c.hardware.flops_fp8 = 1979e12;
+    c.hardware.flops_fp4 = 3.3e15;
+    c.hardware.internode_bandwidth = 50.5e9;
+    c.hardware.internode_latency = 3.1e-6;
     c.hardware.memory_bytes = 141.7e9;
     c.hardware.hbm_bandwidth = 4.8e12 / 3;
     c.hardware.link_bandwidth = 450.1e9;

@@ -44,7 +44,7 @@ static void test_valid_mla_with_defaults(void **state)
     assert_float_equal(c->hardware.memory_bytes, 141e9, 1);
     assert_float_equal(c->hardware.hbm_bandwidth, 4800e9, 1);
     assert_float_equal(c->hardware.link_bandwidth, 450e9, 1);
-    assert_float_equal(c->hardware.collective_latency, 20e-6, 1e-12);
+    assert_float_equal(c->hardware.collective_latency, 12e-6, 1e-12);
     assert_int_equal(c->hardware.gpus_per_node, 8);
     assert_int_equal(c->hardware.nodes, 1);
 
@@ -330,6 +330,11 @@ static void test_unknown_keys(void **state)
                                "  link_gbps: 450\n  collective_latency: 20\n" TP8_DCP8 WORKLOAD,
                      "t.yaml:13:3: hardware.collective_latency: unknown key 'collective_latency'; "
                      "did you mean 'collective_latency_us'?");
+    /* Pipeline parallelism gets the reason, not "did you mean 'tp'?". */
+    expect_one_error(MLA_MODEL H200 "parallel:\n  tp: 8\n  pp: 2\n" WORKLOAD,
+                     "t.yaml:15:3: parallel.pp: pipeline parallelism (pp) is outside the model: one instance "
+                     "is one TP group (tp GPUs, with dcp sharding its KV cache); plan each pipeline stage as "
+                     "its own deployment, or use a larger tp");
     /* Nothing close: list what is allowed. */
     expect_one_error(MLA_MODEL H200 TP8_DCP8 WORKLOAD "memory:\n  pages: 4\n",
                      "t.yaml:19:3: memory.pages: unknown key 'pages'; allowed keys: gpu_fraction, "

@@ -275,6 +275,47 @@ static void test_rules_in_yaml_point_at_values(void **state)
     expect_one_error(text, "t.yaml:16:7: parallel.tp: expected an integer, got \"many\"");
 }
 
+/* An MoE model gives all four MoE fields; a dense one none of the per-token ones. */
+static void test_moe_fields(void **state)
+{
+    (void)state;
+    struct dcp_config c = deepseek_v3_h200();
+    c.model.experts = 256;
+    expect_config_error(&c, "model.experts: an MoE model (experts=256) must also give experts_per_token, "
+                            "active_parameters, hidden_size: without them every parameter would be priced as "
+                            "read by every step");
+    c.model.experts_per_token = 8;
+    c.model.active_params = 37e9;
+    expect_config_error(&c, "model.experts: an MoE model (experts=256) must also give hidden_size: without them "
+                            "every parameter would be priced as read by every step");
+    c.model.hidden_size = 7168;
+    expect_config_accepted(&c);
+    c.model.experts_per_token = 300;
+    expect_config_error(&c, "model.experts_per_token: experts_per_token=300 exceeds experts=256");
+    c = deepseek_v3_h200();
+    c.model.active_params = 37e9;
+    expect_config_error(&c, "model.active_parameters: active_parameters is given but experts is 0 (a dense "
+                            "model); an MoE model gives experts, experts_per_token, active_parameters and "
+                            "hidden_size");
+}
+
+/* Nothing is planned past the model's window. */
+static void test_context_window(void **state)
+{
+    (void)state;
+    struct dcp_config c = deepseek_v3_h200();
+    c.model.context_window = 163840;
+    c.workload.context_lengths[0] = 163840;
+    c.workload.num_context_lengths = 1;
+    expect_config_accepted(&c);
+    c.workload.context_lengths[1] = 262144;
+    c.workload.num_context_lengths = 2;
+    expect_config_error(&c, "workload.context_lengths: context length 262144 exceeds the model's "
+                            "context_window=163840 tokens");
+    c.model.context_window = 0; /* not given: no check */
+    expect_config_accepted(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -290,6 +331,8 @@ int main(void)
         cmocka_unit_test(test_trace_must_be_readable),
         cmocka_unit_test(test_kv_scale_warning),
         cmocka_unit_test(test_rules_in_yaml_point_at_values),
+        cmocka_unit_test(test_moe_fields),
+        cmocka_unit_test(test_context_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

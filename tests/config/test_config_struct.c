@@ -33,7 +33,7 @@ static void test_defaults(void **state)
     assert_float_equal(c.model.kv_scale, 1.0, 0);
     assert_float_equal(c.model.num_params, 0, 0);
     assert_int_equal(c.model.weight_dtype, DCP_WEIGHT_BF16);
-    assert_float_equal(c.hardware.collective_latency, 20e-6, 1e-12);
+    assert_float_equal(c.hardware.collective_latency, 12e-6, 1e-12);
     assert_int_equal(c.hardware.gpus_per_node, 8);
     assert_int_equal(c.hardware.nodes, 1);
     assert_int_equal(c.parallel.dcp, 1);

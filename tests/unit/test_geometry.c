@@ -20,6 +20,8 @@ static void test_published_sizes(void **state)
                                         .kv_lora_rank = 512, .rope_dim = 64, .kv_dtype = DCP_DTYPE_BF16};
     assert_int_equal(dcp_rank_geometry_init(&ds, 8, 8, &g), DCP_OK);
     assert_int_equal(g.token_layer_bytes, 1152);
+    assert_int_equal(g.k_token_bytes, 1152); /* the latent + RoPE row holds the values too */
+    assert_int_equal(g.v_token_bytes, 0);
     assert_int_equal(g.q_heads_per_rank, 16);
     assert_int_equal(g.kv_heads_per_rank, 1);
     assert_int_equal(g.kv_replicas, 8);
@@ -39,6 +41,13 @@ static void test_published_sizes(void **state)
     assert_int_equal(g.kv_replicas, 2);
     assert_int_equal(g.gathered_heads, 16);
     assert_int_equal(g.token_layer_bytes, 512);
+    assert_int_equal(g.k_token_bytes, 256);
+    assert_int_equal(g.v_token_bytes, 256);
+    /* K and V rows of different lengths are not possible for GQA, but the split is per head:
+     * tp = 2 over 4 KV heads keeps 2 heads, 2 x 128 x 2 bytes of each. */
+    assert_int_equal(dcp_rank_geometry_init(&qwen, 2, 1, &g), DCP_OK);
+    assert_int_equal(g.k_token_bytes, 512);
+    assert_int_equal(g.v_token_bytes, 512);
 }
 
 /* docs/design.md "Validity rules": GQA needs (tp / kv) % dcp == 0; everyone needs tp % dcp == 0. */

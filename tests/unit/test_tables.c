@@ -14,7 +14,7 @@ static void test_dtype_rows(void **state)
 {
     (void)state;
     uint32_t rows = 0, wire = 0;
-#define CHECK_ROW(NAME, name, bytes, scaled, is_wire)                                              \
+#define CHECK_ROW(NAME, name, bytes, scaled, is_wire, codec)                                        \
     do {                                                                                          \
         const enum dcp_dtype d = DCP_DTYPE_##NAME;                                                \
         assert_int_equal((int)d, (int)DCPK_##NAME);                                               \

@@ -11,11 +11,20 @@
  *
  * Decoders are exact. Bit casts go through a union on the host (defined in C,
  * supported by every C++ compiler we use) and __float_as_uint on the device.
+ *
+ * Each row of DCPK_DTYPES (dcp_kernels/common.h) names its codec here: a load and
+ * a store per element, the one definition every kernel and the tests use.
  */
 #ifndef DCPK_CONVERT_H
 #define DCPK_CONVERT_H
 
 #include "dcp_kernels/common.h"
+
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#endif
 
 /** The bits of an fp32 value. */
 DCPK_HD uint32_t dcpk_f32_bits(float f)
@@ -188,43 +197,95 @@ DCPK_HD uint8_t dcpk_f32_to_fp8e4m3(float f, int satfinite)
     return (uint8_t)(sign | code);
 }
 
-/* ---- by dtype ---------------------------------------------------------- */
+/* ---- codecs: one per DCPK_DTYPES row (its codec column) ------------------ */
+/*
+ * dcpk_<codec>_load(base, i):     element i of an array of the dtype, as fp32 (exact);
+ * dcpk_<codec>_store(base, i, v): v rounded to the dtype (nearest even; fp8 satfinite,
+ *                                 the caller applies any fp8 scale first).
+ * On the device the stores use the conversion instructions, which round the same way
+ * (the host emulator of tests/kernels_build runs the portable code).
+ */
+
+DCPK_HD float dcpk_f32_load(const void *base, uint64_t i)
+{
+    return ((const float *)base)[i];
+}
+
+DCPK_HD void dcpk_f32_store(void *base, uint64_t i, float v)
+{
+    ((float *)base)[i] = v;
+}
+
+DCPK_HD float dcpk_bf16_load(const void *base, uint64_t i)
+{
+    return dcpk_bf16_to_f32(((const uint16_t *)base)[i]);
+}
+
+DCPK_HD void dcpk_bf16_store(void *base, uint64_t i, float v)
+{
+#if defined(__CUDA_ARCH__)
+    reinterpret_cast<__nv_bfloat16 *>(base)[i] = __float2bfloat16_rn(v);
+#else
+    ((uint16_t *)base)[i] = dcpk_f32_to_bf16(v);
+#endif
+}
+
+DCPK_HD float dcpk_fp16_load(const void *base, uint64_t i)
+{
+    return dcpk_fp16_to_f32(((const uint16_t *)base)[i]);
+}
+
+DCPK_HD void dcpk_fp16_store(void *base, uint64_t i, float v)
+{
+#if defined(__CUDA_ARCH__)
+    reinterpret_cast<__half *>(base)[i] = __float2half_rn(v);
+#else
+    ((uint16_t *)base)[i] = dcpk_f32_to_fp16(v);
+#endif
+}
+
+DCPK_HD float dcpk_fp8e4m3_load(const void *base, uint64_t i)
+{
+    return dcpk_fp8e4m3_to_f32(((const uint8_t *)base)[i]);
+}
+
+DCPK_HD void dcpk_fp8e4m3_store(void *base, uint64_t i, float v)
+{
+#if defined(__CUDA_ARCH__)
+    reinterpret_cast<__nv_fp8_storage_t *>(base)[i] = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+#else
+    ((uint8_t *)base)[i] = dcpk_f32_to_fp8e4m3(v, 1);
+#endif
+}
+
+/* ---- by dtype, generated from the rows ------------------------------------ */
 
 /**
  * Stores v as element idx of an array of dtype (fp8: satfinite; the caller
- * applies any fp8 scale first).
+ * applies any fp8 scale first). An unknown dtype stores fp32 (no kernel is given
+ * one: the launch checks refuse it).
  */
 DCPK_HD void dcpk_store_as(void *base, uint64_t idx, uint32_t dtype, float v)
 {
-    switch (dtype) {
-    case DCPK_BF16:
-        ((uint16_t *)base)[idx] = dcpk_f32_to_bf16(v);
-        break;
-    case DCPK_FP16:
-        ((uint16_t *)base)[idx] = dcpk_f32_to_fp16(v);
-        break;
-    case DCPK_FP8_E4M3:
-        ((uint8_t *)base)[idx] = dcpk_f32_to_fp8e4m3(v, 1);
-        break;
-    default:
-        ((float *)base)[idx] = v;
-        break;
+#define DCPK_STORE_AS_(NAME, name, bytes, scaled, wire, codec) \
+    if (dtype == DCPK_##NAME) {                                \
+        dcpk_##codec##_store(base, idx, v);                    \
+        return;                                                \
     }
+    DCPK_DTYPES(DCPK_STORE_AS_)
+#undef DCPK_STORE_AS_
+    dcpk_f32_store(base, idx, v);
 }
 
-/** Loads element idx of an array of dtype as fp32 (fp8: unscaled). */
+/** Loads element idx of an array of dtype as fp32 (fp8: unscaled; unknown: fp32). */
 DCPK_HD float dcpk_load_as_f32(const void *base, uint64_t idx, uint32_t dtype)
 {
-    switch (dtype) {
-    case DCPK_BF16:
-        return dcpk_bf16_to_f32(((const uint16_t *)base)[idx]);
-    case DCPK_FP16:
-        return dcpk_fp16_to_f32(((const uint16_t *)base)[idx]);
-    case DCPK_FP8_E4M3:
-        return dcpk_fp8e4m3_to_f32(((const uint8_t *)base)[idx]);
-    default:
-        return ((const float *)base)[idx];
-    }
+#define DCPK_LOAD_AS_(NAME, name, bytes, scaled, wire, codec) \
+    if (dtype == DCPK_##NAME)                                 \
+        return dcpk_##codec##_load(base, idx);
+    DCPK_DTYPES(DCPK_LOAD_AS_)
+#undef DCPK_LOAD_AS_
+    return dcpk_f32_load(base, idx);
 }
 
 #endif /* DCPK_CONVERT_H */

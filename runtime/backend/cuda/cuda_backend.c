@@ -149,20 +149,20 @@ static int cuda_engine_init(const struct dcp_engine *e, void **state, struct dcp
         return err;
 
     const uint32_t shared_kv = e->mla ? 1 : 0;
-    ce->attn = dcpk_attn_variant_find(e->qk_dim, e->v_dim, shared_kv, e->dtype);
+    ce->attn = dcpk_attn_variant_find(e->geo.qk_dim, e->geo.v_dim, shared_kv, e->dtype);
     if (!ce->attn)
         return dcp_error(DCP_ENOTSUP, "no GPU attention kernel for qk_dim=%u v_dim=%u (%s) with %s KV; "
                          "GPU kernels cover head_dim 64/128/256 and MLA 576/512",
-                         e->qk_dim, e->v_dim, e->mla ? "mla" : "gqa/mha", dcp_dtype_name(e->dtype));
+                         e->geo.qk_dim, e->geo.v_dim, e->mla ? "mla" : "gqa/mha", dcp_dtype_name(e->dtype));
 
     struct dcp_launch_env env;
     if ((err = dcp_launch_env_detect(&env)))
         return err;
-    const bool multi_process = e->num_ranks < e->tp;
+    const bool multi_process = e->num_ranks < e->geo.tp;
     ce->world_rank = env.rank;
     ce->world_size = env.world_size;
     ce->comm = choose_comm(e, ce, multi_process);
-    ce->num_groups = e->tp / e->dcp;
+    ce->num_groups = e->geo.tp / e->geo.dcp;
 
     /* Devices: one for virtual ranks, one per local rank for NCCL. */
     const int first = e->cfg->runtime.cuda.device;
@@ -200,8 +200,8 @@ static int cuda_engine_init(const struct dcp_engine *e, void **state, struct dcp
     caps->host_memory = false;
     snprintf(caps->detail, sizeof(caps->detail), "%s (sm_%d%d, %d SMs), %s%s, %s (%s); %s", d0->info.name,
              d0->info.cc_major, d0->info.cc_minor, d0->info.sm_count,
-             ce->comm == CUDA_COMM_VIRTUAL ? (e->dcp > 1 ? "virtual ranks on one GPU" : "ranks on one GPU")
-                                           : (e->dcp > 1 ? "one GPU per rank, NCCL" : "one GPU per rank"),
+             ce->comm == CUDA_COMM_VIRTUAL ? (e->geo.dcp > 1 ? "virtual ranks on one GPU" : "ranks on one GPU")
+                                           : (e->geo.dcp > 1 ? "one GPU per rank, NCCL" : "one GPU per rank"),
              multi_process ? " (one process per GPU)" : "", ce->attn->entry, attn_arithmetic(ce->attn, e),
              dcp_module_report(d0->module));
     describe_libraries(ce, caps->libraries, sizeof(caps->libraries));

@@ -40,7 +40,7 @@ static int exchange_unique_ids(const struct dcp_engine *e, struct cuda_engine *c
 int cuda_comm_engine_init(const struct dcp_engine *e, struct cuda_engine *ce, bool multi_process)
 {
     int err = DCP_OK;
-    if (ce->comm == CUDA_COMM_NCCL && e->dcp > 1) {
+    if (ce->comm == CUDA_COMM_NCCL && e->geo.dcp > 1) {
         if ((err = dcp_nccl_open(&(struct dcp_nccl_open_params){0}, &ce->nccl)))
             return err;
         ce->ids = calloc(ce->num_groups, sizeof(*ce->ids));
@@ -54,12 +54,12 @@ int cuda_comm_engine_init(const struct dcp_engine *e, struct cuda_engine *ce, bo
                                      NULL);
         if (err)
             return err;
-    } else if (e->dcp > 1) {
+    } else if (e->geo.dcp > 1) {
         ce->groups = calloc(ce->num_groups, sizeof(*ce->groups));
         if (!ce->groups)
             return dcp_error(DCP_ENOMEM, "cuda groups");
         for (uint32_t g = 0; g < ce->num_groups; g++) {
-            if ((err = rank_group_init(&ce->groups[g], e->dcp)))
+            if ((err = rank_group_init(&ce->groups[g], e->geo.dcp)))
                 return err;
             /* A rank that failed without aborting costs its peers one comm timeout, as with NCCL. */
             rank_group_set_timeout(&ce->groups[g], e->cfg->runtime.cuda.nccl_timeout_s);
@@ -89,15 +89,15 @@ int cuda_comm_rank_init(struct dcp_rank *r)
     if (ce->groups) {
         cr->group = &ce->groups[r->group_id];
         /* Source table of the virtual ReduceScatter's reduce kernel. */
-        if ((err = CU_CALL(api, cuMemAlloc, &cr->d_src_ptrs, e->dcp * sizeof(uint64_t))) ||
-            (err = CU_CALL(api, cuMemAllocHost, (void **)&cr->h_src_ptrs, e->dcp * sizeof(uint64_t))))
+        if ((err = CU_CALL(api, cuMemAlloc, &cr->d_src_ptrs, e->geo.dcp * sizeof(uint64_t))) ||
+            (err = CU_CALL(api, cuMemAllocHost, (void **)&cr->h_src_ptrs, e->geo.dcp * sizeof(uint64_t))))
             return err;
     }
     if (ce->nccl) {
         ncclConfig_t config;
         dcp_nccl_config_nonblocking(&config);
         err = dcp_nccl_check(ce->nccl,
-                             ce->nccl->api.ncclCommInitRankConfig(&cr->nccl_comm, (int)e->dcp, ce->ids[r->group_id],
+                             ce->nccl->api.ncclCommInitRankConfig(&cr->nccl_comm, (int)e->geo.dcp, ce->ids[r->group_id],
                                                                   (int)r->group_rank, &config),
                              "ncclCommInitRankConfig", cr->nccl_comm);
     }
@@ -393,7 +393,7 @@ static int nccl_end(struct dcp_rank *r, int begun, int result, const char *call)
 /* What an NCCL collective of per-peer share bytes sends to the other members. */
 static void nccl_count_sent(struct dcp_rank *r, uint64_t share)
 {
-    CR(r)->nccl_sent += (uint64_t)(r->engine->dcp - 1) * share;
+    CR(r)->nccl_sent += (uint64_t)(r->engine->geo.dcp - 1) * share;
 }
 
 uint64_t cuda_wire_bytes(const struct dcp_rank *r)
@@ -442,7 +442,7 @@ static int nccl_all_to_all(struct dcp_rank *r, uint64_t send, uint64_t recv, siz
     if (err)
         return nccl_end(r, err, 0, "ncclSend/ncclRecv all-to-all");
     int res = nc->ncclGroupStart();
-    for (uint32_t s = 0; s < r->engine->dcp && (res == 0 || res == NCCL_IN_PROGRESS); s++) {
+    for (uint32_t s = 0; s < r->engine->geo.dcp && (res == 0 || res == NCCL_IN_PROGRESS); s++) {
         res = nc->ncclSend((const void *)(uintptr_t)(send + s * bytes), bytes, ncclUint8, (int)s, cr->nccl_comm,
                            cr->comm_stream);
         if (res == 0 || res == NCCL_IN_PROGRESS)

@@ -136,9 +136,9 @@ static int host_recover(struct dcp_engine *e)
 
 static int host_engine_init(const struct dcp_engine *e, void **state, struct dcp_backend_caps *caps)
 {
-    if (e->params.rank_begin != 0 || e->num_ranks != e->tp)
+    if (e->params.rank_begin != 0 || e->num_ranks != e->geo.tp)
         return dcp_error(DCP_ENOTSUP, "the host backend runs all %u ranks in one process "
-                         "(rank_begin=%u, rank_count=%u)", e->tp, e->params.rank_begin, e->num_ranks);
+                         "(rank_begin=%u, rank_count=%u)", e->geo.tp, e->params.rank_begin, e->num_ranks);
     struct host_engine *h = calloc(1, sizeof(*h));
     if (!h)
         return dcp_error(DCP_ENOMEM, "host backend");
@@ -146,12 +146,12 @@ static int host_engine_init(const struct dcp_engine *e, void **state, struct dcp
     const uint32_t cpus = online_cpus();
     const uint32_t configured = e->cfg->runtime.host.threads;
     h->threads_per_rank = configured ? configured : DCP_MAX(1u, cpus / e->num_ranks);
-    h->num_groups = e->tp / e->dcp;
+    h->num_groups = e->geo.tp / e->geo.dcp;
     h->groups = calloc(h->num_groups, sizeof(*h->groups));
     if (!h->groups)
         return dcp_error(DCP_ENOMEM, "host groups");
     for (uint32_t i = 0; i < h->num_groups; i++) {
-        int err = rank_group_init(&h->groups[i], e->dcp);
+        int err = rank_group_init(&h->groups[i], e->geo.dcp);
         if (err)
             return err;
         rank_group_set_timeout(&h->groups[i], e->cfg->runtime.cuda.nccl_timeout_s);

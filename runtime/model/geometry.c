@@ -1,10 +1,10 @@
 /*
- * geometry.c: per-rank geometry and KV budget (include/dcp/geometry.h).
+ * geometry.c: per-rank geometry and KV budget (include/dcp/geometry.h), the model
+ * layer's view of one TP rank under tp and dcp (model/model.h).
  */
-#include "dcp/geometry.h"
-
 #include <string.h>
 
+#include "model/model.h"
 #include "util/util.h"
 
 DCP_API int dcp_rank_geometry_init(const struct dcp_model_config *m, uint32_t tp, uint32_t dcp,
@@ -49,9 +49,8 @@ DCP_API int dcp_rank_geometry_init(const struct dcp_model_config *m, uint32_t tp
     g->gathered_heads = dcp * g->q_heads_per_rank;
     g->q_per_kv_head = g->gathered_heads / g->kv_heads_per_rank;
     dcp_model_attention_dims(m, &g->qk_dim, &g->v_dim);
-    const uint64_t elem = dcp_dtype_size(m->kv_dtype);
-    g->token_layer_bytes = mla ? (uint64_t)g->qk_dim * elem
-                               : 2u * (uint64_t)g->kv_heads_per_rank * m->head_dim * elem;
+    dcp_model_token_bytes(m, g->kv_heads_per_rank, &g->k_token_bytes, &g->v_token_bytes);
+    g->token_layer_bytes = g->k_token_bytes + g->v_token_bytes;
     return DCP_OK;
 }
 
