@@ -628,7 +628,13 @@ int cmd_replay(int argc, char **argv)
                         res[i].requests - res[i].finished - res[i].rejected);
                 ok = false;
             }
-            if (res[i].executed && o.exec.check && (!res[i].check.pass || !res[i].check.rows)) {
+            if (res[i].executed && o.exec.check && !res[i].finished) {
+                /* Every request rejected: there was nothing to check, which is not a failed check. */
+                fprintf(stderr, "dcp-run replay: %s: no request ran (%u rejected: %u by the KV pool, %u by the "
+                        "context limit), so nothing was executed or checked\n", cli_layout_name(name, res[i].dcp),
+                        res[i].rejected, res[i].rejected_pool, res[i].rejected_context);
+                ok = false;
+            } else if (res[i].executed && o.exec.check && (!res[i].check.pass || !res[i].check.rows)) {
                 fprintf(stderr, "dcp-run replay: %s: correctness check FAILED\n", cli_layout_name(name, res[i].dcp));
                 ok = false;
             }

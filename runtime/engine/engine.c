@@ -633,15 +633,21 @@ static int settle(struct dcp_engine *e)
         int err = e->ops->recover ? e->ops->recover(e)
                                   : dcp_error(DCP_EABORTED, "the %s backend cannot restart its collectives",
                                               e->ops->name);
-        if (err) {
-            snprintf(e->failure, sizeof(e->failure), "%s", dcp_last_error()[0] ? dcp_last_error()
-                                                                               : dcp_strerror(err));
-            atomic_store(&e->failed, 1);
-        }
+        if (err)
+            dcp_engine_fail(e, dcp_last_error()[0] ? dcp_last_error() : dcp_strerror(err));
     }
     if (atomic_load(&e->failed))
         return dcp_error(DCP_EABORTED, "the engine failed after an abort (%s): destroy it", e->failure);
     return DCP_OK;
+}
+
+void dcp_engine_fail(struct dcp_engine *e, const char *why)
+{
+    int first = 0;
+    if (atomic_compare_exchange_strong(&e->failing, &first, 1)) {
+        snprintf(e->failure, sizeof(e->failure), "%s", why);
+        atomic_store(&e->failed, 1);
+    }
 }
 
 int dcp_engine_check_usable(const struct dcp_engine *e)

@@ -231,6 +231,7 @@ struct dcp_engine {
                                     ///< engine's steps, sequences or life refuse (dcp_engine_check_idle).
     atomic_int aborted;             ///< The step was aborted; recover at the next begin_step or run.
     atomic_int failed;              ///< Recovery failed: the engine refuses every step (destroy it).
+    atomic_int failing;             ///< dcp_engine_fail claimed the failure message (set once).
     char failure[256];              ///< Why it failed.
     char notice[512];               ///< Why auto fell back to host ("" if it did not).
 };
@@ -284,6 +285,10 @@ void dcp_rank_release(struct dcp_rank *const *claim);
     struct dcp_rank *const rank_claim_ __attribute__((cleanup(dcp_rank_release))) = dcp_rank_claim(r, op); \
     if (!rank_claim_)                                                                                \
     return
+
+/** Marks the engine failed for good (engine.h, Errors) with why as the reason every later
+ *  step and rank function gives with DCP_EABORTED; the first reason stays. Any thread. */
+void dcp_engine_fail(struct dcp_engine *e, const char *why);
 
 /** DCP_OK, or DCP_EABORTED with a message when the engine failed for good. */
 int dcp_engine_check_usable(const struct dcp_engine *e);

@@ -63,8 +63,8 @@ static int check_group_threads(struct dcp_rank *r)
 {
     const struct dcp_engine *e = r->engine;
     const uint64_t self = this_thread();
-    for (uint32_t m = 0; m < e->dcp; m++) {
-        const uint32_t tp = r->group_id * e->dcp + m;
+    for (uint32_t m = 0; m < e->geo.dcp; m++) {
+        const uint32_t tp = r->group_id * e->geo.dcp + m;
         if (m == r->group_rank || tp < e->params.rank_begin || tp - e->params.rank_begin >= e->num_ranks)
             continue; /* this rank, or one of another process */
         struct dcp_rank *p = &e->ranks[tp - e->params.rank_begin];

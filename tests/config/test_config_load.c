@@ -396,6 +396,10 @@ static void test_wrong_types(void **state)
     expect_one_error(MLA_MODEL "hardware:\n  gpu: ''\n  memory_gb: 141\n  hbm_gbps: 4800\n"
                                "  link_gbps: 450\n" TP8_DCP8 WORKLOAD,
                      "t.yaml:9:8: hardware.gpu: must not be empty");
+    /* "\0" in a double-quoted scalar: the name was cut there silently. */
+    expect_one_error(MLA_MODEL "hardware:\n  gpu: \"H200\\0evil\"\n  memory_gb: 141\n  hbm_gbps: 4800\n"
+                               "  link_gbps: 450\n" TP8_DCP8 WORKLOAD,
+                     "t.yaml:9:8: hardware.gpu: holds a NUL byte (\\0), which a name or path cannot");
     expect_one_error(MLA_MODEL H200 TP8_DCP8 WORKLOAD "runtime:\n  backend: [cuda]\n",
                      "t.yaml:19:12: runtime.backend: expected one of auto, cuda, host, got a list");
     expect_one_error("model:\n  name: DeepSeek-V3\n  attention: mla\n  layers: 61\n  query_heads: 128\n"

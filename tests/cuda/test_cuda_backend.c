@@ -900,6 +900,16 @@ static void test_hung_kernel_teardown_bounded(void **state)
         struct run_io io = {0};
         assert_int_equal(run_engine(e, &io), DCP_ETIMEOUT);
         assert_contains(dcp_last_error(), devices == 2 ? "did not complete within" : "did not finish within");
+        /* The engine failed with it (engine.h, Errors): a rank function returns DCP_EABORTED
+         * at once, naming the cause (it queued more work behind the hung kernel). */
+        if (devices == 1) {
+            const double t_failed = dcp_now_seconds();
+            for (uint32_t i = 0; i < 2; i++) {
+                assert_int_equal(dcp_rank_append_kv(dcp_engine_rank(e, i), 0, io.k[i], NULL), DCP_EABORTED);
+                assert_contains(dcp_last_error(), "did not finish within");
+            }
+            assert_true(dcp_now_seconds() - t_failed < 0.5);
+        }
         /* The next step is refused: the device still runs the hung work. */
         uint32_t id = 0, one = 1;
         assert_int_equal(dcp_seq_create(e, &id), DCP_OK);

@@ -427,6 +427,45 @@ static void test_capture_refusals(void **state)
     fake_env_reset();
 }
 
+/* A capture_begin that fails after the group's leader began capturing (here the step
+ * was aborted, so the group's barrier fails) leaves no capture open: the leader's stream
+ * stayed capturing, no capture_end could close it (the rank was not capturing for the
+ * engine), every later capture was refused and eager work was recorded instead of run.
+ * Virtual ranks, where the leader captures for its group. */
+static void test_failed_capture_closes(void **state)
+{
+    (void)state;
+    if (dcp_embedded_module_count == 0)
+        skip();
+    fake_env_reset();
+    fake_env_set("FAKE_CUDA_DEVICES", "1");
+    dcp_deployment *dep = make_deployment(&cases[0]);
+    dcp_engine *e = make_engine(dep, true);
+    struct io io;
+    io_alloc(&io, e);
+    uint32_t ids[1];
+    const uint32_t len = 20, one = 1;
+    prefill(&io, ids, &len, 1);
+    assert_int_equal(dcp_seq_extend(e, ids[0], 1), DCP_OK);
+    const struct dcp_batch b = {.num_seqs = 1, .seq_ids = ids, .q_lens = &one};
+    assert_int_equal(dcp_engine_begin_step(e, &b), DCP_OK);
+    dcp_engine_abort(e);
+    assert_int_equal(dcp_rank_capture_begin(dcp_engine_rank(e, 0)), DCP_EABORTED);
+    dcp_graph *none = NULL;
+    assert_int_equal(dcp_rank_capture_end(dcp_engine_rank(e, 0), &none), DCP_EINVAL); /* nothing to close */
+    /* The next step (it restarts the collectives) captures and runs its graph. */
+    io.mode = CAPTURE;
+    io.attend = true;
+    io.download = true;
+    run_step(&io, ids, &one, 1);
+    for (uint32_t i = 0; i < TP; i++)
+        assert_non_null(io.graph[i]);
+    io_free(&io);
+    dcp_engine_destroy(&e);
+    dcp_deployment_destroy(&dep);
+    fake_env_reset();
+}
+
 /* Work the caller queues on its stream before the step (writing the queries) and
  * after it (copying the output away) is ordered with the step: the deferred fake
  * runs neither unless the library queued the step on that stream. */
@@ -644,6 +683,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_replay_equals_eager),
         cmocka_unit_test(test_capture_refusals),
+        cmocka_unit_test(test_failed_capture_closes),
         cmocka_unit_test(test_caller_stream_ordering),
         cmocka_unit_test(test_no_host_wait_in_step),
         cmocka_unit_test(test_host_backend),
