@@ -90,10 +90,84 @@ struct dcp_perf_params {
     struct dcp_perf_collective_fit collective_fits[DCP_PERF_MAX_FITS]; ///< Measured collectives: a kind,
                                  ///< rank count and link found here is priced by its fit, not the model.
     uint32_t calibrated;         ///< enum dcp_perf_calibrated bits: inputs a calibration set. Default 0.
+    char calibrated_on[96];      ///< The backend the calibration ran on ("" without one).
 };
 
 /** Fills the defaults listed above. */
 DCP_API void dcp_perf_default_params(struct dcp_perf_params *p);
+
+/** Largest calibration file dcp_perf_params_load() reads. */
+#define DCP_PERF_CALIBRATION_MAX_BYTES (1u << 20)
+
+/**
+ * Reads a calibration file (YAML, written by `dcp-run calibrate`; docs/plan.md,
+ * "Calibration", gives the format) into p: what it measured replaces p's inputs and
+ * sets their bits in p->calibrated, the rest of p is kept. Only a regular file of at
+ * most DCP_PERF_CALIBRATION_MAX_BYTES is read; every problem is reported to diag as
+ * `FILE:LINE:COL: KEY: message` and p is then unchanged. Returns DCP_OK, DCP_EIO
+ * (unreadable), DCP_ECONFIG (bad content) or DCP_ENOMEM.
+ */
+DCP_API int dcp_perf_params_load(const char *path, dcp_diag *diag, struct dcp_perf_params *p);
+
+/** One timed collective of a calibration. */
+struct dcp_calibration_collective {
+    enum dcp_plan_comm_kind kind; ///< Which collective.
+    uint32_t ranks;              ///< Group size.
+    double bytes;                ///< Bytes one rank sends to the others.
+    double seconds;              ///< Median time of one call.
+};
+
+/** One timed attention call of a calibration. */
+struct dcp_calibration_attention {
+    uint64_t context;            ///< Tokens of each sequence on the rank.
+    uint32_t batch;              ///< Sequences.
+    double bytes;                ///< KV bytes the call reads on the rank (one layer).
+    double seconds;              ///< Median time of one call.
+};
+
+/** Most samples of each kind a calibration holds. */
+#define DCP_CALIBRATION_MAX_SAMPLES 64
+
+/** What `dcp-run calibrate` measured, and the model inputs fitted to it. */
+struct dcp_calibration {
+    char backend[96];            ///< Where it ran ("host (4 ranks)", "cuda (NVIDIA H200, nccl)").
+    char deployment[256];        ///< The deployment whose shapes were measured.
+    double hbm_bandwidth;        ///< Bytes/s kv_efficiency is relative to (the deployment's hbm_gbps).
+    struct dcp_perf_params fit;  ///< collective_fits, kv_efficiency, attention_call and the kernel gaps
+                                 ///< measured (bits in fit.calibrated); the rest are the defaults.
+    uint32_t num_collectives;    ///< Entries of collectives.
+    struct dcp_calibration_collective collectives[DCP_CALIBRATION_MAX_SAMPLES]; ///< Timed collectives.
+    uint32_t num_attention;      ///< Entries of attention.
+    struct dcp_calibration_attention attention[DCP_CALIBRATION_MAX_SAMPLES]; ///< Timed attention calls.
+};
+
+/** How dcp_calibrate() measures. Start from dcp_calibrate_default_params(). */
+struct dcp_calibrate_params {
+    uint64_t min_bytes;          ///< Smallest collective message per rank. Default 4 KiB.
+    uint64_t max_bytes;          ///< Largest. Default 4 MiB (sizes go up by 4x).
+    uint32_t repeats;            ///< Timed calls per point (the median is kept). Default 20.
+    uint64_t max_context;        ///< Longest per-rank context timed (from 256 tokens up by 4x). Default 65,536.
+    double kv_bytes;             ///< KV arena bytes per rank of the attention engine. Default 256e6.
+};
+
+/** Fills the defaults listed above. */
+DCP_API void dcp_calibrate_default_params(struct dcp_calibrate_params *p);
+
+/**
+ * Measures the performance model's inputs on the backend dep runs on (runtime.backend: host threads,
+ * CUDA virtual ranks or NCCL across GPUs): each collective of the DCP merge (all-gather,
+ * reduce-scatter, all-to-all) over the deployment's DCP group from min_bytes to
+ * max_bytes per rank, fitted to alpha + bytes / beta; decode attention of one rank with
+ * the deployment's shapes at per-rank contexts from 256 tokens to max_context, fitted to
+ * bytes / (hbm x kv_efficiency) + attention_call; and the cost of the smallest
+ * attention call (kernel_gap_eager). A deployment with dcp 1 measures no collectives.
+ * DCP_EINVAL for bad arguments; engine errors as dcp_engine_create() gives them.
+ */
+DCP_API int dcp_calibrate(const dcp_deployment *dep, const struct dcp_calibrate_params *p,
+                          struct dcp_calibration *out);
+
+/** Writes c as a calibration file (YAML) that dcp_perf_params_load() reads. DCP_EIO on failure. */
+DCP_API int dcp_calibration_write(const struct dcp_calibration *c, const char *path);
 
 /** Most communication rows a model prices per layer. */
 #define DCP_PERF_MAX_ROWS 8
@@ -177,6 +251,25 @@ DCP_API void dcp_perf_step_time(const struct dcp_perf_model *m, const struct dcp
  */
 DCP_API void dcp_perf_decode_time(const struct dcp_perf_model *m, uint64_t batch, uint64_t context,
                                   uint32_t q_len, struct dcp_perf_step *out);
+
+/**
+ * Output tokens per second per GPU of the decode steady state of a closed loop of
+ * `clients` requests of `context` tokens when `fits` of them fit the KV pool at once
+ * (the others wait): min(clients, fits) sequences decode together, each step giving
+ * one token per sequence (drafts, q_len > 1, are priced as read and computed, and
+ * credited as rejected: a lower bound). 0 when nothing fits.
+ */
+DCP_API double dcp_perf_decode_rate(const struct dcp_perf_model *m, uint64_t fits, uint64_t clients, uint64_t context,
+                                    uint32_t q_len);
+
+/**
+ * The smallest concurrency from which layout b decodes more tokens per GPU per second
+ * than layout a at every concurrency up to max_clients (dcp_perf_decode_rate() at
+ * context tokens, a_fits and b_fits requests fitting at once); 0 when b is not ahead
+ * at max_clients.
+ */
+DCP_API uint32_t dcp_perf_wins_from(const struct dcp_perf_model *a, uint64_t a_fits, const struct dcp_perf_model *b,
+                                    uint64_t b_fits, uint64_t context, uint32_t q_len, uint32_t max_clients);
 
 /**
  * Seconds one collective of `kind` among `ranks` ranks takes over `link` for `bytes`

@@ -89,17 +89,6 @@ struct dcp_plan_comm {
 /** "all_gather", "reduce_scatter", "all_to_all", "all_reduce", "peer_write", or "unknown". */
 DCP_API const char *dcp_plan_comm_kind_name(enum dcp_plan_comm_kind kind);
 
-/** Where DCP's communication costs less than the KV read it saves. An estimate. */
-struct dcp_plan_crossover {
-    uint32_t batch;         ///< Requests decoded together in one step.
-    double comm_seconds;    ///< Extra time per layer per step: collectives * latency + bytes / link bandwidth.
-    double saved_per_token_seconds; ///< KV read time saved per layer per step per context token of each request.
-    double context_len;     ///< Context length above which DCP's step is faster (INFINITY if never, i.e. dcp = 1).
-};
-
-/** Number of batch sizes the crossover is estimated for. */
-#define DCP_PLAN_CROSSOVER_BATCHES 4
-
 /** A whole plan. Plain data: no allocation, no destroy. */
 struct dcp_plan {
     struct dcp_plan_memory memory;     ///< Per-GPU budget.
@@ -110,7 +99,6 @@ struct dcp_plan {
     struct dcp_plan_comm comm;         ///< Communication of the configured scheme.
     double baseline_kv_read_per_token; ///< KV bytes read per layer per context token per rank, baseline.
     double dcp_kv_read_per_token;      ///< The same with DCP (baseline / dcp).
-    struct dcp_plan_crossover crossover[DCP_PLAN_CROSSOVER_BATCHES]; ///< For batch 1, 8, 64, 256.
     uint32_t instances;                ///< Model instances (data-parallel replicas): gpus_per_node * nodes / tp.
 };
 
@@ -121,6 +109,31 @@ struct dcp_plan {
  * concurrency are then 0.
  */
 DCP_API int dcp_plan_compute(const dcp_deployment *dep, struct dcp_plan *plan);
+
+/**
+ * The plan of deployment dep as if parallel.dcp were dcp (the baseline is the same;
+ * plan->dcp and the communication are those of dcp). DCP_EINVAL, with
+ * the reason, for a dcp the model and tp do not allow (dcp_rank_geometry_init()).
+ */
+DCP_API int dcp_plan_compute_dcp(const dcp_deployment *dep, uint32_t dcp, struct dcp_plan *plan);
+
+/** One candidate DCP size of a deployment, valid or not. */
+struct dcp_plan_dcp_size {
+    uint32_t dcp;           ///< The size.
+    bool valid;             ///< The model and tp allow it.
+    char reason[200];       ///< Why not (the validity rule's message); "" when valid.
+};
+
+/** Most sizes dcp_plan_dcp_sizes() lists. */
+#define DCP_PLAN_MAX_DCP_SIZES 32
+
+/**
+ * Lists the DCP sizes a user may think of for deployment dep, ascending: 1 to
+ * min(tp, 16), the divisors of tp and the powers of two up to tp (at most
+ * DCP_PLAN_MAX_DCP_SIZES), each valid or with the reason it is not. Returns the count
+ * written to out (0 for NULL arguments).
+ */
+DCP_API uint32_t dcp_plan_dcp_sizes(const dcp_deployment *dep, struct dcp_plan_dcp_size *out, uint32_t max);
 
 #ifdef __cplusplus
 }

@@ -144,6 +144,10 @@ struct dcp_sched_params {
     double mtp_acceptance;     ///< Probability that each draft is accepted, given the previous was. Default 0.7.
     uint64_t seed;             ///< Seed of the acceptance draws (one stream per request and position,
                                ///< so outputs do not depend on scheduling). Default 1.
+    bool prompts_loaded;       ///< A decode instance of a P/D deployment: a request arrives with its prompt's KV
+                               ///< computed by a prefill instance (and its first token). Its admission loads the
+                               ///< whole prompt in one entry with loaded set, outside the token budget, and the
+                               ///< step completing it counts the first token. Standalone schedulers only. Default false.
 };
 
 /** Fills the defaults listed above. */
@@ -232,6 +236,7 @@ struct dcp_sched_step {
     double prefill_attention;             ///< Sum over prefill tokens of their context length (for FLOPs).
     uint32_t admitted;                    ///< Requests admitted by this step.
     uint32_t preempted;                   ///< Requests preempted by this step.
+    uint64_t loaded_tokens;               ///< Prompt tokens of loaded entries (prompts_loaded), not in prefill_tokens.
 };
 
 /**

@@ -15,7 +15,8 @@
  * transposed in scratch), so scores, softmax and P x V are all lane-parallel
  * with no horizontal sums, and a tile of K/V is broadcast from L1.
  * The causal mask is per row: row r sees local indices below
- * dcpk_local_length(pos_r + 1) (the rank's keys at global positions <= pos_r).
+ * dcpk_local_length(pos_r + 1) (the rank's keys at global positions <= pos_r),
+ * and with a sliding window of W tokens from dcpk_local_length(pos_r + 1 - W) on.
  * Queries (q_dtype) are converted to fp32 as they are staged, outputs rounded to
  * out_dtype as they are written (split-KV partials stay fp32).
  */
@@ -64,6 +65,7 @@ struct attn_scratch {
     float *m;         ///< [row_cap] running max.
     float *l;         ///< [row_cap] running denominator.
     float *alpha;     ///< [row_cap] rescale of the current tile.
+    uint64_t *row_begin;///< [row_cap] local index of each row's first visible key (sliding window; else lo).
     uint64_t *row_end;///< [row_cap] local index past each row's last visible key.
     float *kt;        ///< [ATTN_TILE][qk_dim] K tile in fp32.
     float *vt;        ///< [ATTN_TILE][v_dim] V tile in fp32 (unused when v_in_k).
@@ -135,6 +137,7 @@ static size_t attn_scratch_layout(const struct dcpk_attn_params *p, const struct
     ATTN_CARVE(m, float, rc);
     ATTN_CARVE(l, float, rc);
     ATTN_CARVE(alpha, float, rc);
+    ATTN_CARVE(row_begin, uint64_t, rc);
     ATTN_CARVE(row_end, uint64_t, rc);
     ATTN_CARVE(kt, float, (size_t)ATTN_TILE * p->qk_dim);
     ATTN_CARVE(vt, float, sh->v_in_k ? 0 : (size_t)ATTN_TILE * p->v_dim);
@@ -168,6 +171,19 @@ static void group_row(const struct attn_group *gr, uint32_t i, uint32_t *tok, ui
     *head = gr->head0 + r % gr->nheads;
 }
 
+/** Local indices of the rank's keys at global positions below pos (0 for pos <= 0). */
+static uint64_t local_below(const struct dcpk_attn_params *p, int64_t pos)
+{
+    return pos > 0 ? dcpk_local_length((uint64_t)pos, p->rank, p->group_size, p->interleave) : 0;
+}
+
+/** Clips a local index to the split's range [lo, hi]. */
+static uint64_t clip_to_split(const struct attn_group *gr, uint64_t c)
+{
+    c = c < gr->hi ? c : gr->hi;
+    return c > gr->lo ? c : gr->lo;
+}
+
 /**
  * Local index past the last key row i of a group may see in the split: the
  * rank's keys at global positions <= the row's position, clipped to [lo, hi].
@@ -178,10 +194,22 @@ static uint64_t group_row_end(const struct dcpk_attn_params *p, const struct att
     const uint32_t ti = (gr->row0 + i) / gr->nheads;
     /* Positions [0, visible) are visible: visible = pos + 1. */
     const int64_t visible = (int64_t)gr->seq_len - (int64_t)gr->ntok + (int64_t)ti + 1;
-    uint64_t end = visible > 0 ? dcpk_local_length((uint64_t)visible, p->rank, p->group_size,
-                                                   p->interleave) : 0;
-    end = end < gr->hi ? end : gr->hi;
-    return end > gr->lo ? end : gr->lo;
+    return clip_to_split(gr, local_below(p, visible));
+}
+
+/**
+ * Local index of the first key row i may see in the split: with a sliding window
+ * of W tokens, the rank's first key at a global position above pos - W (the
+ * inverse placement map: local indices follow global positions); else lo.
+ */
+static uint64_t group_row_begin(const struct dcpk_attn_params *p, const struct attn_group *gr,
+                                uint32_t i)
+{
+    if (!p->window)
+        return gr->lo;
+    const uint32_t ti = (gr->row0 + i) / gr->nheads;
+    const int64_t visible = (int64_t)gr->seq_len - (int64_t)gr->ntok + (int64_t)ti + 1;
+    return clip_to_split(gr, local_below(p, visible - (int64_t)p->window));
 }
 
 /** Where row i of a group writes: its output row (element out_idx of out, of dtype out_dtype) and LSE. */
@@ -268,7 +296,8 @@ DCPK_INLINE void find_rows(const struct dcpk_attn_params *p, const struct attn_s
             off = 0;
         }
         if (t == 0 || off == 0) {
-            const uint64_t slot = (uint64_t)(uint32_t)table[page] * p->block_size;
+            const uint64_t entry = p->ring_pages ? page % p->ring_pages : page;
+            const uint64_t slot = (uint64_t)(uint32_t)table[entry] * p->block_size;
             base = (const char *)(uintptr_t)cache +
                    dcpk_kv_row_index(slot, gr->kv_head, p->num_kv_heads, p->block_size, stride) * sh->esize;
         }
@@ -441,15 +470,32 @@ DCPK_INLINE void tile_scores(float *restrict s, const float *restrict kt, const 
     }
 }
 
-/** Sets s[t][i] = -inf where key c0 + t is past row i's visible end. */
-static void mask_tile(float *restrict s, const uint64_t *restrict row_end, uint64_t c0, uint32_t nt,
-                      uint32_t nrp)
+/** Where the rows of a group see keys: the extremes of their [row_begin, row_end). */
+struct row_span {
+    uint64_t begin_min, begin_max; ///< Earliest and latest first visible key (sliding window).
+    uint64_t end_min, end_max;     ///< Earliest and latest end of the visible keys.
+};
+
+/** Tile positions [0, lead) are before row i's first visible key, [first, nt) past its end. */
+static void row_visible(uint64_t begin, uint64_t end, uint64_t c0, uint32_t nt, uint32_t *lead, uint32_t *first)
+{
+    const uint64_t b = begin > c0 ? begin - c0 : 0, e = end > c0 ? end - c0 : 0;
+    *lead = (uint32_t)(b < nt ? b : nt);
+    *first = (uint32_t)(e < nt ? e : nt);
+}
+
+/** Sets s[t][i] = -inf where key c0 + t is outside row i's visible keys [row_begin, row_end). */
+static void mask_tile(float *restrict s, const uint64_t *restrict row_begin, const uint64_t *restrict row_end,
+                      uint64_t c0, uint32_t nt, uint32_t nrp)
 {
     const float neg_inf = dcpk_neg_inf();
     for (uint32_t i = 0; i < nrp; i++) {
-        const uint64_t first = row_end[i] > c0 ? row_end[i] - c0 : 0;
-        for (uint64_t t = first; t < nt; t++)
-            s[t * nrp + i] = neg_inf;
+        uint32_t lead, first;
+        row_visible(row_begin[i], row_end[i], c0, nt, &lead, &first);
+        for (uint32_t t = 0; t < lead; t++)
+            s[(size_t)t * nrp + i] = neg_inf;
+        for (uint32_t t = first; t < nt; t++)
+            s[(size_t)t * nrp + i] = neg_inf;
     }
 }
 
@@ -584,7 +630,7 @@ static void write_rows(const struct dcpk_attn_params *p, const struct attn_shape
     const uint32_t vdec = sh->v_in_k ? p->qk_dim : p->v_dim;
     for (uint32_t i = 0; i < gr->nrows; i++) {
         const struct row_dst dst = group_row_dst(p, sh, gr, i);
-        const int empty = w->row_end[i] == gr->lo; /* then ot and l were never set */
+        const int empty = w->row_end[i] <= w->row_begin[i]; /* then ot and l were never set */
         if (!empty && !row_finite(w->ot + i, p->v_dim, nrp, w->l[i])) {
             for (uint32_t d = 0; d < p->v_dim; d++)
                 dcpk_store_as(dst.out, dst.out_idx + d, dst.out_dtype, dcpk_qnan());
@@ -607,15 +653,16 @@ static void write_rows(const struct dcpk_attn_params *p, const struct attn_shape
 }
 
 /**
- * True when a value some row must not see is not finite: V rows [first, nt) of
- * the tile (rows v_stride apart, v values used), the keys past the first row's
- * visible end. 0 * NaN (or 0 * inf) would carry it into rows that mask the key.
+ * True when a value some row must not see is not finite: V rows [0, lead) and
+ * [first, nt) of the tile (rows v_stride apart, v values used), the keys before
+ * the last row's window starts and past the first row's visible end. 0 * NaN (or
+ * 0 * inf) would carry it into rows that mask the key.
  */
-static int masked_values_nonfinite(const float *vt, uint32_t vstride, uint32_t v, uint64_t first,
+static int masked_values_nonfinite(const float *vt, uint32_t vstride, uint32_t v, uint32_t lead, uint32_t first,
                                    uint32_t nt)
 {
-    for (uint64_t t = first; t < nt; t++)
-        for (uint32_t d = 0; d < v; d++)
+    for (uint64_t t = 0; t < nt; t++)
+        for (uint32_t d = 0; (t < lead || t >= first) && d < v; d++)
             if (dcpk_f32_is_nonfinite(vt[t * vstride + d]))
                 return 1;
     return 0;
@@ -629,14 +676,15 @@ static int masked_values_nonfinite(const float *vt, uint32_t vstride, uint32_t v
  */
 static void tile_accumulate_masked(float *restrict ot, const float *restrict s, const float *restrict vt,
                                    uint32_t vstride, const float *restrict alpha, uint32_t v, uint32_t nrp,
-                                   uint32_t nt, const uint64_t *restrict row_end, uint64_t c0)
+                                   uint32_t nt, const uint64_t *restrict row_begin, const uint64_t *restrict row_end,
+                                   uint64_t c0)
 {
     for (uint32_t i = 0; i < nrp; i++) {
-        const uint64_t seen = row_end[i] > c0 ? row_end[i] - c0 : 0;
-        const uint32_t n = seen < nt ? (uint32_t)seen : nt;
+        uint32_t lead, n;
+        row_visible(row_begin[i], row_end[i], c0, nt, &lead, &n);
         for (uint32_t d = 0; d < v; d++) {
             float acc = ot[(size_t)d * nrp + i] * alpha[i];
-            for (uint32_t t = 0; t < n; t++)
+            for (uint32_t t = lead; t < n; t++)
                 acc += vt[(size_t)t * vstride + d] * s[(size_t)t * nrp + i];
             ot[(size_t)d * nrp + i] = acc;
         }
@@ -644,22 +692,23 @@ static void tile_accumulate_masked(float *restrict ot, const float *restrict s, 
 }
 
 /**
- * The tiles of local keys [lo, end) for the nrp rows of a group whose queries
- * are in w->qt: converts each tile (while the next one is prefetched) and folds
- * it into every row's online softmax and output accumulator.
+ * The tiles of local keys [sp->begin_min, sp->end_max) for the nrp rows of a
+ * group whose queries are in w->qt: converts each tile (while the next one is
+ * prefetched) and folds it into every row's online softmax and output accumulator.
  */
 DCPK_INLINE void run_tiles(const struct dcpk_attn_params *p, const struct attn_shape *sh,
                            const struct attn_group *gr, const struct attn_scratch *w, uint32_t nrp,
-                           uint64_t end, uint64_t end_min, enum dcpk_cpu_isa isa)
+                           const struct row_span *sp, enum dcpk_cpu_isa isa)
 {
+    const uint64_t start = sp->begin_min, end = sp->end_max;
     const int wide = isa >= DCPK_CPU_ISA_AVX512, f16c = isa >= DCPK_CPU_ISA_F16C;
     const float *vt = sh->v_in_k ? w->kt : w->vt;
     const uint32_t vstride = sh->v_in_k ? p->qk_dim : p->v_dim;
     struct tile_rows k_rows[2], v_rows[2]; /* this tile's and the next one's */
-    uint32_t nt = (uint32_t)(end - gr->lo < ATTN_TILE ? end - gr->lo : ATTN_TILE);
-    find_rows(p, sh, gr, gr->lo, nt, p->k_cache, p->qk_dim, p->qk_dim, &k_rows[0]);
-    find_rows(p, sh, gr, gr->lo, sh->v_in_k ? 0 : nt, p->v_cache, p->v_dim, p->v_row_stride, &v_rows[0]);
-    for (uint64_t c0 = gr->lo, it = 0; c0 < end; c0 += ATTN_TILE, it ^= 1) {
+    uint32_t nt = (uint32_t)(end - start < ATTN_TILE ? end - start : ATTN_TILE);
+    find_rows(p, sh, gr, start, nt, p->k_cache, p->qk_dim, p->qk_dim, &k_rows[0]);
+    find_rows(p, sh, gr, start, sh->v_in_k ? 0 : nt, p->v_cache, p->v_dim, p->v_row_stride, &v_rows[0]);
+    for (uint64_t c0 = start, it = 0; c0 < end; c0 += ATTN_TILE, it ^= 1) {
         const struct tile_rows *kr = &k_rows[it], *vr = &v_rows[it];
         struct tile_rows *kn = &k_rows[it ^ 1], *vn = &v_rows[it ^ 1];
         const uint64_t c1 = c0 + ATTN_TILE;
@@ -675,12 +724,15 @@ DCPK_INLINE void run_tiles(const struct dcpk_attn_params *p, const struct attn_s
         struct prefetch_cursor pc;
         prefetch_start(&pc, kn, vn, row_vectors(nrp, wide) * (ntp / SCORE_TOKENS + accumulate_blocks(p->v_dim)));
         tile_scores(w->s, w->kt, w->qt, p->qk_dim, nrp, ntp, &pc, wide);
-        const int masked = c0 + nt > end_min;
+        const int masked = c0 + nt > sp->end_min || c0 < sp->begin_max;
         if (masked)
-            mask_tile(w->s, w->row_end, c0, nt, nrp);
+            mask_tile(w->s, w->row_begin, w->row_end, c0, nt, nrp);
         tile_softmax(w->s, w->m, w->l, w->alpha, nrp, nt);
-        if (masked && masked_values_nonfinite(vt, vstride, p->v_dim, end_min > c0 ? end_min - c0 : 0, nt))
-            tile_accumulate_masked(w->ot, w->s, vt, vstride, w->alpha, p->v_dim, nrp, nt, w->row_end, c0);
+        uint32_t lead, first;
+        row_visible(sp->begin_max, sp->end_min, c0, nt, &lead, &first);
+        if (masked && masked_values_nonfinite(vt, vstride, p->v_dim, lead, first, nt))
+            tile_accumulate_masked(w->ot, w->s, vt, vstride, w->alpha, p->v_dim, nrp, nt, w->row_begin, w->row_end,
+                                   c0);
         else
             tile_accumulate(w->ot, w->s, vt, vstride, w->alpha, p->v_dim, nrp, nt, &pc, wide);
     }
@@ -693,23 +745,30 @@ DCPK_INLINE void attn_group_run(const struct dcpk_attn_params *p, const struct a
 {
     const uint32_t nrp = round_up_u32(gr->nrows, DCPK_VL);
     /* Padding rows (zero queries, never written out) see every key, so they
-     * never force masking: end_min covers the real rows only. */
-    uint64_t end_max = gr->lo, end_min = gr->hi;
+     * never force masking: the span covers the real rows only. */
+    struct row_span sp = {gr->hi, gr->lo, gr->hi, gr->lo};
+    int any = 0; /* some row sees a key */
     for (uint32_t i = 0; i < nrp; i++) {
+        w->row_begin[i] = i < gr->nrows ? group_row_begin(p, gr, i) : gr->lo;
         w->row_end[i] = i < gr->nrows ? group_row_end(p, gr, i) : gr->hi;
+        if (i < gr->nrows && w->row_end[i] > w->row_begin[i]) {
+            any = 1;
+            sp.begin_min = w->row_begin[i] < sp.begin_min ? w->row_begin[i] : sp.begin_min;
+            sp.end_max = w->row_end[i] > sp.end_max ? w->row_end[i] : sp.end_max;
+        }
         if (i < gr->nrows) {
-            end_max = w->row_end[i] > end_max ? w->row_end[i] : end_max;
-            end_min = w->row_end[i] < end_min ? w->row_end[i] : end_min;
+            sp.begin_max = w->row_begin[i] > sp.begin_max ? w->row_begin[i] : sp.begin_max;
+            sp.end_min = w->row_end[i] < sp.end_min ? w->row_end[i] : sp.end_min;
         }
     }
-    if (end_max > gr->lo) {
+    if (any) {
         load_queries(p, sh, gr, nrp, w->qt);
         for (uint32_t i = 0; i < nrp; i++) {
             w->m[i] = dcpk_neg_inf();
             w->l[i] = 0.0f;
         }
         memset(w->ot, 0, (size_t)p->v_dim * nrp * sizeof(float));
-        run_tiles(p, sh, gr, w, nrp, end_max, end_min, isa);
+        run_tiles(p, sh, gr, w, nrp, &sp, isa);
     }
     write_rows(p, sh, gr, w, nrp);
 }
@@ -736,9 +795,12 @@ DCPK_INLINE void attn_item(const struct dcpk_attn_params *p, const struct attn_s
     gr.seq_len = seq_lens[gr.seq] > 0 ? (uint64_t)seq_lens[gr.seq] : 0;
 
     const uint64_t local_len = dcpk_local_length(gr.seq_len, p->rank, p->group_size, p->interleave);
-    const uint64_t pages = (local_len + p->block_size - 1) / p->block_size;
+    /* Sliding window: no query token of the sequence sees a key before its first one's window. */
+    const uint64_t first = p->window ? local_below(p, (int64_t)gr.seq_len - gr.ntok + 1 - (int64_t)p->window) : 0;
+    const uint64_t base = first / p->block_size * p->block_size;
+    const uint64_t pages = local_len > base ? (local_len - base + p->block_size - 1) / p->block_size : 0;
     const uint64_t span = (pages + sh->splits - 1) / sh->splits * p->block_size;
-    gr.lo = gr.split * span < local_len ? gr.split * span : local_len;
+    gr.lo = base + gr.split * span < local_len ? base + gr.split * span : local_len;
     gr.hi = gr.lo + span < local_len ? gr.lo + span : local_len;
 
     const uint32_t rows = gr.nheads * gr.ntok;

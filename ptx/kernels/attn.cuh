@@ -664,7 +664,7 @@ __device__ bool attn_launch_ok(const dcpk_attn_params &p)
            p.v_dim == (uint32_t)C::kDV && p.dtype == C::kDtype && v_ok && ((p.k_cache | p.v_cache) & 15) == 0 &&
            p.num_kv_heads != 0 && p.head_tile != 0 && p.block_size != 0 && p.group_size != 0 && p.interleave != 0 &&
            p.heads_per_chunk != 0 && p.num_splits != 0 && dcpk_act_dtype_ok(p.q_dtype) &&
-           dcpk_act_dtype_ok(p.out_dtype);
+           dcpk_act_dtype_ok(p.out_dtype) && p.window == 0 && p.ring_pages == 0; /* not read yet: never ignored */
 }
 
 /** Decodes the block's work item; false when the block has none (or a bad launch). */

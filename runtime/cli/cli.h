@@ -31,6 +31,7 @@ int cmd_plan(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
+int cmd_calibrate(int argc, char **argv);
 
 /** Path of the default deployment (configs/default.yaml, found relative to the
  *  executable, the build tree, or the install prefix). Never NULL. */

@@ -10,24 +10,30 @@
 
 #include "cli.h"
 #include "format.h"
+#include "perf_inputs.h"
+#include "run_common.h"
 #include "table.h"
 
 /* Version of the JSON layout; bumped when a key changes meaning or goes away. */
-#define PLAN_JSON_SCHEMA "dcp-plan/3"
+#define PLAN_JSON_SCHEMA "dcp-plan/4"
 
-/* Caveat printed with every crossover figure. */
-#define ESTIMATE_NOTE                                                                           \
-    "datasheet bandwidths and a fixed latency per collective; real kernels reach about 50-90% " \
-    "of peak HBM bandwidth, so treat crossovers as order-of-magnitude estimates"
+/* A DCP size is recommended over TP only for a decode gain above this fraction. */
+#define MIN_GAIN 0.05
 
 #define PLAN_OPT(field) offsetof(struct plan_args, field)
 
 struct plan_args {
     const char *path;
     bool json;
+    struct cli_u32_list dcp;   /* --dcp */
+    struct cli_perf_opts perf; /* --calibration, efficiencies */
 };
 
 static const struct cli_option plan_options[] = {
+    {"--dcp", CLI_ARG_CUSTOM, "N,N,...|all",
+     "DCP sizes of the decode table besides TP (default: the deployment's; all: every valid one)",
+     .offset = PLAN_OPT(dcp), .parse = cli_parse_list_or_all},
+    CLI_PERF_OPTIONS(struct plan_args, perf, ""),
     {"--json", CLI_ARG_FLAG, NULL, "print one JSON object with the same figures (keys: docs/plan.md)",
      .offset = PLAN_OPT(json)},
 };
@@ -61,8 +67,12 @@ static const struct cli_spec plan_spec = {
         "                receives per layer per query token\n"
         "  KV read       bytes one rank reads per layer per decode step for one request\n"
         "                (with DCP: its largest shard), and that time at HBM bandwidth\n"
-        "  crossover     an ESTIMATE: the context length above which the KV read DCP saves\n"
-        "                outweighs its extra communication, for batches of 1, 8, 64, 256\n"
+        "  DCP sizes     the valid ones, and why each other is not\n"
+        "  decode        the performance model (docs/plan.md): per context and layout, the\n"
+        "                requests that fit at once, output tok/s per GPU and TPOT with all\n"
+        "                of them decoding, a batch-1 step, and the concurrency from which\n"
+        "                DCP decodes faster than TP; cluster totals over the instances\n"
+        "  recommendation  one line: the layout to use and why\n"
         "\n"
         "exit status: 0 success, 1 the deployment could not be loaded or planned, 2 bad usage\n",
 };
@@ -132,12 +142,324 @@ static void verdict(const struct dcp_config *cfg, const struct dcp_plan *plan, c
                               cli_fmt_count(b, longest->baseline_concurrency),
                               cli_fmt_count(c, longest->dcp_concurrency));
     }
-    if (n < size)
-        snprintf(buf + n, size - n,
-                 "; its extra communication is repaid above %s tokens at batch %u, %s at batch %u "
-                 "(estimate)",
-                 cli_fmt_approx(a, plan->crossover[0].context_len), plan->crossover[0].batch,
-                 cli_fmt_approx(b, plan->crossover[2].context_len), plan->crossover[2].batch);
+}
+
+/* ---- decisions: the performance model over the layouts ------------------------------------ */
+
+/* Most layouts the decode table holds (TP and every DCP size). */
+#define MAX_LAYOUTS (DCP_PLAN_MAX_DCP_SIZES + 1)
+
+/* One layout at one context. */
+struct decode_point {
+    uint64_t fits;          /* requests of the context that fit at once */
+    double tok_s_gpu;       /* decoding all of them (0 if none fit) */
+    double tpot;            /* step time with all of them */
+    double step1;           /* step time with one */
+    uint32_t wins_from;     /* concurrency from which it beats TP (0: never; TP: 0) */
+};
+
+struct decisions {
+    struct dcp_perf_params params;
+    struct dcp_plan_dcp_size sizes[DCP_PLAN_MAX_DCP_SIZES];
+    uint32_t num_sizes;
+    int n;                                /* layouts, TP first */
+    uint32_t dcp[MAX_LAYOUTS];
+    struct dcp_perf_model model[MAX_LAYOUTS];
+    bool modelled;                        /* the performance model applies */
+    char refused[400];                    /* why not */
+    struct decode_point at[DCP_MAX_CONTEXT_LENGTHS][MAX_LAYOUTS];
+    uint32_t max_clients;                 /* concurrency the crossover search goes up to */
+    char warnings[4][256];
+    uint32_t num_warnings;
+    char recommendation[512];
+};
+
+/* decide() refused its input, having said why. */
+#define REFUSED 1
+
+/* TP first, then --dcp's sizes (all valid ones with "all"), else the deployment's. */
+static int pick_layouts(const dcp_deployment *dep, const struct plan_args *args, struct decisions *d)
+{
+    d->num_sizes = dcp_plan_dcp_sizes(dep, d->sizes, DCP_PLAN_MAX_DCP_SIZES);
+    d->dcp[d->n++] = 1;
+    if (args->dcp.all) {
+        for (uint32_t i = 0; i < d->num_sizes && d->n < MAX_LAYOUTS; i++)
+            if (d->sizes[i].valid && d->sizes[i].dcp > 1)
+                d->dcp[d->n++] = d->sizes[i].dcp;
+        return DCP_OK;
+    }
+    if (!args->dcp.n) {
+        const uint32_t dcp = dcp_deployment_config(dep)->parallel.dcp;
+        if (dcp > 1)
+            d->dcp[d->n++] = dcp;
+        return DCP_OK;
+    }
+    for (uint32_t i = 0; i < args->dcp.n && d->n < MAX_LAYOUTS; i++) {
+        struct dcp_plan p;
+        if (args->dcp.v[i] == 1)
+            continue;
+        if (dcp_plan_compute_dcp(dep, args->dcp.v[i], &p)) {
+            fprintf(stderr, "dcp-run plan: --dcp %u: %s\n", args->dcp.v[i], dcp_last_error());
+            return REFUSED;
+        }
+        d->dcp[d->n++] = args->dcp.v[i];
+    }
+    return DCP_OK;
+}
+
+static void recommend(const dcp_deployment *dep, struct decisions *d, uint32_t num_contexts,
+                      const uint64_t *contexts)
+{
+    char a[CLI_FMT_LEN];
+    if (!d->modelled) {
+        snprintf(d->recommendation, sizeof(d->recommendation), "none: %s", d->refused);
+        return;
+    }
+    if (d->n == 1) {
+        snprintf(d->recommendation, sizeof(d->recommendation),
+                 "TP (dcp 1): no DCP size is valid here (%s)", d->num_sizes > 1 ? d->sizes[1].reason : "tp 1");
+        return;
+    }
+    /* The longest context at which TP or some DCP size holds a request. */
+    int ci = (int)num_contexts - 1;
+    while (ci >= 0) {
+        bool any = false;
+        for (int k = 0; k < d->n; k++)
+            any |= d->at[ci][k].fits > 0;
+        if (any)
+            break;
+        ci--;
+    }
+    if (ci < 0) {
+        snprintf(d->recommendation, sizeof(d->recommendation), "none: no layout holds a request of %s tokens",
+                 cli_fmt_count(a, contexts[num_contexts - 1]));
+        return;
+    }
+    const struct decode_point *at = d->at[ci];
+    int best = 0;
+    for (int k = 1; k < d->n; k++)
+        if (at[k].tok_s_gpu > at[best].tok_s_gpu)
+            best = k;
+    cli_fmt_count(a, contexts[ci]);
+    if (best == 0 || at[best].tok_s_gpu < (1 + MIN_GAIN) * at[0].tok_s_gpu) {
+        snprintf(d->recommendation, sizeof(d->recommendation),
+                 "TP (dcp 1): at %s tokens no DCP size decodes more than %.0f%% faster with all the requests "
+                 "that fit (TP %s tok/s per GPU)", a, MIN_GAIN * 100, cli_fmt_count(a, (uint64_t)at[0].tok_s_gpu));
+        return;
+    }
+    size_t n = (size_t)snprintf(d->recommendation, sizeof(d->recommendation),
+                                "dcp %u: at %s tokens it holds %llu requests to TP's %llu and decodes %.2fx the tokens "
+                                "per GPU with them", d->dcp[best], a, (unsigned long long)at[best].fits,
+                                (unsigned long long)at[0].fits,
+                                at[0].tok_s_gpu > 0 ? at[best].tok_s_gpu / at[0].tok_s_gpu : INFINITY);
+    if (n < sizeof(d->recommendation) && at[best].wins_from > 1)
+        snprintf(d->recommendation + n, sizeof(d->recommendation) - n,
+                 "; it beats TP from %u concurrent requests up, TP is faster below", at[best].wins_from);
+    else if (n < sizeof(d->recommendation) && at[best].wins_from == 1)
+        snprintf(d->recommendation + n, sizeof(d->recommendation) - n, ", at every concurrency");
+    (void)dep;
+}
+
+static int decide(const dcp_deployment *dep, const struct plan_args *args, struct decisions *d)
+{
+    int err = pick_layouts(dep, args, d);
+    if (err)
+        return err;
+    const struct dcp_config *cfg = dcp_deployment_config(dep);
+    const struct dcp_workload_config *w = &cfg->workload;
+    d->modelled = true;
+    for (int k = 0; k < d->n && d->modelled; k++)
+        if (dcp_perf_model_init(dep, d->dcp[k], &d->params, &d->model[k])) {
+            snprintf(d->refused, sizeof(d->refused), "%s", dcp_last_error());
+            d->modelled = false;
+        }
+    for (int k = 0; k < d->n && d->modelled; k++) {
+        if (k == 0 && d->model[0].tp_link == DCP_PERF_LINK_NETWORK && d->num_warnings < 4)
+            snprintf(d->warnings[d->num_warnings++], sizeof(d->warnings[0]),
+                     "an instance of tp %u spans nodes of %u GPUs: its all-reduces are priced on the network",
+                     cfg->parallel.tp, cfg->hardware.gpus_per_node);
+        if (d->model[k].dcp_link == DCP_PERF_LINK_NETWORK && d->num_warnings < 4)
+            snprintf(d->warnings[d->num_warnings++], sizeof(d->warnings[0]),
+                     "a DCP group of %u spans nodes of %u GPUs: its exchanges are priced on the network "
+                     "(%g GB/s per GPU), not NVLink", d->dcp[k], cfg->hardware.gpus_per_node,
+                     cfg->hardware.internode_bandwidth / 1e9);
+    }
+    for (uint32_t i = 0; d->modelled && i < w->num_context_lengths; i++) {
+        const uint64_t ctx = w->context_lengths[i];
+        uint64_t most = 1;
+        for (int k = 0; k < d->n; k++) {
+            struct dcp_plan p;
+            if ((err = dcp_plan_compute_dcp(dep, d->dcp[k], &p)))
+                return err;
+            struct decode_point *x = &d->at[i][k];
+            x->fits = d->dcp[k] == 1 ? p.contexts[i].baseline_concurrency : p.contexts[i].dcp_concurrency;
+            most = DCP_CLI_MAX(most, x->fits);
+            struct dcp_perf_step t;
+            dcp_perf_decode_time(&d->model[k], DCP_CLI_MAX(x->fits, (uint64_t)1), ctx, w->q_len, &t);
+            x->tpot = x->fits ? t.total : 0;
+            x->tok_s_gpu = dcp_perf_decode_rate(&d->model[k], x->fits, x->fits, ctx, w->q_len);
+            dcp_perf_decode_time(&d->model[k], 1, ctx, w->q_len, &t);
+            x->step1 = x->fits ? t.total : 0;
+        }
+        d->max_clients = (uint32_t)DCP_CLI_MIN(most, (uint64_t)65536);
+        for (int k = 1; k < d->n; k++)
+            d->at[i][k].wins_from = dcp_perf_wins_from(&d->model[0], d->at[i][0].fits, &d->model[k], d->at[i][k].fits,
+                                                       ctx, w->q_len, d->max_clients);
+    }
+    recommend(dep, d, w->num_context_lengths, w->context_lengths);
+    return DCP_OK;
+}
+
+static void print_sizes(const struct dcp_config *cfg, const struct decisions *d)
+{
+    printf("\nDCP sizes at tp %u (%s): valid", cfg->parallel.tp, dcp_attention_kind_name(cfg->model.attention));
+    for (uint32_t i = 0, shown = 0; i < d->num_sizes; i++)
+        if (d->sizes[i].valid)
+            printf("%s %u", shown++ ? "," : "", d->sizes[i].dcp);
+    printf("\n");
+    for (uint32_t i = 0; i < d->num_sizes; i++)
+        if (!d->sizes[i].valid)
+            printf("  %u: %s\n", d->sizes[i].dcp, d->sizes[i].reason);
+}
+
+static void print_decisions(const dcp_deployment *dep, const struct plan_args *args, const struct decisions *d)
+{
+    const struct dcp_config *cfg = dcp_deployment_config(dep);
+    const struct dcp_workload_config *w = &cfg->workload;
+    char a[CLI_FMT_LEN];
+    print_sizes(cfg, d);
+    printf("\nDecode throughput (performance model, docs/plan.md; all requests that fit decoding)\n");
+    if (!d->modelled) {
+        printf("  not modelled: %s\n", d->refused);
+        printf("\nrecommendation: %s\n", d->recommendation);
+        return;
+    }
+    cli_perf_print_inputs(&args->perf, &d->params, stdout);
+    struct cli_table t;
+    cli_table_init(&t, 7);
+    cli_table_row(&t);
+    cli_table_cell(&t, "context");
+    cli_table_cell(&t, "layout");
+    cli_table_cell(&t, "requests at once");
+    cli_table_cell(&t, "tok/s per GPU");
+    cli_table_cell(&t, "TPOT");
+    cli_table_cell(&t, "batch-1 step");
+    cli_table_cell(&t, "beats TP from");
+    for (uint32_t i = 0; i < w->num_context_lengths; i++)
+        for (int k = 0; k < d->n; k++) {
+            const struct decode_point *x = &d->at[i][k];
+            cli_table_row(&t);
+            if (k == 0)
+                cli_table_cell(&t, "%s", cli_fmt_count(a, w->context_lengths[i]));
+            else
+                cli_table_cell(&t, "%s", "");
+            if (d->dcp[k] == 1)
+                cli_table_cell(&t, "%s", "TP");
+            else
+                cli_table_cell(&t, "dcp %u", d->dcp[k]);
+            cli_table_cell(&t, "%s", cli_fmt_count(a, x->fits));
+            cli_table_cell(&t, "%s", x->fits ? cli_fmt_count(a, (uint64_t)llround(x->tok_s_gpu)) : "-");
+            cli_table_cell(&t, "%s", x->fits ? cli_fmt_seconds(a, x->tpot) : "-");
+            cli_table_cell(&t, "%s", x->fits ? cli_fmt_seconds(a, x->step1) : "-");
+            if (k == 0)
+                cli_table_cell(&t, "%s", "");
+            else if (x->wins_from)
+                cli_table_cell(&t, "%u requests", x->wins_from);
+            else
+                cli_table_cell(&t, "never (up to %u)", d->max_clients);
+        }
+    cli_table_align(&t, 1, CLI_ALIGN_LEFT);
+    cli_table_print(&t, stdout, 2);
+    const uint32_t inst = (uint32_t)((uint64_t)cfg->hardware.gpus_per_node * cfg->hardware.nodes / cfg->parallel.tp);
+    if (inst > 1 && w->num_context_lengths) {
+        const uint32_t i = w->num_context_lengths - 1;
+        printf("\nCluster: %u instances of tp %u (%u GPUs); at %s tokens:", inst, cfg->parallel.tp,
+               inst * cfg->parallel.tp, cli_fmt_count(a, w->context_lengths[i]));
+        for (int k = 0; k < d->n; k++) {
+            const struct decode_point *x = &d->at[i][k];
+            char b[CLI_FMT_LEN];
+            printf("%s %s %s requests at once, %s output tok/s", k ? ";" : "", d->dcp[k] == 1 ? "TP" : "dcp",
+                   cli_fmt_count(a, x->fits * inst), cli_fmt_count(b, (uint64_t)llround(x->tok_s_gpu * cfg->parallel.tp * inst)));
+            if (d->dcp[k] > 1)
+                printf(" (dcp %u)", d->dcp[k]);
+        }
+        printf("\n");
+    }
+    printf("\n");
+    for (uint32_t i = 0; i < d->num_warnings; i++)
+        printf("warning: %s\n", d->warnings[i]);
+    printf("recommendation: %s\n", d->recommendation);
+}
+
+static void json_decisions(struct json_writer *w, const dcp_deployment *dep, const struct plan_args *args,
+                           const struct decisions *d)
+{
+    const struct dcp_config *cfg = dcp_deployment_config(dep);
+    const struct dcp_workload_config *wl = &cfg->workload;
+    json_key(w, "dcp_sizes");
+    json_begin_array(w);
+    for (uint32_t i = 0; i < d->num_sizes; i++) {
+        json_begin_object(w);
+        json_kv_uint(w, "dcp", d->sizes[i].dcp);
+        json_kv_bool(w, "valid", d->sizes[i].valid);
+        json_kv_string(w, "reason", d->sizes[i].valid ? NULL : d->sizes[i].reason);
+        json_end_object(w);
+    }
+    json_end_array(w);
+    json_kv_bool(w, "modelled", d->modelled);
+    json_kv_string(w, "not_modelled", d->modelled ? NULL : d->refused);
+    if (d->modelled)
+        cli_perf_json_inputs(w, &args->perf, &d->params);
+    json_key(w, "decode");
+    json_begin_array(w);
+    for (uint32_t i = 0; d->modelled && i < wl->num_context_lengths; i++) {
+        json_begin_object(w);
+        json_kv_uint(w, "context_len", wl->context_lengths[i]);
+        json_key(w, "layouts");
+        json_begin_array(w);
+        for (int k = 0; k < d->n; k++) {
+            const struct decode_point *x = &d->at[i][k];
+            json_begin_object(w);
+            json_kv_uint(w, "dcp", d->dcp[k]);
+            json_kv_uint(w, "requests_at_once", x->fits);
+            json_kv_number(w, "tok_s_per_gpu", x->tok_s_gpu);
+            json_kv_number(w, "tpot_seconds", x->fits ? x->tpot : NAN);
+            json_kv_number(w, "batch1_step_seconds", x->fits ? x->step1 : NAN);
+            json_kv_number(w, "wins_from", k && x->wins_from ? (double)x->wins_from : NAN);
+            json_end_object(w);
+        }
+        json_end_array(w);
+        json_end_object(w);
+    }
+    json_end_array(w);
+    const uint32_t inst = (uint32_t)((uint64_t)cfg->hardware.gpus_per_node * cfg->hardware.nodes / cfg->parallel.tp);
+    json_key(w, "cluster");
+    if (d->modelled && wl->num_context_lengths) {
+        const uint32_t i = wl->num_context_lengths - 1;
+        json_begin_object(w);
+        json_kv_uint(w, "instances", inst);
+        json_kv_uint(w, "gpus", (uint64_t)inst * cfg->parallel.tp);
+        json_kv_uint(w, "context_len", wl->context_lengths[i]);
+        json_key(w, "layouts");
+        json_begin_array(w);
+        for (int k = 0; k < d->n; k++) {
+            json_begin_object(w);
+            json_kv_uint(w, "dcp", d->dcp[k]);
+            json_kv_uint(w, "requests_at_once", d->at[i][k].fits * inst);
+            json_kv_number(w, "output_tok_s", d->at[i][k].tok_s_gpu * cfg->parallel.tp * inst);
+            json_end_object(w);
+        }
+        json_end_array(w);
+        json_end_object(w);
+    } else {
+        json_null(w);
+    }
+    json_key(w, "warnings");
+    json_begin_array(w);
+    for (uint32_t i = 0; i < d->num_warnings; i++)
+        json_string(w, d->warnings[i]);
+    json_end_array(w);
+    json_kv_string(w, "recommendation", d->recommendation);
 }
 
 /* ---- text output ---------------------------------------------------------------- */
@@ -339,42 +661,8 @@ static void print_kv_read(const struct dcp_config *cfg, const struct dcp_plan *p
     cli_table_print(&t, stdout, 2);
 }
 
-static void print_crossover(const struct dcp_config *cfg, const struct dcp_plan *plan)
-{
-    char a[CLI_FMT_LEN];
-    printf("\nCrossover estimate: context length above which DCP's step is faster\n");
-    if (cfg->parallel.dcp == 1) {
-        printf("  none: dcp 1 adds no communication and saves no reading\n");
-        return;
-    }
-    struct cli_table t;
-    cli_table_init(&t, 4);
-    cli_table_align(&t, 0, CLI_ALIGN_RIGHT);
-    cli_table_row(&t);
-    cli_table_cell(&t, "batch");
-    cli_table_cell(&t, "extra comm per layer");
-    cli_table_cell(&t, "read saved per layer per 1k tokens");
-    cli_table_cell(&t, "DCP faster above");
-    for (int i = 0; i < DCP_PLAN_CROSSOVER_BATCHES; i++) {
-        const struct dcp_plan_crossover *x = &plan->crossover[i];
-        cli_table_row(&t);
-        cli_table_cell(&t, "%u", x->batch);
-        cli_table_cell(&t, "%s", cli_fmt_seconds(a, x->comm_seconds));
-        cli_table_cell(&t, "%s", cli_fmt_seconds(a, x->saved_per_token_seconds * 1024));
-        cli_table_cell(&t, "%s tokens", cli_fmt_approx(a, x->context_len));
-    }
-    cli_table_print(&t, stdout, 2);
-    printf("estimate: DCP's extra communication costs less than the KV read it saves above");
-    for (int i = 0; i < DCP_PLAN_CROSSOVER_BATCHES; i++) {
-        const bool last = i + 1 == DCP_PLAN_CROSSOVER_BATCHES;
-        printf("%s %s%s at batch %u", i == 0 ? "" : last ? " and" : ",",
-               cli_fmt_approx(a, plan->crossover[i].context_len), i == 0 ? " tokens" : "",
-               plan->crossover[i].batch);
-    }
-    printf("\n(%s)\n", ESTIMATE_NOTE);
-}
-
-static void print_text(const dcp_deployment *dep, const struct dcp_plan *plan)
+static void print_text(const dcp_deployment *dep, const struct dcp_plan *plan, const struct plan_args *args,
+                       const struct decisions *d)
 {
     const struct dcp_config *cfg = dcp_deployment_config(dep);
     char line[1024];
@@ -384,9 +672,9 @@ static void print_text(const dcp_deployment *dep, const struct dcp_plan *plan)
     print_capacity(plan);
     print_comm(cfg, plan);
     print_kv_read(cfg, plan);
-    print_crossover(cfg, plan);
     verdict(cfg, plan, line, sizeof(line));
     printf("\nverdict: %s\n", line);
+    print_decisions(dep, args, d);
 }
 
 /* ---- JSON output ------------------------------------------------------------------ */
@@ -467,24 +755,9 @@ static void json_comm(struct json_writer *w, const struct dcp_plan_comm *comm)
     json_end_object(w);
 }
 
-static void json_crossover(struct json_writer *w, const struct dcp_plan *plan)
-{
-    json_key(w, "crossover");
-    json_begin_array(w);
-    for (int i = 0; i < DCP_PLAN_CROSSOVER_BATCHES; i++) {
-        const struct dcp_plan_crossover *x = &plan->crossover[i];
-        json_begin_object(w);
-        json_kv_uint(w, "batch", x->batch);
-        json_kv_number(w, "comm_seconds", x->comm_seconds);
-        json_kv_number(w, "saved_per_token_seconds", x->saved_per_token_seconds);
-        json_kv_number(w, "context_len", x->context_len); /* null: never (dcp 1) */
-        json_end_object(w);
-    }
-    json_end_array(w);
-}
-
 /* Returns DCP_OK or DCP_ENOMEM (the settings could not be formatted; nothing printed). */
-static int print_json(const dcp_deployment *dep, const struct dcp_plan *plan)
+static int print_json(const dcp_deployment *dep, const struct dcp_plan *plan, const struct plan_args *args,
+                      const struct decisions *d)
 {
     const struct dcp_config *cfg = dcp_deployment_config(dep);
     /* The settings in the deployment file's own names and units (the schema's), so
@@ -516,10 +789,9 @@ static int print_json(const dcp_deployment *dep, const struct dcp_plan *plan)
     json_kv_number(&w, "dcp_bytes", plan->dcp_kv_read_per_token);
     json_end_object(&w);
     json_comm(&w, &plan->comm);
-    json_crossover(&w, plan);
-    json_kv_string(&w, "estimate_note", ESTIMATE_NOTE);
     verdict(cfg, plan, line, sizeof(line));
     json_kv_string(&w, "verdict", line);
+    json_decisions(&w, dep, args, d);
     json_end_object(&w);
     json_finish(&w);
     return DCP_OK;
@@ -530,6 +802,7 @@ static int print_json(const dcp_deployment *dep, const struct dcp_plan *plan)
 int cmd_plan(int argc, char **argv)
 {
     struct plan_args args = {.path = NULL, .json = false};
+    cli_perf_opts_init(&args.perf);
     const int rc = cli_parse(&plan_spec, argc, argv, &args);
     if (rc)
         return rc == CLI_PARSE_HELP ? CLI_EXIT_OK : rc;
@@ -537,19 +810,22 @@ int cmd_plan(int argc, char **argv)
     if (!dep)
         return CLI_EXIT_FAIL;
     struct dcp_plan plan;
-    int err = dcp_plan_compute(dep, &plan);
-    if (err) {
-        fprintf(stderr, "dcp-run plan: %s: %s\n", dcp_strerror(err), dcp_last_error());
+    struct decisions *d = calloc(1, sizeof(*d));
+    int err = d ? dcp_plan_compute(dep, &plan) : DCP_ENOMEM;
+    if (!err && cli_perf_params(&args.perf, "plan", &d->params)) {
+        free(d);
         dcp_deployment_destroy(&dep);
         return CLI_EXIT_FAIL;
     }
-    if (args.json && (err = print_json(dep, &plan)) != DCP_OK) {
+    if (!err)
+        err = decide(dep, &args, d);
+    if (!err && args.json)
+        err = print_json(dep, &plan, &args, d);
+    else if (!err)
+        print_text(dep, &plan, &args, d);
+    if (err && err != REFUSED)
         fprintf(stderr, "dcp-run plan: %s: %s\n", dcp_strerror(err), dcp_last_error());
-        dcp_deployment_destroy(&dep);
-        return CLI_EXIT_FAIL;
-    }
-    if (!args.json)
-        print_text(dep, &plan);
+    free(d);
     dcp_deployment_destroy(&dep);
-    return CLI_EXIT_OK;
+    return err ? CLI_EXIT_FAIL : CLI_EXIT_OK;
 }

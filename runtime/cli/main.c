@@ -15,6 +15,7 @@ static const struct cli_command commands[] = {
     {"run", "run the deployment: TP baseline vs DCP concurrency, speed and a correctness check", cmd_run},
     {"bench", "decode attention bandwidth next to a copy of the same bytes, GQA and MLA", cmd_bench},
     {"replay", "a request trace through the serving scheduler: TP vs DCP, simulated or executed", cmd_replay},
+    {"calibrate", "measure the performance model's inputs on this backend for plan/replay --calibration", cmd_calibrate},
 };
 
 static void usage(FILE *out)

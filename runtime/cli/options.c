@@ -48,6 +48,49 @@ bool cli_parse_backend_opt(const char *value, void *dest, char *why, size_t why_
     return false;
 }
 
+bool cli_parse_list(const char *value, void *dest, char *why, size_t why_size)
+{
+    struct cli_u32_list *l = dest;
+    memset(l, 0, sizeof(*l));
+    const char *p = value;
+    for (;;) {
+        char *end;
+        unsigned long long x;
+        char item[32];
+        const size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof(item))
+            break;
+        memcpy(item, p, len);
+        item[len] = '\0';
+        x = strtoull(item, &end, 10);
+        if (*end || item[0] < '0' || item[0] > '9' || x < 1 || x > 1000000 || l->n == CLI_LIST_MAX ||
+            (l->n && x <= l->v[l->n - 1]))
+            break;
+        l->v[l->n++] = (uint32_t)x;
+        if (!p[len])
+            return true;
+        p += len + 1;
+    }
+    memset(l, 0, sizeof(*l));
+    snprintf(why, why_size, "a comma-separated ascending list of 1 to %d integers in 1..1000000 (1,2,4)",
+             CLI_LIST_MAX);
+    return false;
+}
+
+bool cli_parse_list_or_all(const char *value, void *dest, char *why, size_t why_size)
+{
+    struct cli_u32_list *l = dest;
+    if (!strcmp(value, "all")) {
+        memset(l, 0, sizeof(*l));
+        l->all = true;
+        return true;
+    }
+    if (cli_parse_list(value, dest, why, why_size))
+        return true;
+    snprintf(why, why_size, "all, or a comma-separated ascending list of integers (2,4,8)");
+    return false;
+}
+
 /* Upper bound of an integer option as an integer (a double bound past 2^64 means none). */
 static unsigned long long int_max(const struct cli_option *o)
 {

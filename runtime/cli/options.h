@@ -128,6 +128,23 @@ struct cli_exec_opts {
     {"--no-check", CLI_ARG_FLAG_OFF, NULL, help_prefix "skip the correctness check",                       \
      .offset = offsetof(type, field.check)}
 
+/** Most values a list option takes. */
+#define CLI_LIST_MAX 32
+
+/** A list option's destination: values given as "1,2,4", or the word "all". */
+struct cli_u32_list {
+    uint32_t v[CLI_LIST_MAX]; ///< The values, ascending and distinct.
+    uint32_t n;               ///< How many (0: the option was not given, or "all").
+    bool all;                 ///< "all" was given (only where cli_parse_list_or_all parsed it).
+};
+
+/** CLI_ARG_CUSTOM parser of "N,N,..." (1 to 1,000,000 each, ascending, at most CLI_LIST_MAX)
+ *  into a struct cli_u32_list. */
+bool cli_parse_list(const char *value, void *dest, char *why, size_t why_size);
+
+/** Like cli_parse_list(), also accepting "all". */
+bool cli_parse_list_or_all(const char *value, void *dest, char *why, size_t why_size);
+
 /** CLI_ARG_CUSTOM parser of a backend name into a struct cli_backend_opt. */
 bool cli_parse_backend_opt(const char *value, void *dest, char *why, size_t why_size);
 

@@ -28,9 +28,22 @@
 #define MAX_POINTS 800
 #define MAX_X_TICKS 7
 
-static const char *const colors[2] = {"#d62728", "#1f77b4"};
+#define NUM_COLORS 8
+static const char *const colors[NUM_COLORS] = {"#d62728", "#1f77b4", "#2ca02c", "#ff7f0e",
+                                               "#9467bd", "#8c564b", "#e377c2", "#17becf"};
 
-static const char *layout_id(const struct replay_result *r) { return r->dcp == 1 ? "tp" : "dcp"; }
+/* Most layouts one plot draws (TP and every DCP size). */
+#define MAX_LAYOUTS (DCP_PLAN_MAX_DCP_SIZES + 1)
+
+/* "tp", or "dcp<N>": the id suffix of a layout's series. */
+static const char *layout_id(const struct replay_result *r)
+{
+    static _Thread_local char buf[16];
+    if (r->dcp == 1)
+        return "tp";
+    snprintf(buf, sizeof(buf), "dcp%u", r->dcp);
+    return buf;
+}
 
 static void xml_text(FILE *f, const char *s)
 {
@@ -175,7 +188,7 @@ static void panel(FILE *f, int y0, const char *title, const char *unit, const ch
     for (int i = 0; i < n; i++) {
         fprintf(f, "<polyline id=\"%s-%s\" data-layout=\"%s\" data-max=\"%g\" fill=\"none\" stroke=\"%s\" "
                 "stroke-width=\"1.5\" points=\"", id, layout_id(&r[i]), layout_id(&r[i]),
-                kv ? r[i].kv_max : (double)r[i].conc_max, colors[i % 2]);
+                kv ? r[i].kv_max : (double)r[i].conc_max, colors[i % NUM_COLORS]);
         /* Column c holds the largest value of the samples that fall in it; a column
          * without a step keeps the last sample's value; the line ends with the layout's
          * last sample. */
@@ -204,7 +217,7 @@ static void panel(FILE *f, int y0, const char *title, const char *unit, const ch
 static void bars(FILE *f, int x0, int y0, const char *metric, const char *label, const double *v,
                  const struct replay_result *r, int n)
 {
-    const int bh = 140, bw = 60;
+    const int bh = 140, bw = n > 1 ? DCP_CLI_MIN(60, (200 - 10 * (n - 1)) / n) : 60;
     double m = 0;
     for (int i = 0; i < n; i++)
         m = DCP_CLI_MAX(m, v[i]);
@@ -213,16 +226,34 @@ static void bars(FILE *f, int x0, int y0, const char *metric, const char *label,
     text(f, x0, y0, 12, "start", "font-weight=\"bold\"", label);
     for (int i = 0; i < n; i++) {
         const double h = bh * DCP_CLI_MIN(v[i] / m, 1.0);
-        const int x = x0 + i * (bw + 20);
+        const int x = x0 + i * (bw + (n > 2 ? 10 : 20));
         fprintf(f, "<rect id=\"bar-%s-%s\" data-layout=\"%s\" data-value=\"%.6g\" x=\"%d\" y=\"%.1f\" width=\"%d\" "
                 "height=\"%.1f\" fill=\"%s\"/>\n", metric, layout_id(&r[i]), layout_id(&r[i]), v[i], x,
-                y0 + 24 + bh - h, bw, h, colors[i % 2]);
+                y0 + 24 + bh - h, bw, h, colors[i % NUM_COLORS]);
         char val[CLI_FMT_LEN], attrs[64];
         snprintf(attrs, sizeof(attrs), "id=\"label-%s-%s\"", metric, layout_id(&r[i]));
         text(f, x + bw / 2.0, y0 + 20 + bh - h, 11, "middle", attrs, fmt_sig3(val, v[i]));
-        text(f, x + bw / 2.0, y0 + 40 + bh, 11, "middle", "", r[i].dcp == 1 ? "TP" : "DCP");
+        char name[16];
+        snprintf(name, sizeof(name), r[i].dcp == 1 ? "TP" : n > 2 ? "%u" : "DCP", r[i].dcp);
+        text(f, x + bw / 2.0, y0 + 40 + bh, 11, "middle", "", name);
     }
     fprintf(f, "</g>\n");
+}
+
+/* The legend: a line under the title, one entry per layout (narrower when many). */
+static void legend(FILE *f, const struct replay_result *r, int n)
+{
+    const int step = n > 4 ? (W - LEFT - RIGHT) / n : 200;
+    for (int i = 0; i < n; i++) {
+        char name[64];
+        if (n > 4)
+            snprintf(name, sizeof(name), r[i].dcp == 1 ? "TP" : "dcp %u", r[i].dcp);
+        else
+            snprintf(name, sizeof(name), r[i].dcp == 1 ? "TP baseline (dcp=1)" : "DCP (dcp=%u)", r[i].dcp);
+        const int x = LEFT + i * step;
+        fprintf(f, "<rect x=\"%d\" y=\"40\" width=\"14\" height=\"4\" fill=\"%s\"/>\n", x, colors[i % NUM_COLORS]);
+        text(f, x + 18, 46, 12, "start", "", name);
+    }
 }
 
 int replay_plot_svg(const char *path, const char *title, const struct replay_result *r, int n)
@@ -243,17 +274,12 @@ int replay_plot_svg(const char *path, const char *title, const struct replay_res
     text(f, LEFT, 24, 15, "start", "id=\"title\"",
          elide(t, sizeof(t), title, (size_t)((W - LEFT - RIGHT) / (15 * CHAR_EM))));
     /* Legend: its own line under the title. */
-    for (int i = 0; i < n; i++) {
-        char name[64];
-        snprintf(name, sizeof(name), r[i].dcp == 1 ? "TP baseline (dcp=1)" : "DCP (dcp=%u)", r[i].dcp);
-        const int x = LEFT + i * 200;
-        fprintf(f, "<rect x=\"%d\" y=\"40\" width=\"14\" height=\"4\" fill=\"%s\"/>\n", x, colors[i % 2]);
-        text(f, x + 18, 46, 12, "start", "", name);
-    }
+    legend(f, r, n);
     panel(f, TOP, "Concurrency (requests running; max per column)", "", "concurrency", r, n, t_max, false);
     panel(f, TOP + PANEL_H, "KV use (share of blocks held; max per column)", "%", "kv", r, n, t_max, true);
     const int y = TOP + 2 * PANEL_H + 20;
-    double v[2] = {0, 0};
+    n = DCP_CLI_MIN(n, MAX_LAYOUTS);
+    double v[MAX_LAYOUTS] = {0};
     for (int i = 0; i < n; i++)
         v[i] = r[i].tok_s_gpu;
     bars(f, LEFT, y, "throughput", "output tok/s per GPU", v, r, n);
@@ -266,6 +292,78 @@ int replay_plot_svg(const char *path, const char *title, const struct replay_res
     for (int i = 0; i < n; i++)
         v[i] = r[i].conc_mean;
     bars(f, LEFT + 720, y, "concurrency", "mean concurrency", v, r, n);
+    fprintf(f, "</svg>\n");
+    const bool bad = ferror(f);
+    return fclose(f) || bad ? DCP_EIO : DCP_OK;
+}
+
+/* ---- the sweep's Pareto view ------------------------------------------------------------------ */
+
+#define PARETO_H 560
+#define PARETO_TOP 70
+#define PARETO_PH 400
+
+/* tok/s per GPU (y) against TPOT p50 in ms (x): a line per layout through its points
+ * in order of concurrency, each point labelled with its number of clients. Points
+ * up and to the left are better; the upper-left envelope is the Pareto frontier. */
+int replay_plot_pareto(const char *path, const char *title, const struct replay_run *runs, uint32_t num_runs)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return DCP_EIO;
+    const int n = DCP_CLI_MIN(runs[0].n, MAX_LAYOUTS);
+    double x_max = 0, y_max = 0;
+    for (uint32_t j = 0; j < num_runs; j++)
+        for (int k = 0; k < n; k++) {
+            x_max = DCP_CLI_MAX(x_max, runs[j].r[k].tpot[0] * 1e3);
+            y_max = DCP_CLI_MAX(y_max, runs[j].r[k].tok_s_gpu);
+        }
+    const double x_step = nice_step(x_max > 0 ? x_max : 1, MAX_X_TICKS, 0), y_step = nice_step(y_max > 0 ? y_max : 1, 6, 0);
+    x_max = DCP_CLI_MAX(1.0, ceil((x_max > 0 ? x_max : 1) / x_step - 1e-9)) * x_step;
+    y_max = DCP_CLI_MAX(1.0, ceil((y_max > 0 ? y_max : 1) / y_step - 1e-9)) * y_step;
+    const int pw = W - LEFT - RIGHT, ph = PARETO_PH, top = PARETO_TOP;
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+               "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%d\" height=\"%d\" "
+               "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n", W, PARETO_H, W, PARETO_H);
+    fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", W, PARETO_H);
+    char t[512], num[CLI_FMT_LEN];
+    text(f, LEFT, 24, 15, "start", "id=\"title\"",
+         elide(t, sizeof(t), title, (size_t)((W - LEFT - RIGHT) / (15 * CHAR_EM))));
+    legend(f, runs[0].r, n);
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#888\"/>\n", LEFT, top, pw, ph);
+    for (int k = 0; k * y_step <= y_max * (1 + 1e-9); k++) {
+        const double y = top + ph - ph * k * y_step / y_max;
+        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", LEFT, y, LEFT + pw, y);
+        text(f, LEFT - 4, y + 4, 11, "end", "", fmt_tick(num, k * y_step));
+    }
+    for (int k = 0; k * x_step <= x_max * (1 + 1e-9); k++) {
+        const double x = LEFT + pw * k * x_step / x_max;
+        if (k)
+            fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#eee\"/>\n", x, top, x, top + ph);
+        text(f, x, top + ph + 16, 11, "middle", "", fmt_tick(num, k * x_step));
+    }
+    text(f, LEFT + pw / 2.0, top + ph + 36, 12, "middle", "", "TPOT p50 (ms): lower is more interactive");
+    text(f, LEFT, top - 8, 12, "start", "", "output tok/s per GPU (higher is cheaper); labels: clients");
+    for (int k = 0; k < n; k++) {
+        const char *id = layout_id(&runs[0].r[k]);
+        fprintf(f, "<polyline id=\"pareto-%s\" data-layout=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" "
+                "points=\"", id, id, colors[k % NUM_COLORS]);
+        for (uint32_t j = 0; j < num_runs; j++) {
+            const struct replay_result *r = &runs[j].r[k];
+            fprintf(f, "%s%.1f,%.1f", j ? " " : "", LEFT + pw * r->tpot[0] * 1e3 / x_max,
+                    top + ph - ph * r->tok_s_gpu / y_max);
+        }
+        fprintf(f, "\"/>\n");
+        for (uint32_t j = 0; j < num_runs; j++) {
+            const struct replay_result *r = &runs[j].r[k];
+            const double x = LEFT + pw * r->tpot[0] * 1e3 / x_max, y = top + ph - ph * r->tok_s_gpu / y_max;
+            fprintf(f, "<circle id=\"point-%s-%u\" data-clients=\"%u\" data-tpot=\"%.6g\" data-value=\"%.6g\" "
+                    "cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", id, runs[j].clients, runs[j].clients,
+                    r->tpot[0], r->tok_s_gpu, x, y, colors[k % NUM_COLORS]);
+            snprintf(num, sizeof(num), "%u", runs[j].clients);
+            text(f, x + 5, y - 5, 10, "start", "", num);
+        }
+    }
     fprintf(f, "</svg>\n");
     const bool bad = ferror(f);
     return fclose(f) || bad ? DCP_EIO : DCP_OK;

@@ -18,7 +18,7 @@
 #include <stdio.h>
 
 #define CLI_TABLE_MAX_COLS 8  ///< Columns per table.
-#define CLI_TABLE_MAX_ROWS 40 ///< Rows per table, header included.
+#define CLI_TABLE_MAX_ROWS 96 ///< Rows per table, header included.
 #define CLI_TABLE_MAX_SPANS 4 ///< Labels over groups of columns.
 #define CLI_TABLE_CELL 64     ///< Bytes per cell, NUL included.
 

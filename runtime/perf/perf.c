@@ -136,15 +136,14 @@ int dcp_perf_model_init(const dcp_deployment *dep, uint32_t dcp, const struct dc
     const struct dcp_model_config *mc = &cfg.model;
     const struct dcp_hardware_config *hw = &cfg.hardware;
     if (cpu_deployment(hw->gpu))
-        return dcp_error(DCP_EINVAL, "%s is a CPU deployment (hardware.gpu '%s'): the performance model prices "
-                         "GPU steps only; give a GPU deployment (configs/*.yaml)", dcp_deployment_source(dep),
-                         hw->gpu);
+        return dcp_error(DCP_EINVAL, "a CPU deployment (hardware.gpu '%s'): the performance model prices GPU "
+                         "steps only; give a GPU deployment (configs/*.yaml)", hw->gpu);
     if (!(hw->flops_bf16 > 0))
-        return dcp_error(DCP_EINVAL, "%s gives no hardware.tflops_bf16 (dense bf16 tensor TFLOP/s per GPU): "
-                         "the performance model needs the GPU's peaks", dcp_deployment_source(dep));
+        return dcp_error(DCP_EINVAL, "no hardware.tflops_bf16 (dense bf16 tensor TFLOP/s per GPU): the performance "
+                         "model needs the GPU's peaks");
     if (!mc->hidden_size)
-        return dcp_error(DCP_EINVAL, "%s gives no model.hidden_size: the performance model needs it to price the "
-                         "TP all-reduces", dcp_deployment_source(dep));
+        return dcp_error(DCP_EINVAL, "no model.hidden_size: the performance model needs it to price the TP "
+                         "all-reduces");
     struct dcp_rank_geometry g;
     if (dcp_rank_geometry_init(mc, cfg.parallel.tp, dcp, &g))
         return dcp_error(DCP_EINVAL, "dcp=%u: %s", dcp, dcp_last_error());
@@ -192,10 +191,9 @@ int dcp_perf_model_init(const dcp_deployment *dep, uint32_t dcp, const struct dc
     m->tp_link = m->tp > hw->gpus_per_node ? DCP_PERF_LINK_NETWORK : DCP_PERF_LINK_NVLINK;
     m->dcp_link = group_spans_nodes(hw, m->tp, dcp) ? DCP_PERF_LINK_NETWORK : DCP_PERF_LINK_NVLINK;
     if ((m->tp_link == DCP_PERF_LINK_NETWORK || m->dcp_link == DCP_PERF_LINK_NETWORK) && !(m->network_bandwidth > 0))
-        return dcp_error(DCP_EINVAL, "%s: a %s group spans nodes of %u GPUs, so its collectives cross the network: "
+        return dcp_error(DCP_EINVAL, "a %s group spans nodes of %u GPUs, so its collectives cross the network: "
                          "give hardware.internode_gbps (network bandwidth per GPU per direction)",
-                         dcp_deployment_source(dep), m->tp_link == DCP_PERF_LINK_NETWORK ? "TP" : "DCP",
-                         hw->gpus_per_node);
+                         m->tp_link == DCP_PERF_LINK_NETWORK ? "TP" : "DCP", hw->gpus_per_node);
 
     /* DCP's exchanges: the plan's communication of the same config with this dcp. */
     if (dcp > 1) {
@@ -366,4 +364,27 @@ void dcp_perf_decode_time(const struct dcp_perf_model *m, uint64_t batch, uint64
         add_decode(m, &w, (double)batch, context, q_len);
     }
     price(m, &w, out);
+}
+
+double dcp_perf_decode_rate(const struct dcp_perf_model *m, uint64_t fits, uint64_t clients, uint64_t context,
+                            uint32_t q_len)
+{
+    const uint64_t batch = DCP_MIN(fits, clients);
+    if (!m || !batch || !q_len)
+        return 0;
+    struct dcp_perf_step t;
+    dcp_perf_decode_time(m, batch, context, q_len, &t);
+    return t.total > 0 ? (double)batch / t.total / m->tp : 0;
+}
+
+uint32_t dcp_perf_wins_from(const struct dcp_perf_model *a, uint64_t a_fits, const struct dcp_perf_model *b,
+                            uint64_t b_fits, uint64_t context, uint32_t q_len, uint32_t max_clients)
+{
+    uint32_t from = 0;
+    for (uint32_t c = max_clients; c >= 1; c--) {
+        if (!(dcp_perf_decode_rate(b, b_fits, c, context, q_len) > dcp_perf_decode_rate(a, a_fits, c, context, q_len)))
+            break;
+        from = c;
+    }
+    return from;
 }

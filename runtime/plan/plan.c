@@ -10,6 +10,7 @@
  * DCP makes each page stand for N times as many context tokens.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -19,8 +20,6 @@
 #include "engine/merge.h"
 #include "util/util.h"
 
-/* Batch sizes the crossover is estimated for (struct dcp_plan.crossover). */
-static const uint32_t crossover_batches[DCP_PLAN_CROSSOVER_BATCHES] = {1, 8, 64, 256};
 
 /* Geometry of one GPU without DCP (the layout both sides share; see plan_layout).
  * The deployment was validated, so dcp = 1 always has a geometry. */
@@ -108,29 +107,6 @@ static void plan_context(const struct dcp_config *cfg, uint64_t len, uint64_t pa
     out->dcp_kv_read_bytes = (double)largest_shard * (double)token_layer_bytes;
 }
 
-/*
- * Per layer and step, DCP adds communication (a fixed latency per collective plus
- * the batch's bytes over the link) and removes reading (1 - 1/N) of every
- * request's KV from each rank. The context length where the two are equal is the
- * crossover; above it DCP's step is the faster one.
- */
-static void plan_crossover(const struct dcp_config *cfg, const struct dcp_plan_comm *comm,
-                           uint64_t token_layer_bytes, uint32_t batch,
-                           struct dcp_plan_crossover *out)
-{
-    const struct dcp_hardware_config *hw = &cfg->hardware;
-    const uint32_t n = cfg->parallel.dcp;
-    const double query_tokens = (double)batch * cfg->workload.q_len;
-    const double wire_bytes = DCP_MAX(comm->total_send, comm->total_recv);
-
-    out->batch = batch;
-    out->comm_seconds = comm->collectives * hw->collective_latency +
-                        query_tokens * wire_bytes / hw->link_bandwidth;
-    out->saved_per_token_seconds =
-        batch * (1.0 - 1.0 / n) * (double)token_layer_bytes / hw->hbm_bandwidth;
-    out->context_len = n == 1 ? INFINITY : out->comm_seconds / out->saved_per_token_seconds;
-}
-
 bool dcp_plan_from_config(const struct dcp_config *cfg, struct dcp_plan *plan)
 {
     const uint32_t tp = cfg->parallel.tp;
@@ -151,9 +127,6 @@ bool dcp_plan_from_config(const struct dcp_config *cfg, struct dcp_plan *plan)
     dcp_merge_plan_comm(cfg, &plan->comm);
     plan->baseline_kv_read_per_token = (double)token_layer_bytes;
     plan->dcp_kv_read_per_token = (double)token_layer_bytes / cfg->parallel.dcp;
-    for (uint32_t i = 0; i < DCP_PLAN_CROSSOVER_BATCHES; i++)
-        plan_crossover(cfg, &plan->comm, token_layer_bytes, crossover_batches[i],
-                       &plan->crossover[i]);
 
     plan->instances = (uint32_t)((uint64_t)cfg->hardware.gpus_per_node * cfg->hardware.nodes / tp);
     return ok;
@@ -168,4 +141,61 @@ DCP_API int dcp_plan_compute(const dcp_deployment *dep, struct dcp_plan *plan)
         return dcp_error(DCP_EINVAL, "dcp_plan_compute: a page or token count of %s does not fit "
                                      "64 bits", dcp_deployment_source(dep));
     return DCP_OK;
+}
+
+DCP_API int dcp_plan_compute_dcp(const dcp_deployment *dep, uint32_t dcp, struct dcp_plan *plan)
+{
+    dcp_clear_error();
+    if (!dep || !plan)
+        return dcp_error(DCP_EINVAL, "dcp_plan_compute_dcp: %s is NULL", dep ? "plan" : "deployment");
+    struct dcp_config cfg = *dcp_deployment_config(dep);
+    struct dcp_rank_geometry g;
+    if (dcp_rank_geometry_init(&cfg.model, cfg.parallel.tp, dcp, &g))
+        return dcp_error(DCP_EINVAL, "dcp=%u: %s", dcp, dcp_last_error());
+    cfg.parallel.dcp = dcp;
+    if (!dcp_plan_from_config(&cfg, plan))
+        return dcp_error(DCP_EINVAL, "dcp_plan_compute_dcp: a page or token count of %s does not fit "
+                                     "64 bits", dcp_deployment_source(dep));
+    return DCP_OK;
+}
+
+/* Appends d to the ascending set v (n entries, at most max) unless it is there. */
+static void add_size(uint32_t *v, uint32_t *n, uint32_t max, uint32_t d)
+{
+    uint32_t i = 0;
+    while (i < *n && v[i] < d)
+        i++;
+    if ((i < *n && v[i] == d) || *n == max)
+        return;
+    memmove(v + i + 1, v + i, (*n - i) * sizeof(*v));
+    v[i] = d;
+    ++*n;
+}
+
+DCP_API uint32_t dcp_plan_dcp_sizes(const dcp_deployment *dep, struct dcp_plan_dcp_size *out, uint32_t max)
+{
+    if (!dep || !out)
+        return 0;
+    const struct dcp_config *cfg = dcp_deployment_config(dep);
+    const uint32_t tp = cfg->parallel.tp;
+    uint32_t v[DCP_PLAN_MAX_DCP_SIZES], n = 0;
+    max = DCP_MIN(max, (uint32_t)DCP_PLAN_MAX_DCP_SIZES);
+    for (uint32_t d = 1; d <= DCP_MIN(tp, 16u); d++)
+        add_size(v, &n, max, d);
+    for (uint32_t d = 1; d <= tp / d; d++)
+        if (tp % d == 0) {
+            add_size(v, &n, max, d);
+            add_size(v, &n, max, tp / d);
+        }
+    for (uint64_t d = 1; d <= tp; d *= 2)
+        add_size(v, &n, max, (uint32_t)d);
+    for (uint32_t i = 0; i < n; i++) {
+        struct dcp_rank_geometry g;
+        out[i] = (struct dcp_plan_dcp_size){.dcp = v[i]};
+        out[i].valid = dcp_rank_geometry_init(&cfg->model, tp, v[i], &g) == DCP_OK;
+        if (!out[i].valid)
+            snprintf(out[i].reason, sizeof(out[i].reason), "%s", dcp_last_error());
+    }
+    dcp_clear_error();
+    return n;
 }

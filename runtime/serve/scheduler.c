@@ -142,6 +142,8 @@ int dcp_sched_create_for_engine(dcp_engine *engine, const struct dcp_sched_param
     int st = check_params(p);
     if (st)
         return st;
+    if (p->prompts_loaded)
+        return dcp_error(DCP_EINVAL, "sched_create_for_engine: prompts_loaded is for simulated decode instances");
     if (dcp_kv_live_seqs(engine->kv))
         return dcp_error(DCP_EINVAL, "sched_create_for_engine: the engine has %u live sequences",
                          dcp_kv_live_seqs(engine->kv));
@@ -317,6 +319,7 @@ static int add_entry(dcp_sched *s, uint32_t r, uint32_t q_len, uint64_t start, b
         return dcp_error(DCP_ENOMEM, "scheduler: step entries");
     s->entries[s->num_entries++] = (struct dcp_sched_entry){
         .request = r, .seq_id = s->reqs[r].info.seq_id, .q_len = q_len, .start = start, .decode = decode,
+        .loaded = !decode && s->p.prompts_loaded,
     };
     return DCP_OK;
 }
@@ -419,7 +422,7 @@ static int plan_prefills(dcp_sched *s, uint64_t *budget, uint32_t *preempted)
  * sequences, the running limit and the budget allow. */
 static int plan_admissions(dcp_sched *s, uint64_t *budget, uint32_t *admitted)
 {
-    while (s->q_len && *budget && s->num_running < s->p.max_running && dcp_kv_live_seqs(s->kv) < s->max_seqs) {
+    while (s->q_len && (*budget || s->p.prompts_loaded) && s->num_running < s->p.max_running && dcp_kv_live_seqs(s->kv) < s->max_seqs) {
         const uint32_t r = s->queue[s->q_head];
         struct req *q = &s->reqs[r];
         /* A first admission computes the prompt; a recompute after preemption rebuilds
@@ -457,10 +460,13 @@ static int plan_admissions(dcp_sched *s, uint64_t *budget, uint32_t *admitted)
         }
         s->running[s->num_running++] = r;
         ++*admitted;
-        const uint32_t n = (uint32_t)DCP_MIN(q->target - q->prefilled, *budget);
+        /* A loaded prompt (P/D) arrives whole and costs the step no tokens. */
+        const uint64_t left = q->target - q->prefilled;
+        const uint32_t n = (uint32_t)DCP_MIN(s->p.prompts_loaded ? left : DCP_MIN(left, *budget), (uint64_t)UINT32_MAX);
         if ((st = dcp_kv_seq_extend(s->kv, seq, n)) || (st = add_entry(s, r, n, q->prefilled, false)))
             return st;
-        *budget -= n;
+        if (!s->p.prompts_loaded)
+            *budget -= n;
     }
     return DCP_OK;
 }
@@ -505,6 +511,8 @@ int dcp_sched_plan_step(dcp_sched *s, double now, struct dcp_sched_step *step)
             step->num_decode++;
             step->decode_tokens += en->q_len;
             step->decode_context += end;
+        } else if (en->loaded) {
+            step->loaded_tokens += en->q_len;
         } else {
             step->prefill_tokens += en->q_len;
             step->prefill_context += end;

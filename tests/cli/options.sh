@@ -22,7 +22,7 @@ expect() {
     [ -z "$needle" ] || grep -q -F -e "$needle" "$tmp/err" || fail "dcp-run $*: stderr does not name '$needle': $(cat "$tmp/err")"
 }
 
-for cmd in plan run bench replay; do
+for cmd in plan run bench replay calibrate; do
     "$dcp_run" $cmd --help >"$tmp/help" 2>"$tmp/err" || fail "$cmd --help exited $?"
     [ -s "$tmp/err" ] && fail "$cmd --help wrote to stderr"
     grep -q "^usage: dcp-run $cmd" "$tmp/help" || fail "$cmd --help: no usage line"

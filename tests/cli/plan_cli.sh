@@ -13,7 +13,8 @@ config=$2
 cat "$tmp/text"
 [ -s "$tmp/err" ] && fail "plan $config wrote to stderr: $(cat "$tmp/err")"
 for section in 'Memory per GPU' 'KV layout per GPU' 'Capacity per instance' \
-        'Communication per rank' 'KV read per rank' 'Crossover estimate' 'verdict: '; do
+        'Communication per rank' 'KV read per rank' 'verdict: ' 'DCP sizes at tp' 'Decode throughput' \
+        'recommendation: '; do
     grep -q "^$section" "$tmp/text" || fail "text output lacks '$section'"
 done
 
@@ -24,9 +25,9 @@ import json, math, sys
 
 with open(sys.argv[1]) as f:
     d = json.load(f)
-assert d["schema"] == "dcp-plan/3", d["schema"]
-for key in ("source", "config", "instances", "memory", "layouts",
-            "contexts", "kv_read_per_token", "comm", "crossover", "estimate_note", "verdict"):
+assert d["schema"] == "dcp-plan/4", d["schema"]
+for key in ("source", "config", "instances", "memory", "layouts", "contexts", "kv_read_per_token", "comm",
+            "verdict", "dcp_sizes", "modelled", "decode", "cluster", "warnings", "recommendation"):
     assert key in d, "missing key " + key
 # The deployment file's vocabulary: sections and key names as in YAML.
 cfg = d["config"]
@@ -50,7 +51,6 @@ assert len(d["contexts"]) >= 1
 for c in d["contexts"]:
     assert c["dcp_concurrency"] >= c["baseline_concurrency"]
     assert c["dcp_pages"] * n >= c["baseline_pages"]
-assert [x["batch"] for x in d["crossover"]] == [1, 8, 64, 256]
 comm = d["comm"]
 assert comm["scheme"] == cfg["parallel"]["comm"], comm["scheme"]
 assert comm["collectives"] == len(comm["rows"])
@@ -62,11 +62,27 @@ for total, key in (("total_send", "send_bytes"), ("total_recv", "recv_bytes")):
     assert math.isclose(comm[total], sum(row[key] for row in comm["rows"]), rel_tol=1e-12), total
 if n == 1:
     assert d["comm"]["collectives"] == 0
-    assert all(x["context_len"] is None for x in d["crossover"])
 else:
     assert d["comm"]["collectives"] >= 1
-    assert all(x["context_len"] > 0 for x in d["crossover"])
-assert d["verdict"]
+assert d["verdict"] and d["recommendation"]
+# The valid DCP sizes are those the validity rules accept, the configured one among them.
+valid = [x["dcp"] for x in d["dcp_sizes"] if x["valid"]]
+assert 1 in valid and n in valid, valid
+assert all(x["reason"] for x in d["dcp_sizes"] if not x["valid"])
+if d["modelled"]:
+    # The performance model: per context, TP first, then the deployment's dcp.
+    assert d["not_modelled"] is None and d["perf_inputs"]["kv_efficiency"]["source"] == "default"
+    assert [c["context_len"] for c in d["decode"]] == [c["context_len"] for c in d["contexts"]]
+    for c, cap in zip(d["decode"], d["contexts"]):
+        lay = c["layouts"]
+        assert [x["dcp"] for x in lay] == ([1] if n == 1 else [1, n]), lay
+        assert lay[0]["requests_at_once"] == cap["baseline_concurrency"]
+        assert lay[-1]["requests_at_once"] == cap["dcp_concurrency"]
+        for x in lay:
+            assert (x["tok_s_per_gpu"] > 0) == (x["requests_at_once"] > 0), x
+        assert lay[0]["wins_from"] is None
+else:
+    assert d["not_modelled"] and d["decode"] == [] and d["recommendation"].startswith("none")
 with open(sys.argv[1] + ".config.yaml", "w") as f:
     json.dump(cfg, f)
 PY

@@ -22,7 +22,7 @@ grep -q '^verdict: ' "$tmp/out" || fail "plan with no FILE printed no verdict"
 
 expect 0 --help
 grep -q 'usage: dcp-run plan' "$tmp/out" || fail "--help printed no usage"
-grep -qi 'estimate' "$tmp/out" || fail "--help does not say the crossover is an estimate"
+grep -qi 'performance model' "$tmp/out" || fail "--help does not name the performance model"
 
 expect 2 --no-such-option
 grep -q 'usage: dcp-run plan' "$tmp/err" || fail "bad option: no usage on stderr"

@@ -17,10 +17,17 @@ struct oracle_attn_shape {
     uint32_t qk_dim;
     uint32_t v_dim;
     double scale;      ///< Softmax scale applied to q.k.
+    uint32_t window;   ///< Sliding window: query i at position p sees keys p - window < j <= p; 0: all j <= p.
+    const int32_t *topk; ///< Sparse top-k: query i sees only the positions topk[i * topk_stride + e], e < num_topk,
+                         ///< that lie in [0, p] (others, -1 included, are skipped; a repeat counts twice); NULL: dense.
+    uint32_t num_topk;
+    uint32_t topk_stride;
+    const double *sinks; ///< Per head sink logit s_h, NULL: none: out = sum e^x v / (e^s + sum e^x), lse includes e^s.
 };
 
 /**
- * Causal attention of one sequence: q [q_len][heads][qk_dim], k [len][kv_heads][qk_dim],
+ * Causal attention of one sequence (sliding-window, sparse top-k and sink variants as the
+ * shape says): q [q_len][heads][qk_dim], k [len][kv_heads][qk_dim],
  * v [len][kv_heads][v_dim] -> out [q_len][heads][v_dim] and lse [q_len][heads]
  * (natural log of the softmax denominator). Query i sees keys 0..len-q_len+i; a
  * query that sees no key, or whose visible scores are all -inf, gets out = 0 and
@@ -29,6 +36,22 @@ struct oracle_attn_shape {
  */
 void oracle_attention(const struct oracle_attn_shape *shape, const double *q, const double *k,
                       const double *v, double *out, double *lse);
+
+/**
+ * DSA indexer scores of one sequence: for query i (position p = len - q_len + i) and
+ * key j, scores[i][j] = sum_h w[i][h] * max(0, q[i][h] . k[j]) for j <= p (NaN stays
+ * NaN), -inf for j > p. q [q_len][heads][dim], w [q_len][heads], k [len][dim],
+ * scores [q_len][len].
+ */
+void oracle_index_scores(uint32_t len, uint32_t q_len, uint32_t heads, uint32_t dim, const double *q,
+                         const double *w, const double *k, double *scores);
+
+/**
+ * The k best positions of one row of n scores (position = index): a higher score
+ * first, an equal one at the lower position first; NaN and -inf are never taken;
+ * out [k], padded with -1.
+ */
+void oracle_topk(const double *scores, uint32_t n, uint32_t k, int32_t *out);
 
 /**
  * Exact merge of n partial results: o [n][v_dim] with lse [n]. A source whose LSE

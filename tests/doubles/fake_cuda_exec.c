@@ -556,8 +556,8 @@ static void run_on_cpu(void *arg)
 
 /*
  * Whether an attention entry serves a launch. Like the real entries, one that
- * gets another block size, dtype, head size, a misaligned cache or a q/out
- * dtype that is no activation dtype returns
+ * gets another block size, dtype, head size, a misaligned cache, a q/out
+ * dtype that is no activation dtype or a sliding window (ring pages) returns
  * without doing anything: cuLaunchKernel succeeds and the output keeps what it
  * held. Other kernels serve any launch.
  */
@@ -570,7 +570,8 @@ static int entry_serves(CUfunction fn, unsigned int block_x, const void *params)
         const struct dcpk_attn_params *p = params;
         return block_x == v->threads && p->dtype == v->dtype && p->qk_dim == v->qk_dim &&
                p->v_dim == v->v_dim && (p->k_cache | p->v_cache) % 16 == 0 &&
-               dcpk_act_dtype_ok(p->q_dtype) && dcpk_act_dtype_ok(p->out_dtype);
+               dcpk_act_dtype_ok(p->q_dtype) && dcpk_act_dtype_ok(p->out_dtype) && p->window == 0 &&
+               p->ring_pages == 0; /* the real entries do not read them yet (attn_launch_ok) */
     }
     return 1;
 }

@@ -86,7 +86,23 @@ void problem_free(struct attn_problem *pb)
         free(pb->k_src[b]);
         free(pb->v_src[b]);
         free(pb->q[b]);
+        free(pb->topk[b]);
+        pb->topk[b] = NULL;
     }
+}
+
+uint32_t problem_ring_pages(const struct attn_problem *pb, uint32_t group_size, uint32_t interleave)
+{
+    uint64_t most = 1;
+    for (uint32_t b = 0; b < pb->batch; b++)
+        for (uint32_t r = 0; r < group_size; r++) {
+            /* The keys the sequence's query tokens see: from its first one's window to the end. */
+            const int64_t from = (int64_t)pb->seq_len[b] - pb->q_len[b] + 1 - (int64_t)pb->window;
+            const uint64_t first = from > 0 ? dcpk_local_length((uint64_t)from, r, group_size, interleave) : 0;
+            const uint64_t n = dcpk_local_length(pb->seq_len[b], r, group_size, interleave) - first;
+            most = n > most ? n : most;
+        }
+    return (uint32_t)((most + pb->block_size - 1) / pb->block_size);
 }
 
 uint32_t problem_tokens(const struct attn_problem *pb)
@@ -100,13 +116,16 @@ uint32_t problem_tokens(const struct attn_problem *pb)
 void problem_describe(const struct attn_problem *pb, const struct rank_run *run, char *buf, size_t len)
 {
     int n = snprintf(buf, len,
-                     "%s dtype %u q/k,v/out %u/%u/%u heads %u/%u dims %u/%u block %u | rank %u/%u il %u splits %u tile %u chunks %u isa %s | seqs",
+                     "%s dtype %u q/k,v/out %u/%u/%u heads %u/%u dims %u/%u block %u | rank %u/%u il %u splits %u tile %u chunks %u isa %s",
                      pb->mla ? "MLA" : "GQA", pb->dtype, pb->q_dtype, pb->src_dtype, pb->out_dtype, pb->heads, pb->kv_heads, pb->qk_dim, pb->v_dim,
                      pb->block_size, run->rank, run->group_size, run->interleave, run->num_splits,
                      run->head_tile, run->chunks,
                      run->variant > 0 ? dcpk_cpu_isa_name((enum dcpk_cpu_isa)(run->variant - 1)) : "default");
+    if (n > 0 && (size_t)n < len && (pb->window || pb->num_topk || pb->sinks))
+        n += snprintf(buf + n, len - (size_t)n, " | window %u%s topk %u%s", pb->window, pb->ring ? " (ring)" : "",
+                      pb->num_topk, pb->sinks ? " sinks" : "");
     for (uint32_t b = 0; b < pb->batch && n > 0 && (size_t)n < len; b++)
-        n += snprintf(buf + n, len - (size_t)n, " %u(q%u)", pb->seq_len[b], pb->q_len[b]);
+        n += snprintf(buf + n, len - (size_t)n, "%s %u(q%u)", b ? "" : " | seqs", pb->seq_len[b], pb->q_len[b]);
 }
 
 void problem_oracle(const struct attn_problem *pb, uint32_t b, double *out, double *lse)
@@ -126,9 +145,15 @@ void problem_oracle(const struct attn_problem *pb, uint32_t b, double *out, doub
     else
         oracle_quantize_array(v, pb->v_src[b], len * pb->kv_heads * pb->v_dim, pb->dtype, inv_scale,
                               pb->kv_scale);
+    double sinks[256];
+    assert_true(pb->heads <= 256);
+    for (uint32_t h = 0; pb->sinks && h < pb->heads; h++)
+        sinks[h] = pb->sinks[h];
     const struct oracle_attn_shape shape = {
         .len = pb->seq_len[b], .q_len = pb->q_len[b], .heads = pb->heads, .kv_heads = pb->kv_heads,
-        .qk_dim = pb->qk_dim, .v_dim = pb->v_dim, .scale = pb->scale,
+        .qk_dim = pb->qk_dim, .v_dim = pb->v_dim, .scale = pb->scale, .window = pb->window,
+        .topk = pb->num_topk ? pb->topk[b] : NULL, .num_topk = pb->num_topk, .topk_stride = pb->num_topk,
+        .sinks = pb->sinks ? sinks : NULL,
     };
     oracle_attention(&shape, q, k, v, out, lse);
     free(q);
@@ -161,10 +186,14 @@ void run_kernel_with(enum dcpk_kernel_id id, dcpk_cpu_fn fn, const void *params,
     free(raw);
 }
 
-/** Appends every token of sequence b that the rank owns (slot -1 for the others). */
+/**
+ * Appends every token of sequence b that the rank owns (slot -1 for the others);
+ * with a ring of ring pages, only the owned tokens the ring keeps (the last
+ * ring * block_size local ones), at local page (c / block_size) % ring.
+ */
 static void append_sequence(const struct attn_problem *pb, const struct rank_run *run,
                             struct test_rng *rng, const int32_t *table, void *k_cache, void *v_cache,
-                            uint32_t b)
+                            uint32_t b, uint32_t ring)
 {
     const uint32_t len = pb->seq_len[b], bs = pb->block_size;
     void *k_src = act_encode(pb->k_src[b], (size_t)len * pb->kv_heads * pb->qk_dim, pb->src_dtype);
@@ -176,7 +205,13 @@ static void append_sequence(const struct attn_problem *pb, const struct rank_run
             continue;
         }
         const uint64_t local = dcpk_local_index(p, run->group_size, run->interleave);
-        slots[p] = (int64_t)table[local / bs] * bs + (int64_t)(local % bs);
+        const uint64_t kept = (uint64_t)ring * bs, local_len = dcpk_local_length(len, run->rank, run->group_size,
+                                                                                  run->interleave);
+        if (ring && local + kept < local_len) {
+            slots[p] = -1; /* overwritten in the ring by a later token: never written */
+            continue;
+        }
+        slots[p] = (int64_t)table[ring ? local / bs % ring : local / bs] * bs + (int64_t)(local % bs);
     }
     const struct dcpk_kv_append_params ap = {
         .k_cache = (uint64_t)(uintptr_t)k_cache, .v_cache = (uint64_t)(uintptr_t)v_cache,
@@ -276,10 +311,13 @@ void rank_attention(const struct attn_problem *pb, const struct rank_run *run,
     const uint32_t bs = pb->block_size, n = run->group_size;
     const uint32_t esize = dcpk_dtype_size(pb->dtype);
     /* One scheduler for the group: ceil(L / (B*N)) block ids per sequence, the same on every rank. */
+    const uint32_t ring = pb->ring ? problem_ring_pages(pb, n, run->interleave) : 0;
     uint32_t blocks[HARNESS_MAX_BATCH], max_blocks = 1, pages = 0;
     for (uint32_t b = 0; b < pb->batch; b++) {
         blocks[b] = (pb->seq_len[b] + bs * n - 1) / (bs * n);
         assert_true(dcpk_local_length(pb->seq_len[b], run->rank, n, run->interleave) <= (uint64_t)blocks[b] * bs);
+        if (ring) /* a ring of its own pages per sequence: the table row lists them */
+            blocks[b] = ring;
         max_blocks = blocks[b] > max_blocks ? blocks[b] : max_blocks;
         pages += blocks[b];
     }
@@ -308,7 +346,7 @@ void rank_attention(const struct attn_problem *pb, const struct rank_run *run,
     if (v_cache)
         memset(v_cache, 0xff, v_bytes);
     for (uint32_t b = 0; b < pb->batch; b++)
-        append_sequence(pb, run, rng, table + b * max_blocks, k_cache, v_cache, b);
+        append_sequence(pb, run, rng, table + b * max_blocks, k_cache, v_cache, b, ring);
 
     const uint32_t tokens = problem_tokens(pb), hpc = pb->heads / run->chunks;
     const uint64_t q_chunk_stride = (uint64_t)tokens * hpc * pb->qk_dim + test_rng_range(rng, 0, 3);
@@ -329,6 +367,28 @@ void rank_attention(const struct attn_problem *pb, const struct rank_run *run,
     float *ws_o = run->num_splits > 1 ? nan_floats(ws_stride_o * run->num_splits) : NULL;
     float *ws_lse = run->num_splits > 1 ? nan_floats(ws_stride_lse * run->num_splits) : NULL;
 
+    int32_t *topk = NULL;
+    if (pb->num_topk) { /* the sequences' rows, one token after the other */
+        topk = xmalloc((size_t)tokens * pb->num_topk * sizeof(int32_t));
+        for (uint32_t b = 0, t = 0; b < pb->batch; t += pb->q_len[b], b++)
+            memcpy(topk + (size_t)t * pb->num_topk, pb->topk[b], (size_t)pb->q_len[b] * pb->num_topk * sizeof(int32_t));
+        const struct dcpk_sparse_attn_params sp = {
+            .q = (uint64_t)(uintptr_t)q, .k_cache = (uint64_t)(uintptr_t)k_cache,
+            .v_cache = (uint64_t)(uintptr_t)(pb->mla ? k_cache : v_cache),
+            .block_table = (uint64_t)(uintptr_t)table, .seq_lens = (uint64_t)(uintptr_t)seq_lens,
+            .q_start = (uint64_t)(uintptr_t)q_start, .topk = (uint64_t)(uintptr_t)topk,
+            .out = (uint64_t)(uintptr_t)out, .lse = (uint64_t)(uintptr_t)dst->lse,
+            .q_chunk_stride = q_chunk_stride, .out_chunk_stride = dst->out_chunk_stride,
+            .lse_chunk_stride = dst->lse_chunk_stride, .topk_stride = pb->num_topk, .num_topk = pb->num_topk,
+            .batch = pb->batch, .num_q_tokens = tokens, .num_heads = pb->heads, .heads_per_chunk = hpc,
+            .num_kv_heads = pb->kv_heads, .head_tile = run->head_tile, .qk_dim = pb->qk_dim, .v_dim = pb->v_dim,
+            .v_row_stride = pb->mla ? pb->qk_dim : pb->v_dim, .block_size = bs, .max_blocks = max_blocks,
+            .rank = run->rank, .group_size = n, .interleave = run->interleave, .dtype = pb->dtype,
+            .scale = pb->scale, .kv_scale = pb->kv_scale, .q_dtype = pb->q_dtype, .out_dtype = pb->out_dtype,
+        };
+        run_kernel(DCPK_KERNEL_sparse_attn, &sp, rng);
+        goto done;
+    }
     const struct dcpk_attn_params ap = {
         .q = (uint64_t)(uintptr_t)q, .k_cache = (uint64_t)(uintptr_t)k_cache,
         .v_cache = (uint64_t)(uintptr_t)(pb->mla ? k_cache : v_cache),
@@ -344,13 +404,16 @@ void rank_attention(const struct attn_problem *pb, const struct rank_run *run,
         .max_blocks = max_blocks, .rank = run->rank, .group_size = n, .interleave = run->interleave,
         .num_splits = run->num_splits, .dtype = pb->dtype, .scale = pb->scale,
         .kv_scale = pb->kv_scale, .q_dtype = pb->q_dtype, .out_dtype = pb->out_dtype,
+        .window = pb->window, .ring_pages = ring,
     };
     run_kernel_with(DCPK_KERNEL_attn,
                     run->variant > 0 && run->variant <= DCPK_CPU_ISA_COUNT ? attn_variants[run->variant - 1] : dcpk_attn_cpu,
                     &ap, rng);
     if (run->num_splits > 1)
         merge_splits(pb, run, rng, ws_o, ws_lse, ws_stride_o, ws_stride_lse, dst, out);
+done:
     typed_output_finish(pb, run, dst, out);
+    free(topk);
 
     free(ws_o);
     free(ws_lse);

@@ -34,6 +34,13 @@ struct attn_problem {
     float *k_src[HARNESS_MAX_BATCH]; ///< [seq_len][kv_heads][qk_dim], values of src_dtype (held in fp32).
     float *v_src[HARNESS_MAX_BATCH]; ///< [seq_len][kv_heads][v_dim], values of src_dtype; NULL for MLA.
     float *q[HARNESS_MAX_BATCH];     ///< [q_len][heads][qk_dim], values of q_dtype (held in fp32).
+    /* Layer kinds (docs/design.md §13); all 0 / NULL: a full layer. */
+    uint32_t window;    ///< Sliding window of this many tokens (dcpk_attn_params.window); 0: none.
+    int ring;           ///< With a window: each rank keeps only the last ring_pages pages of every sequence
+                        ///< (dcpk_attn_params.ring_pages, the fewest that hold the window), written in a ring.
+    uint32_t num_topk;  ///< Sparse top-k: rank_attention runs dcpk_sparse_attn over topk; 0: dense.
+    int32_t *topk[HARNESS_MAX_BATCH]; ///< [q_len][num_topk] global positions per query token (-1: none).
+    const float *sinks; ///< Per head sink logits the oracle applies (the test runs dcpk_sink after the merge).
 };
 
 /** How one rank runs its attention. */
@@ -63,6 +70,9 @@ void *act_encode(const float *src, size_t n, uint32_t dtype);
 /** Allocates and fills the sources of a problem whose shape fields are set. */
 void problem_fill(struct attn_problem *pb, struct test_rng *rng, float amplitude);
 void problem_free(struct attn_problem *pb);
+/** Ring pages a rank needs for sequence lengths up to the problem's (the window plus its queries). */
+uint32_t problem_ring_pages(const struct attn_problem *pb, uint32_t group_size, uint32_t interleave);
+
 /** Query tokens of all sequences. */
 uint32_t problem_tokens(const struct attn_problem *pb);
 /** One line describing the problem and run, for failure messages. */
@@ -77,7 +87,10 @@ void problem_oracle(const struct attn_problem *pb, uint32_t b, double *out, doub
 /**
  * Builds rank run->rank's cache (every byte poisoned with NaN patterns first, so
  * a read of anything not appended shows), appends its tokens with dcpk_kv_append,
- * runs dcpk_attn (and dcpk_merge over splits) and writes its partial result.
+ * runs dcpk_attn (and dcpk_merge over splits) and writes its partial result. With
+ * pb->ring, only the tokens a ring of problem_ring_pages() pages keeps are appended
+ * (older ones are overwritten in order, as an engine's ring would be); with
+ * pb->num_topk it runs dcpk_sparse_attn instead (no split-KV).
  */
 void rank_attention(const struct attn_problem *pb, const struct rank_run *run,
                     struct test_rng *rng, const struct attn_output *dst);

@@ -8,6 +8,10 @@
  *          then chunk d is summed over ranks with dcpk_reduce (the ReduceScatter);
  * both compared with the single-rank oracle over the whole sequence, including
  * L < N*I (empty shards) and multi-token queries across shard boundaries.
+ * The layer kinds (docs/design.md §13) run the same way: a sliding window (with
+ * the keys in per-sequence rings or not, windows shorter than a shard), sparse
+ * top-k lists (tokens of one rank only, empty lists, positions past the query),
+ * and the per-head sink, applied once to each destination's merged rows.
  */
 #include <math.h>
 #include <stdio.h>
@@ -15,6 +19,7 @@
 #include <string.h>
 
 #include "attn_harness.h"
+#include "dcp_kernels/placement.h"
 #include "ptx/cpu/isa.h"
 
 #define DCP_TOLERANCE 1e-5
@@ -87,6 +92,20 @@ static void reduce_ag_rs(const struct attn_problem *pb, const struct partials *p
     };
     run_kernel(DCPK_KERNEL_reduce, &rp, rng);
     free(srcs);
+}
+
+/** The sink on destination d's merged rows (rows of hpc heads, from head d * hpc), once. */
+static void apply_sinks(const struct attn_problem *pb, uint32_t d, uint32_t hpc, uint64_t rows,
+                        struct test_rng *rng, float *out, float *lse)
+{
+    if (!pb->sinks)
+        return;
+    const struct dcpk_sink_params sp = {
+        .out = (uint64_t)(uintptr_t)out, .lse = (uint64_t)(uintptr_t)lse,
+        .sinks = (uint64_t)(uintptr_t)(pb->sinks + d * hpc), .rows = (uint32_t)rows, .num_heads = hpc,
+        .v_dim = pb->v_dim, .out_dtype = DCPK_FP32,
+    };
+    run_kernel(DCPK_KERNEL_sink, &sp, rng);
 }
 
 static void random_problem(struct attn_problem *pb, uint32_t n, uint32_t il, uint32_t block,
@@ -163,11 +182,13 @@ static void run_problem(const struct attn_problem *pb, uint32_t n, uint32_t il, 
         const struct attn_output res = {.out = out, .lse = lse};
         char what[600];
         merge_a2a(pb, &pt, d, rng, out, lse);
+        apply_sinks(pb, d, hpc, pt.rows_per_chunk, rng, out, lse);
         snprintf(what, sizeof(what), "a2a dest %u: %s", d, desc);
         check_against_oracle(pb, d * hpc, hpc, hpc, &res, DCP_TOLERANCE, what);
 
         reduce_ag_rs(pb, &pt, scaled, d, rng, out);
         memcpy(lse, rs_lse + d * pt.rows_per_chunk, pt.rows_per_chunk * sizeof(float));
+        apply_sinks(pb, d, hpc, pt.rows_per_chunk, rng, out, lse);
         snprintf(what, sizeof(what), "ag_rs dest %u: %s", d, desc);
         check_against_oracle(pb, d * hpc, hpc, hpc, &res, DCP_TOLERANCE, what);
     }
@@ -306,11 +327,171 @@ static void test_nan_propagates(void **state)
                   nan_site_names[0], nan_site_names[1], nan_site_names[2], nan_site_names[3]);
 }
 
+/* ---- layer kinds (docs/design.md §13) ------------------------------------------ */
+
+/** Cases per (group, interleave) of the kind tests: fewer with DCP_TEST_QUICK. */
+static int kind_reps(void)
+{
+    return test_quick() ? 2 : 6;
+}
+
+/**
+ * Sliding windows from 1 token (shorter than any shard) to longer than the
+ * sequence, with the keys in the paged cache or in per-sequence rings of the
+ * fewest pages that hold the window, through both merges: every destination
+ * against the windowed oracle.
+ */
+static void test_window_groups(void **state)
+{
+    (void)state;
+    static const uint32_t groups[] = {1, 2, 3, 4, 8};
+    static const uint32_t interleaves[] = {1, 2, 16, 0};
+    static const uint32_t windows[] = {1, 2, 3, 5, 17, 64, 1000};
+    struct test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0x5a1d);
+    for (size_t g = 0; g < 5; g++)
+        for (size_t i = 0; i < 4; i++)
+            for (int rep = 0; rep < kind_reps(); rep++) {
+                const uint32_t il = interleaves[i], block = random_block(&rng, il);
+                struct attn_problem pb;
+                random_problem(&pb, groups[g], il ? il : block, block, &rng);
+                pb.window = windows[test_rng_range(&rng, 0, 6)];
+                pb.ring = test_rng_range(&rng, 0, 1) && pb.window < 1000;
+                run_problem(&pb, groups[g], il ? il : block, 0, &rng);
+                problem_free(&pb);
+            }
+}
+
+/** Fills the top-k rows of a problem; shape 0: random positions (some past the query, some
+ *  repeated -1), 1: only positions rank `only` owns, 2: empty (all -1), 3: every position. */
+static void random_topk(struct attn_problem *pb, uint32_t n, uint32_t il, int shape, uint32_t only,
+                        struct test_rng *rng)
+{
+    for (uint32_t b = 0; b < pb->batch; b++) {
+        const uint32_t len = pb->seq_len[b];
+        pb->topk[b] = malloc((size_t)(pb->q_len[b] ? pb->q_len[b] : 1) * pb->num_topk * sizeof(int32_t));
+        assert_non_null(pb->topk[b]);
+        for (uint32_t i = 0; i < pb->q_len[b]; i++) {
+            int32_t *row = pb->topk[b] + (size_t)i * pb->num_topk;
+            uint32_t e = 0;
+            for (uint32_t p = 0; p < len && e < pb->num_topk; p++) {
+                const int take = shape == 3   ? 1
+                                 : shape == 2 ? 0
+                                 : shape == 1 ? dcpk_owner_rank(p, n, il) == only && test_rng_range(rng, 0, 1)
+                                              : test_rng_range(rng, 0, 2) == 0;
+                if (take)
+                    row[e++] = (int32_t)p;
+            }
+            for (; e < pb->num_topk; e++)
+                row[e] = -1;
+            for (uint32_t x = pb->num_topk; x > 1; x--) { /* any order */
+                const uint32_t y = (uint32_t)test_rng_range(rng, 0, x - 1);
+                const int32_t t = row[x - 1];
+                row[x - 1] = row[y];
+                row[y] = t;
+            }
+        }
+    }
+}
+
+/**
+ * Sparse top-k (DSA's attention over selected tokens, MLA and GQA): each rank
+ * attends the listed positions it owns (positions past a query token are not
+ * its keys), both merges give the oracle's attention over the listed keys;
+ * lists of one rank's tokens only leave the other ranks empty (LSE -inf), and
+ * an empty list gives 0 and -inf everywhere.
+ */
+static void test_sparse_groups(void **state)
+{
+    (void)state;
+    static const uint32_t groups[] = {1, 2, 3, 4, 8};
+    static const uint32_t interleaves[] = {1, 2, 16, 0};
+    static const uint32_t ks[] = {1, 3, 8, 64};
+    struct test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0x70bc);
+    for (size_t g = 0; g < 5; g++)
+        for (size_t i = 0; i < 4; i++)
+            for (int rep = 0; rep < kind_reps(); rep++) {
+                const uint32_t il = interleaves[i], block = random_block(&rng, il), n = groups[g];
+                struct attn_problem pb;
+                random_problem(&pb, n, il ? il : block, block, &rng);
+                pb.num_topk = ks[test_rng_range(&rng, 0, 3)];
+                random_topk(&pb, n, il ? il : block, rep % 4, (uint32_t)test_rng_range(&rng, 0, n - 1), &rng);
+                run_problem(&pb, n, il ? il : block, 1, &rng);
+                problem_free(&pb);
+            }
+}
+
+/**
+ * The per-head sink after the merge, on full and windowed layers: sinks from
+ * -inf (no sink) to values that dominate the row; rows that see no key get the
+ * sink's LSE and stay 0.
+ */
+static void test_sink_groups(void **state)
+{
+    (void)state;
+    static const uint32_t groups[] = {1, 2, 4, 8};
+    struct test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0x51c);
+    float sinks[16];
+    for (size_t g = 0; g < 4; g++)
+        for (int rep = 0; rep < 2 * kind_reps(); rep++) {
+            const uint32_t il = rep % 2 ? 2 : 1, block = random_block(&rng, il), n = groups[g];
+            struct attn_problem pb;
+            random_problem(&pb, n, il, block, &rng);
+            for (uint32_t h = 0; h < pb.heads; h++)
+                sinks[h] = h % 5 == 4 ? -INFINITY : (float)(test_rng_unit(&rng) * 8.0 - 2.0);
+            pb.sinks = sinks;
+            pb.window = rep % 3 == 0 ? (uint32_t)test_rng_range(&rng, 1, 40) : 0;
+            run_problem(&pb, n, il, 0, &rng);
+            problem_free(&pb);
+        }
+}
+
+/**
+ * The sink kernel's rules on rows the merge can produce: an empty row takes
+ * the sink's LSE and stays 0; s = -inf changes nothing, bit for bit; a NaN in
+ * the row or the sink makes the whole row NaN; and a second application (a sink
+ * applied per rank, or twice) moves the LSE away from the once-applied value.
+ */
+static void test_sink_rules(void **state)
+{
+    (void)state;
+    struct test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0x5157);
+    float out[5][3] = {{1, 2, 3}, {0, 0, 0}, {4, 5, 6}, {1, 1, 1}, {7, 8, 9}};
+    float lse[5] = {0.5f, -INFINITY, 1.0f, NAN, 2.0f};
+    const float sinks[5] = {0.25f, 3.0f, -INFINITY, 0.0f, NAN};
+    const float before[5][3] = {{1, 2, 3}, {0, 0, 0}, {4, 5, 6}, {1, 1, 1}, {7, 8, 9}};
+    const struct dcpk_sink_params sp = {
+        .out = (uint64_t)(uintptr_t)out, .lse = (uint64_t)(uintptr_t)lse, .sinks = (uint64_t)(uintptr_t)sinks,
+        .rows = 5, .num_heads = 5, .v_dim = 3, .out_dtype = DCPK_FP32,
+    };
+    run_kernel(DCPK_KERNEL_sink, &sp, &rng);
+    const double l0 = log(exp(0.5) + exp(0.25));
+    assert_true(fabs(lse[0] - l0) < 1e-6);
+    for (int d = 0; d < 3; d++)
+        assert_true(fabs(out[0][d] - before[0][d] * exp(0.5 - l0)) < 1e-6);
+    assert_true(lse[1] == 3.0f && out[1][0] == 0.0f && out[1][2] == 0.0f); /* empty row: the sink's LSE, 0 */
+    assert_true(lse[2] == 1.0f);                                          /* no sink: unchanged, exactly */
+    assert_memory_equal(out[2], before[2], sizeof(out[2]));
+    assert_true(isnan(lse[3]) && isnan(out[3][0]) && isnan(out[3][2]));
+    assert_true(isnan(lse[4]) && isnan(out[4][1]));
+    /* Twice: a different row, so a test that applies it once can tell. */
+    const float once = lse[0];
+    run_kernel(DCPK_KERNEL_sink, &sp, &rng);
+    assert_true(fabs(lse[0] - once) > 1e-3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dcp_groups),
         cmocka_unit_test(test_nan_propagates),
+        cmocka_unit_test(test_window_groups),
+        cmocka_unit_test(test_sparse_groups),
+        cmocka_unit_test(test_sink_groups),
+        cmocka_unit_test(test_sink_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

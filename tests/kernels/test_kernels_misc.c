@@ -829,7 +829,9 @@ static void test_registry(void **state)
         sizeof(struct dcpk_kv_append_params), sizeof(struct dcpk_attn_params),
         sizeof(struct dcpk_merge_params), sizeof(struct dcpk_lse_scale_params),
         sizeof(struct dcpk_reduce_params), sizeof(struct dcpk_fill_params),
-        sizeof(struct dcpk_uv_proj_params),
+        sizeof(struct dcpk_uv_proj_params), sizeof(struct dcpk_sink_params),
+        sizeof(struct dcpk_sparse_attn_params), sizeof(struct dcpk_index_score_params),
+        sizeof(struct dcpk_topk_params),
     };
     for (int i = 0; i < DCPK_KERNEL_COUNT; i++) {
         const struct dcpk_kernel_desc *k = &dcpk_kernels[i];

@@ -65,7 +65,6 @@ static void h200(struct dcp_config *cfg)
     cfg->hardware.memory_bytes = 141e9;
     cfg->hardware.hbm_bandwidth = 4.8e12;
     cfg->hardware.link_bandwidth = 450e9;
-    cfg->hardware.collective_latency = 20e-6; /* the figure of the hand-worked crossovers */
 }
 
 static void b200(struct dcp_config *cfg)
@@ -74,7 +73,6 @@ static void b200(struct dcp_config *cfg)
     cfg->hardware.memory_bytes = 180e9;
     cfg->hardware.hbm_bandwidth = 8e12;
     cfg->hardware.link_bandwidth = 900e9;
-    cfg->hardware.collective_latency = 20e-6;
 }
 
 /* configs/deepseek-v3-8xh200.yaml: 671B fp8 parameters, bf16 KV, tp 8, dcp 8, a2a. */
@@ -457,68 +455,6 @@ static void test_every_scheme_has_rows(void **state)
     assert_int_equal(plan.comm.num_rows, 0);
 }
 
-/*
- * Crossover, DeepSeek-V3 on H200 (a2a, 244,160 B per query token, 450 GB/s, 20 us):
- *   batch 1: comm 2 * 20 us + 244,160 / 450e9 = 40.542578 us;
- *            saved 7/8 * 1,152 / 4.8e12 = 2.1e-10 s per context token;
- *            crossover 40.542578e-6 / 2.1e-10 = 193,059.9 tokens.
- *   batch 64: comm 40 us + 64 * 0.542578 us = 74.72498 us; saved 64 * 2.1e-10;
- *            crossover 5,559.9 tokens.
- */
-static void test_crossover(void **state)
-{
-    (void)state;
-    struct dcp_config cfg;
-    struct dcp_plan plan;
-    deepseek_v3_h200(&cfg);
-    compute_plan(&cfg, &plan);
-
-    static const uint32_t batches[DCP_PLAN_CROSSOVER_BATCHES] = {1, 8, 64, 256};
-    for (int i = 0; i < DCP_PLAN_CROSSOVER_BATCHES; i++) {
-        const struct dcp_plan_crossover *x = &plan.crossover[i];
-        assert_int_equal(x->batch, batches[i]);
-        /* At the crossover the saved read equals the extra communication. */
-        check_near(x->saved_per_token_seconds * x->context_len, x->comm_seconds, 1e-12, "balance");
-    }
-    check_near(plan.crossover[0].comm_seconds, 40e-6 + 244160 / 450e9, 1e-12, "batch 1 comm");
-    check_near(plan.crossover[0].saved_per_token_seconds, 2.1e-10, 1e-12, "batch 1 saved");
-    check_near(plan.crossover[0].context_len, 193059.9, 1e-6, "batch 1 crossover");
-    check_near(plan.crossover[2].comm_seconds, 40e-6 + 64 * 244160 / 450e9, 1e-12, "batch 64 comm");
-    check_near(plan.crossover[2].context_len, 5559.9, 1e-4, "batch 64 crossover");
-    /* Larger batches amortise the collectives' fixed latency. */
-    for (int i = 1; i < DCP_PLAN_CROSSOVER_BATCHES; i++)
-        assert_true(plan.crossover[i].context_len < plan.crossover[i - 1].context_len);
-
-    /* q_len query tokens per request move q_len times the bytes, not the latency. */
-    cfg.workload.q_len = 4;
-    compute_plan(&cfg, &plan);
-    check_near(plan.crossover[0].comm_seconds, 40e-6 + 4 * 244160 / 450e9, 1e-12, "q_len 4");
-}
-
-/*
- * docs/design.md §6: one MLA layer of a 128k-token request takes about 35 us to read
- * at the measured 4.3 TB/s: 131,072 * 1,152 B / 4.3e12 B/s = 35.11 us. DCP 8 saves
- * 7/8 of it (30.7 us) at batch 1, less than the two collectives' 40 us, so the
- * batch-1 crossover lies above 128k; at batch 8 it saves 245.8 us against
- * 40 us + 8 * 0.54 us and the crossover falls well below 128k.
- */
-static void test_crossover_matches_design(void **state)
-{
-    (void)state;
-    struct dcp_config cfg;
-    struct dcp_plan plan;
-    deepseek_v3_h200(&cfg);
-    cfg.hardware.hbm_bandwidth = 4.3e12;
-    compute_plan(&cfg, &plan);
-
-    const double full_read_s = plan.contexts[3].baseline_kv_read_bytes / 4.3e12;
-    check_near(full_read_s, 35.11e-6, 1e-3, "128k layer read");
-    check_near(plan.crossover[0].saved_per_token_seconds * 131072, full_read_s * 7 / 8, 1e-12,
-               "saved at 128k");
-    assert_true(plan.crossover[0].context_len > 131072);
-    assert_true(plan.crossover[1].context_len < 131072);
-}
-
 /* Interleave I: rank 0 holds the largest shard. L = 1000, N = 8, I = 16:
  * base = floor(1000 / 128) * 16 = 112, rem = 1000 - 896 = 104, rank 0: 112 + 16 = 128
  * (not ceil(1000 / 8) = 125). */
@@ -543,7 +479,42 @@ static void test_interleave_shard(void **state)
     check_near(plan.contexts[1].dcp_kv_read_bytes, 126 * 1152.0, 0, "I=1, 1001");
 }
 
-/* dcp 1 is the baseline: no communication, no crossover, the same capacity. */
+/*
+ * Other DCP sizes of the same deployment: dcp_plan_compute_dcp gives dcp 2's plan of the
+ * dcp 8 DeepSeek-V3 deployment (a page stands for 2 x 64 tokens; the Q gather sends 1
+ * peer 16 heads x 576 x 2 B); dcp_plan_dcp_sizes lists 1..8 with the valid ones
+ * (divisors of tp for MLA) and the rule's reason for the others.
+ */
+static void test_other_dcp_sizes(void **state)
+{
+    (void)state;
+    struct dcp_config cfg;
+    struct dcp_plan plan, two;
+    dcp_deployment *dep = NULL;
+    deepseek_v3_h200(&cfg);
+    assert_int_equal(dcp_deployment_from_config(&cfg, NULL, &dep), DCP_OK);
+    assert_int_equal(dcp_plan_compute(dep, &plan), DCP_OK);
+    assert_int_equal(dcp_plan_compute_dcp(dep, 2, &two), DCP_OK);
+    assert_int_equal(two.dcp.dcp, 2);
+    assert_int_equal(two.dcp.context_tokens, plan.dcp.context_tokens / 4);
+    assert_int_equal(two.baseline.pages, plan.baseline.pages);
+    check_near(two.comm.rows[0].send_bytes, 1 * 16 * 576 * 2.0, 1e-12, "dcp 2 Q gather");
+    assert_int_equal(dcp_plan_compute_dcp(dep, 3, &two), DCP_EINVAL);
+    assert_non_null(strstr(dcp_last_error(), "dcp=3 does not divide tp=8"));
+    struct dcp_plan_dcp_size sizes[DCP_PLAN_MAX_DCP_SIZES];
+    const uint32_t n = dcp_plan_dcp_sizes(dep, sizes, DCP_PLAN_MAX_DCP_SIZES);
+    assert_int_equal(n, 8);
+    for (uint32_t i = 0; i < n; i++) {
+        assert_int_equal(sizes[i].dcp, i + 1);
+        assert_int_equal(sizes[i].valid, 8 % (i + 1) == 0);
+        assert_int_equal(sizes[i].reason[0] != '\0', !sizes[i].valid);
+    }
+    assert_string_equal(sizes[2].reason, "dcp=3 does not divide tp=8");
+    assert_int_equal(dcp_plan_dcp_sizes(NULL, sizes, 8), 0);
+    dcp_deployment_destroy(&dep);
+}
+
+/* dcp 1 is the baseline: no communication, the same capacity. */
 static void test_dcp_one(void **state)
 {
     (void)state;
@@ -555,8 +526,6 @@ static void test_dcp_one(void **state)
     assert_int_equal(plan.comm.collectives, 0);
     check_near(plan.comm.total_send, 0, 0, "send");
     check_near(plan.comm.total_recv, 0, 0, "recv");
-    for (int i = 0; i < DCP_PLAN_CROSSOVER_BATCHES; i++)
-        assert_true(isinf(plan.crossover[i].context_len));
     assert_int_equal(plan.dcp.context_tokens, plan.baseline.context_tokens);
     check_near(plan.dcp.replication, 8, 1e-12, "replication");
     for (uint32_t i = 0; i < plan.num_contexts; i++)
@@ -605,8 +574,7 @@ int main(void)
         cmocka_unit_test(test_negative_budget),
         cmocka_unit_test(test_comm_schemes),
         cmocka_unit_test(test_every_scheme_has_rows),
-        cmocka_unit_test(test_crossover),
-        cmocka_unit_test(test_crossover_matches_design),
+        cmocka_unit_test(test_other_dcp_sizes),
         cmocka_unit_test(test_interleave_shard),
         cmocka_unit_test(test_dcp_one),
         cmocka_unit_test(test_instances),

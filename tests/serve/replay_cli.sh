@@ -45,7 +45,7 @@ ns = {"s": "http://www.w3.org/2000/svg"}
 svg = ET.parse(sys.argv[2]).getroot()
 assert svg.tag == "{http://www.w3.org/2000/svg}svg"
 ids = {e.get("id"): e for e in svg.iter() if e.get("id")}
-for name, short in (("tp_baseline", "tp"), ("dcp", "dcp")):
+for name, short in (("tp_baseline", "tp"), ("dcp", "dcp8")):
     x = lay[name]
     for series in ("concurrency", "kv"):
         line = ids[series + "-" + short]

@@ -136,6 +136,37 @@ static void test_chunked_prefill(void **state)
     dcp_sched_destroy(&s);
 }
 
+/* A P/D decode instance (prompts_loaded): an admitted prompt arrives whole in one
+ * loaded entry, outside the token budget, and its step counts the first token; the
+ * next step decodes it. */
+static void test_prompts_loaded(void **state)
+{
+    (void)state;
+    struct dcp_sched_params p;
+    dcp_sched_default_params(&p);
+    p.step_tokens = 8;
+    p.prompts_loaded = true;
+    dcp_sched *s = make(64, 4, 1, &p);
+    add(s, 0, 20, 3, NULL, 0, 0);
+    add(s, 0, 30, 2, NULL, 0, 0);
+    double now = 0;
+    struct dcp_sched_step st = step(s, &now, 1);
+    assert_int_equal(st.num_entries, 2); /* 50 prompt tokens past the 8-token budget */
+    assert_true(st.entries[0].loaded && st.entries[1].loaded);
+    assert_int_equal(st.entries[0].q_len, 20);
+    assert_int_equal(st.entries[1].q_len, 30);
+    assert_int_equal(st.loaded_tokens, 50);
+    assert_int_equal(st.prefill_tokens, 0);
+    assert_int_equal(dcp_sched_request(s, 0)->generated, 1);
+    assert_true(dcp_sched_request(s, 0)->first_token == 1);
+    st = step(s, &now, 1);
+    assert_int_equal(st.num_decode, 2);
+    assert_false(st.entries[0].loaded);
+    run_all(s, &now);
+    assert_int_equal(dcp_sched_request(s, 0)->generated, 3);
+    dcp_sched_destroy(&s);
+}
+
 static void test_prefix_hits_and_eviction(void **state)
 {
     (void)state;
@@ -480,6 +511,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_admission_and_watermark),
         cmocka_unit_test(test_chunked_prefill),
+        cmocka_unit_test(test_prompts_loaded),
         cmocka_unit_test(test_prefix_hits_and_eviction),
         cmocka_unit_test(test_shared_blocks_are_never_written),
         cmocka_unit_test(test_kv_check_detects_corruption),

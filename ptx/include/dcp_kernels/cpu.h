@@ -45,7 +45,11 @@ struct dcpk_kernel_desc {
     X(lse_scale, dcpk_lse_scale_params)      \
     X(reduce, dcpk_reduce_params)            \
     X(fill, dcpk_fill_params)                \
-    X(uv_proj, dcpk_uv_proj_params)
+    X(uv_proj, dcpk_uv_proj_params)          \
+    X(sink, dcpk_sink_params)                \
+    X(sparse_attn, dcpk_sparse_attn_params)  \
+    X(index_score, dcpk_index_score_params)  \
+    X(topk, dcpk_topk_params)
 
 #define DCPK_DECLARE_CPU(name, type)                                                         \
     struct dcpk_grid dcpk_##name##_grid(const void *params);                                \

@@ -69,8 +69,16 @@ DCPK_STATIC_ASSERT(sizeof(struct dcpk_kv_append_params) == 72, "kv_append ABI");
  *
  * Local KV of sequence b: local_len = dcpk_local_length(seq_lens[b], rank, group_size,
  * interleave) tokens in pages block_table[b * max_blocks + i]; local index c sits in
- * page block_table[b * max_blocks + c / block_size] at offset c % block_size.
- * Split s covers local pages [s * P, (s + 1) * P) with P = ceil(pages_b / num_splits).
+ * page block_table[b * max_blocks + c / block_size] at offset c % block_size (with
+ * ring_pages, page (c / block_size) % ring_pages of the row).
+ * Sliding window (window = W > 0): query token t at global position p sees the keys at
+ * positions (p - W, p], i.e. the local indices [dcpk_local_length(p + 1 - W),
+ * dcpk_local_length(p + 1)) (the inverse placement map: local indices follow global
+ * positions), so a rank may see none of them. The sequence's keys any of its query
+ * tokens sees start at first_b = dcpk_local_length(max(0, p0 + 1 - W)), p0 the
+ * position of its first query token (first_b = 0 without a window).
+ * Split s covers local pages [f + s * P, f + (s + 1) * P) with f = first_b / block_size
+ * and P = ceil((pages_b - f) / num_splits), pages_b = ceil(local_len / block_size).
  *
  * num_splits == 1: writes out/lse (chunked layout) directly.
  * num_splits > 1:  writes partials for split s at ws_o + s * ws_split_stride_o and
@@ -136,9 +144,15 @@ struct dcpk_attn_params {
     uint32_t precision;         ///< enum dcpk_precision of the tensor-core entries; the others ignore it.
     uint32_t q_dtype;           ///< enum dcpk_dtype of q (an activation dtype), converted to fp32 as it is loaded.
     uint32_t out_dtype;         ///< enum dcpk_dtype of out (an activation dtype), rounded to it as it is stored; ws_o is fp32 whatever it is.
+    uint32_t window;            ///< Sliding window W (model.layers sliding_window): a query at global position p sees
+                                ///< the keys at positions p - W < pos <= p only; 0: every key at pos <= p.
+    uint32_t ring_pages;        ///< 0: local index c is in page block_table[b * max_blocks + c / block_size]. Else the
+                                ///< sequence's pages are a ring: c is in page block_table[b * max_blocks +
+                                ///< (c / block_size) % ring_pages] (max_blocks >= ring_pages), which holds the last
+                                ///< ring_pages * block_size local keys; the window must keep every row within them.
     uint32_t pad0;
 };
-DCPK_STATIC_ASSERT(sizeof(struct dcpk_attn_params) == 208, "attn ABI");
+DCPK_STATIC_ASSERT(sizeof(struct dcpk_attn_params) == 216, "attn ABI");
 
 /* ------------------------------------------------------------------------- */
 /**
@@ -270,6 +284,166 @@ struct dcpk_fill_params {
     uint32_t pad0;
 };
 DCPK_STATIC_ASSERT(sizeof(struct dcpk_fill_params) == 64, "fill ABI");
+
+/* ------------------------------------------------------------------------- */
+/**
+ * The per-head attention sink (gpt-oss), applied once to merged rows, after the DCP
+ * merge and never per rank (docs/design.md §13): row r (head h = r % num_heads)
+ * with merged LSE L and output o becomes
+ *   L' = logaddexp(L, s_h),   o' = o * exp(L - L'),
+ * the softmax with one more term e^{s_h} whose value is zero. L = -inf (an empty
+ * row) gives L' = s_h and o' = 0 (stored, not multiplied); s_h = -inf leaves the
+ * row unchanged; a NaN (or +inf, read as NaN as the merges do) in L or s_h makes
+ * L' and every element of o' NaN. out and lse are updated in place; out is
+ * converted to fp32 as it is loaded and rounded to out_dtype once as it is stored.
+ * Work item = row; grid = (rows).
+ */
+struct dcpk_sink_params {
+    uint64_t out;        ///< out_dtype [rows][v_dim] merged outputs, scaled in place.
+    uint64_t lse;        ///< fp32 [rows] merged LSEs, replaced by L'.
+    uint64_t sinks;      ///< fp32 [num_heads] sink logits s_h (natural log) of the rows' heads.
+    uint32_t rows;       ///< Rows: query tokens x num_heads.
+    uint32_t num_heads;  ///< Heads per token: row r has head r % num_heads.
+    uint32_t v_dim;      ///< Elements per output row.
+    uint32_t out_dtype;  ///< enum dcpk_dtype of out (an activation dtype).
+};
+DCPK_STATIC_ASSERT(sizeof(struct dcpk_sink_params) == 40, "sink ABI");
+
+/* ------------------------------------------------------------------------- */
+/**
+ * Sparse gather-attend (DeepSeek Sparse Attention's attention half, MLA or GQA):
+ * query token t attends only over the global positions listed in its row of topk,
+ * and each rank over the listed positions it owns. Entry e of row t,
+ * P = topk[t * topk_stride + e] for e < num_topk, is a key of row t when
+ * 0 <= P <= pos_t (the token's global position, params.h's convention) and
+ * dcpk_owner_rank(P, group_size, interleave) == rank; its local index
+ * c = dcpk_local_index(P, ...) is read from page block_table[b * max_blocks +
+ * c / block_size] at offset c % block_size, as dcpk_attn reads it. Entries < 0
+ * pad a row; entries are taken in row order and a repeated entry counts each
+ * time (callers list distinct positions). A row with no key of this rank gets
+ * LSE -inf and output 0 (the usual merge then drops it); the NaN rule is
+ * dcpk_attn's. q, out and lse use the chunked layout of dcpk_attn; gathered
+ * head g reads local KV head g / (num_heads / num_kv_heads).
+ * Work item = (query token t, KV head k, head tile j); grid = (num_q_tokens,
+ * num_kv_heads * head_tiles), head_tiles as for dcpk_attn. Sequence b of token
+ * t: the b with q_start[b] <= t < q_start[b + 1].
+ */
+struct dcpk_sparse_attn_params {
+    uint64_t q;                 ///< q_dtype queries, chunked layout, row length qk_dim.
+    uint64_t k_cache;           ///< Layer's K pages (dtype).
+    uint64_t v_cache;           ///< Layer's V pages (== k_cache for MLA).
+    uint64_t block_table;       ///< int32 [batch][max_blocks] page ids.
+    uint64_t seq_lens;          ///< int32 [batch] global context length (this step's tokens included).
+    uint64_t q_start;           ///< int32 [batch + 1] prefix sums of query tokens per sequence.
+    uint64_t topk;              ///< int32 [num_q_tokens][topk_stride] selected global positions, -1 = none.
+    uint64_t out;               ///< out_dtype output, chunked layout, row length v_dim.
+    uint64_t lse;               ///< fp32 LSE, chunked layout.
+    uint64_t q_chunk_stride;    ///< Elements (of q_dtype) between query chunks.
+    uint64_t out_chunk_stride;  ///< Elements (of out_dtype) between output chunks.
+    uint64_t lse_chunk_stride;  ///< Floats between LSE chunks.
+    uint32_t topk_stride;       ///< int32 elements between tokens' rows of topk (>= num_topk).
+    uint32_t num_topk;          ///< Entries of a row read: the layer's K.
+    uint32_t batch;             ///< Sequences.
+    uint32_t num_q_tokens;      ///< T (q_start[batch]).
+    uint32_t num_heads;         ///< Gathered query heads (all chunks).
+    uint32_t heads_per_chunk;   ///< Heads per chunk (= num_heads when dcp = 1).
+    uint32_t num_kv_heads;      ///< KV heads stored on this rank.
+    uint32_t head_tile;         ///< Query heads per work item, as in dcpk_attn.
+    uint32_t qk_dim;            ///< Query/key row length.
+    uint32_t v_dim;             ///< Value/output row length.
+    uint32_t v_row_stride;      ///< Elements between V rows within a page (v_dim; MLA: qk_dim).
+    uint32_t block_size;        ///< Tokens per page.
+    uint32_t max_blocks;        ///< Row length of block_table.
+    uint32_t rank;              ///< Rank within the DCP group.
+    uint32_t group_size;        ///< DCP group size N.
+    uint32_t interleave;        ///< Interleave size I.
+    uint32_t dtype;             ///< enum dcpk_dtype of the cache.
+    float scale;                ///< Softmax scale applied to q.k.
+    float kv_scale;             ///< fp8: value = stored * kv_scale.
+    uint32_t q_dtype;           ///< enum dcpk_dtype of q (an activation dtype).
+    uint32_t out_dtype;         ///< enum dcpk_dtype of out (an activation dtype).
+    uint32_t pad0;
+};
+DCPK_STATIC_ASSERT(sizeof(struct dcpk_sparse_attn_params) == 184, "sparse_attn ABI");
+
+/* ------------------------------------------------------------------------- */
+/**
+ * DSA indexer scoring against this rank's shard of the index-key cache: for query
+ * token t (global position pos_t) and each local key c < n_t =
+ * dcpk_local_length(pos_t + 1, rank, group_size, interleave) (the rank's keys at
+ * positions <= pos_t), clipped to score_stride,
+ *   scores[t * score_stride + c] = sum_j w[t][j] * max(0, q[t][j] . k_c)
+ * over the index heads j (ascending, each dot product over d ascending, in fp32),
+ * with k_c = the index key of local index c (page block_table[b * max_blocks +
+ * c / block_size], offset c % block_size; dtype, times kv_scale when scaled) and
+ * score_lens[t] = n_t (clipped). Entries c >= score_lens[t] are not written.
+ * The caller folds any scale (softmax scale, heads^-1/2) into w.
+ * Index-key pages: [page][block_size][index_dim] elements of dtype (the dcpk_attn
+ * K page layout with one head), written by dcpk_kv_append with num_kv_heads = 1.
+ * Work item = (key tile x of DCPK_INDEX_TILE local keys, token t); grid =
+ * (ceil(score_stride / DCPK_INDEX_TILE), num_q_tokens); item (0, t) writes score_lens[t].
+ */
+#define DCPK_INDEX_TILE 64
+struct dcpk_index_score_params {
+    uint64_t q;                 ///< q_dtype [num_q_tokens][num_index_heads][index_dim] index queries.
+    uint64_t weights;           ///< fp32 [num_q_tokens][num_index_heads] head weights w[t][j].
+    uint64_t k_cache;           ///< Layer's index-key pages (dtype).
+    uint64_t block_table;       ///< int32 [batch][max_blocks] page ids.
+    uint64_t seq_lens;          ///< int32 [batch] global context length.
+    uint64_t q_start;           ///< int32 [batch + 1] prefix sums of query tokens per sequence.
+    uint64_t scores;            ///< fp32 [num_q_tokens][score_stride] written.
+    uint64_t score_lens;        ///< int32 [num_q_tokens] written: local keys scored per token.
+    uint64_t score_stride;      ///< Floats between tokens' score rows (>= the longest local length).
+    uint32_t batch;             ///< Sequences.
+    uint32_t num_q_tokens;      ///< T.
+    uint32_t num_index_heads;   ///< Index heads (DeepSeek-V3.2: 64).
+    uint32_t index_dim;         ///< Index head dim (DeepSeek-V3.2: 128).
+    uint32_t block_size;        ///< Tokens per page.
+    uint32_t max_blocks;        ///< Row length of block_table.
+    uint32_t rank;              ///< Rank within the DCP group.
+    uint32_t group_size;        ///< DCP group size N.
+    uint32_t interleave;        ///< Interleave size I.
+    uint32_t dtype;             ///< enum dcpk_dtype of the index keys (fp8_e4m3 or bf16; any cache dtype works).
+    float kv_scale;             ///< Scaled dtypes: value = stored * kv_scale.
+    uint32_t q_dtype;           ///< enum dcpk_dtype of q (an activation dtype).
+};
+DCPK_STATIC_ASSERT(sizeof(struct dcpk_index_score_params) == 120, "index_score ABI");
+
+/* ------------------------------------------------------------------------- */
+/**
+ * Top-k of (score, position) candidates per row, the order every rank agrees on:
+ * a higher score first, and between equal scores the lower position. A candidate
+ * is valid when its position is >= 0 and its score is neither NaN nor -inf.
+ * Row r's candidates: for each source s < n_src, entries e < len_r of
+ *   scores[s * src_stride + r * row_stride + e] and the same element of positions,
+ * with len_r = row_lens ? min(row_lens[r], n_entries) : n_entries. positions == 0
+ * means entry e is this rank's local key e, at global position
+ * dcpk_global_position(e, rank, group_size, interleave) (the local top-k over
+ * dcpk_index_score's rows); otherwise positions is int32 like scores (the global
+ * merge of the group's gathered local top-ks: n_src = N). Writes the best
+ * min(k, valid) in order to out_scores/out_positions [rows][k], then pads with
+ * (-inf, -1). Since the order is total on valid candidates with distinct
+ * positions, the top k of the union of every rank's local top k is the global
+ * top k, the same on every rank. Work item = row; grid = (rows).
+ */
+struct dcpk_topk_params {
+    uint64_t scores;            ///< fp32 candidate scores.
+    uint64_t positions;         ///< int32 candidate positions (same layout), or 0: local keys (see above).
+    uint64_t row_lens;          ///< int32 [rows] candidates per source row, or 0: n_entries each.
+    uint64_t out_scores;        ///< fp32 [rows][k] written.
+    uint64_t out_positions;     ///< int32 [rows][k] written.
+    uint64_t src_stride;        ///< Elements between sources.
+    uint64_t row_stride;        ///< Elements between rows of a source.
+    uint32_t rows;              ///< Rows (query tokens).
+    uint32_t n_src;             ///< Sources (1, or N for the group merge).
+    uint32_t n_entries;         ///< Most candidates per source row.
+    uint32_t k;                 ///< Entries kept per row.
+    uint32_t rank;              ///< Rank within the DCP group (positions == 0).
+    uint32_t group_size;        ///< DCP group size N (positions == 0).
+    uint32_t interleave;        ///< Interleave size I (positions == 0).
+    uint32_t pad0;
+};
+DCPK_STATIC_ASSERT(sizeof(struct dcpk_topk_params) == 88, "topk ABI");
 
 /** splitmix64 finaliser: a well-mixed 64-bit hash. */
 DCPK_HD uint64_t dcpk_mix64(uint64_t x)

@@ -28,6 +28,20 @@
     X(uv_proj, 128)
 
 /*
+ * Families of DCPK_KERNEL_FAMILIES (cpu.h) whose GPU entries are not written yet:
+ * X(name). They have CPU implementations (the host backend runs them, and the
+ * float64 oracle checks them); the CUDA backend loads no entry for them, refuses
+ * a launch of one, and reports in its capabilities that it cannot run them, so
+ * the engine refuses on CUDA a layer kind that needs one. Writing an entry moves
+ * the family from this list to DCPK_SIMPLE_KERNELS (or, like attn, to variants).
+ */
+#define DCPK_GPU_PENDING_KERNELS(X) \
+    X(sink)                        \
+    X(sparse_attn)                 \
+    X(index_score)                 \
+    X(topk)
+
+/*
  * Attention entries, one per layout and cache dtype:
  *   X(layout, qk_dim, v_dim, shared_kv, threads, rows, tile_tokens, dtype_name, dtype, esize)
  *   shared_kv:   1 when V is the first v_dim values of the K row (MLA: v_cache ==

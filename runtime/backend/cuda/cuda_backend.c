@@ -75,7 +75,7 @@ static int open_device(struct cuda_engine *ce, struct cuda_device *d, int ordina
     if ((err = dcp_module_load(ce->cu, m, &d->module)))
         return err;
     for (int k = 0; k < DCPK_KERNEL_COUNT; k++) {
-        if (k == DCPK_KERNEL_attn)
+        if (k == DCPK_KERNEL_attn || cuda_kernel_pending((enum dcpk_kernel_id)k))
             continue;
         char name[64];
         snprintf(name, sizeof(name), "dcpk_%s", dcpk_kernels[k].name);

@@ -129,6 +129,8 @@ static inline int use_rank(const struct dcp_rank *r)
 int cuda_rank_init(struct dcp_rank *r);
 void cuda_rank_fini(struct dcp_rank *r);
 int cuda_launch(struct dcp_rank *r, enum dcpk_kernel_id kernel, const void *params);
+/** Whether a kernel family has no GPU entry yet (DCPK_GPU_PENDING_KERNELS, variants.h). */
+bool cuda_kernel_pending(enum dcpk_kernel_id kernel);
 int cuda_synchronize(struct dcp_rank *r);
 /** Waits for ev (recorded on the rank's streams); with NCCL a bounded poll that aborts on failure. */
 int cuda_wait_event(struct dcp_rank *r, CUevent ev, const char *what);

@@ -50,6 +50,8 @@ static const char *attn_problem(const struct dcpk_attn_variant *v, uint32_t thre
         return "unknown precision";
     if (p->num_splits > 1 && (!p->ws_o || !p->ws_lse))
         return "split-KV without a workspace";
+    if (p->window || p->ring_pages)
+        return "a sliding window or ring pages, which no GPU attention entry reads yet";
     return NULL;
 }
 

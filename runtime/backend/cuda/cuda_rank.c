@@ -92,9 +92,20 @@ static const uint32_t simple_threads[DCPK_KERNEL_COUNT] = {
 #undef DCPK_THREADS_
 };
 #define DCPK_COUNT_(name, threads) +1
-_Static_assert(0 DCPK_SIMPLE_KERNELS(DCPK_COUNT_) + 1 == DCPK_KERNEL_COUNT,
-               "every kernel family of DCPK_KERNEL_FAMILIES but attn needs a DCPK_SIMPLE_KERNELS entry");
+#define DCPK_PENDING_COUNT_(name) +1
+_Static_assert(0 DCPK_SIMPLE_KERNELS(DCPK_COUNT_) DCPK_GPU_PENDING_KERNELS(DCPK_PENDING_COUNT_) + 1 ==
+                   DCPK_KERNEL_COUNT,
+               "every kernel family of DCPK_KERNEL_FAMILIES but attn needs a DCPK_SIMPLE_KERNELS entry "
+               "(or, until its GPU entry is written, a DCPK_GPU_PENDING_KERNELS one)");
+#undef DCPK_PENDING_COUNT_
 #undef DCPK_COUNT_
+
+bool cuda_kernel_pending(enum dcpk_kernel_id kernel)
+{
+#define DCPK_IS_PENDING_(name) kernel == DCPK_KERNEL_##name ||
+    return DCPK_GPU_PENDING_KERNELS(DCPK_IS_PENDING_) false;
+#undef DCPK_IS_PENDING_
+}
 
 int cuda_launch(struct dcp_rank *r, enum dcpk_kernel_id kernel, const void *params)
 {
@@ -103,6 +114,9 @@ int cuda_launch(struct dcp_rank *r, enum dcpk_kernel_id kernel, const void *para
     int err = use_rank(r);
     if (err)
         return err;
+    if (cuda_kernel_pending(kernel))
+        return dcp_error(DCP_ENOTSUP, "dcpk_%s has no GPU entry yet (DCPK_GPU_PENDING_KERNELS): it runs on the "
+                         "host backend only", dcpk_kernels[kernel].name);
     const struct dcpk_grid g = dcpk_kernels[kernel].grid(params);
     if (dcpk_grid_items(g) == 0)
         return DCP_OK;
