@@ -813,6 +813,26 @@ static void rig_with_timeout(struct rig *g, double timeout_s)
     rig_buffers(g);
 }
 
+/* After a failed or aborted step: the next step over sequence a runs; then g is destroyed. */
+static void next_step_runs(struct rig *g, uint32_t a)
+{
+    assert_int_equal(begin(g->e, a, 1), DCP_OK);
+    struct step_job job = {.g = g, .seed = 5, .attend = true};
+    assert_int_equal(dcp_engine_run(g->e, step_fn, &job), DCP_OK);
+    rig_destroy(g);
+}
+
+/* Rank 0 of a new rig (comm timeout 600 s) on its own thread, waiting in its first
+ * collective for rank 1; returns the step's sequence. */
+static uint32_t rank0_waiting(struct rig *g, struct own_thread *o)
+{
+    rig_with_timeout(g, 600);
+    const uint32_t a = three_tokens(g, 1);
+    *o = (struct own_thread){.r = dcp_engine_rank(g->e, 0), .g = g, .layer = 0};
+    assert_int_equal(pthread_create(&o->t, NULL, own_attention, o), 0);
+    return a;
+}
+
 /* One rank fails its argument check; the peer gives up after the comm timeout
  * instead of waiting in the host barrier forever. Then the engine works again. */
 static void test_barrier_timeout(void **state)
@@ -831,11 +851,7 @@ static void test_barrier_timeout(void **state)
     assert_int_equal(o[0].result, DCP_ETIMEOUT);
     assert_non_null(strstr(o[0].message, "waited"));
     assert_true(o[0].seconds >= 0.25);
-    /* The next step restarts the collectives. */
-    assert_int_equal(begin(g.e, a, 1), DCP_OK);
-    struct step_job job = {.g = &g, .seed = 5, .attend = true};
-    assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_OK);
-    rig_destroy(&g);
+    next_step_runs(&g, a); /* it restarts the collectives */
 }
 
 /* dcp_engine_abort() releases a rank blocked in a collective at once. */
@@ -843,20 +859,15 @@ static void test_abort_call(void **state)
 {
     (void)state;
     struct rig g;
-    rig_with_timeout(&g, 600);
-    const uint32_t a = three_tokens(&g, 1);
-    struct own_thread o = {.r = dcp_engine_rank(g.e, 0), .g = &g, .layer = 0};
-    assert_int_equal(pthread_create(&o.t, NULL, own_attention, &o), 0);
+    struct own_thread o;
+    const uint32_t a = rank0_waiting(&g, &o);
     nanosleep(&(struct timespec){.tv_nsec = 50 * 1000 * 1000}, NULL);
     dcp_engine_abort(g.e);
     join_within(&o, 20);
     assert_int_equal(o.result, DCP_EABORTED);
     assert_true(o.seconds < 10);
     dcp_engine_abort(NULL); /* ignored */
-    assert_int_equal(begin(g.e, a, 1), DCP_OK);
-    struct step_job job = {.g = &g, .seed = 5, .attend = true};
-    assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_OK);
-    rig_destroy(&g);
+    next_step_runs(&g, a);
 }
 
 /* Two threads on one rank (forbidden by engine.h) are detected, not raced: a call on a
@@ -865,10 +876,8 @@ static void test_rank_busy(void **state)
 {
     (void)state;
     struct rig g;
-    rig_with_timeout(&g, 600);
-    const uint32_t a = three_tokens(&g, 1);
-    struct own_thread o = {.r = dcp_engine_rank(g.e, 0), .g = &g, .layer = 0};
-    assert_int_equal(pthread_create(&o.t, NULL, own_attention, &o), 0); /* waits in the collective for rank 1 */
+    struct own_thread o;
+    const uint32_t a = rank0_waiting(&g, &o);
     float host[4];
     int err = DCP_OK;
     for (int i = 0; i < 2000 && (err = dcp_rank_download(o.r, host, g.q[0], sizeof(host))) == DCP_OK; i++)
@@ -879,10 +888,7 @@ static void test_rank_busy(void **state)
     dcp_engine_abort(g.e);
     join_within(&o, 20);
     assert_int_equal(o.result, DCP_EABORTED);
-    assert_int_equal(begin(g.e, a, 1), DCP_OK);
-    struct step_job job = {.g = &g, .seed = 5, .attend = true};
-    assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_OK);
-    rig_destroy(&g);
+    next_step_runs(&g, a);
 }
 
 /* One thread driving every rank of a group: rank 0's collective would wait for rank 1,
@@ -902,10 +908,7 @@ static void test_one_thread_for_every_rank(void **state)
     assert_true(now_s() - t0 < 5);
     assert_non_null(strstr(dcp_last_error(), "which this same thread drives"));
     assert_int_equal(dcp_rank_attention(dcp_engine_rank(g.e, 1), 0, g.q[1], g.out[1], NULL), DCP_EINVAL); /* alike */
-    assert_int_equal(begin(g.e, a, 1), DCP_OK);
-    job.attend = true;
-    assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_OK);
-    rig_destroy(&g);
+    next_step_runs(&g, a);
 }
 
 /* A buffer freed twice (or a pointer not from dcp_rank_alloc) is refused with a message;
