@@ -39,7 +39,7 @@
  *    every gathered head by that head's W_UV (dcp_engine_params.w_uv) before the merge;
  *    out is [T][q_heads_per_rank][v_head_dim] (out_dim = model.v_head_dim). Split-KV
  *    partials are merged in latent space first, so each row is projected once.
- *  - parallel.comm_dtype (fp32, bf16, fp16): the wire type of the gathered queries and
+ *  - parallel.comm_dtype (fp32, bf16, fp16, or auto: act_dtype; the default): the wire type of the gathered queries and
  *    the partial outputs (LSEs fp32). A 16-bit wire rounds each partial output once
  *    (ag_rs: also its LSE-scaled copy and the ReduceScatter's sum) and a query of another
  *    act_dtype once; with replicate_q no query is on the wire. With merge_after_uv the
@@ -149,6 +149,11 @@ struct dcp_engine_params {
                                ///< queries are converted to it before the gather when it differs, and the
                                ///< merge stores out in act_dtype; with parallel.merge_after_uv and dcp = 1
                                ///< the W_UV projection does, rounding its fp32 sums once). Default fp32.
+    bool replicate_q;          ///< The caller passes q in the layout of parallel.replicate_q, every gathered
+                               ///< head: [dcp][T][H_l][qk] instead of [T][H_l][qk]. With dcp > 1 it must match
+                               ///< the deployment's parallel.replicate_q (else DCP_EINVAL, naming both): a q
+                               ///< buffer's size and layout are a contract of the caller's code, which a
+                               ///< deployment file must not change under it. Ignored when dcp = 1. Default false.
 };
 
 /** What an engine was built with. */

@@ -108,16 +108,24 @@ static int resolve_shape(struct dcp_engine *e)
                          dcp_dtype_name(e->params.act_dtype), (int)e->params.act_dtype);
     e->act_dtype = (uint32_t)e->params.act_dtype;
     /* parallel.comm_dtype: the wire type of the gathered queries and the partial outputs
-     * (the LSEs stay fp32). The config rules accept fp32, bf16 and fp16 only; enum
-     * dcp_dtype and enum dcpk_dtype share their values. */
-    e->part_dtype = (uint32_t)cfg->parallel.comm_dtype;
+     * (the LSEs stay fp32); auto: the activations' own. The config rules accept fp32,
+     * bf16, fp16 and auto only; enum dcp_dtype and enum dcpk_dtype share their values. */
+    e->part_dtype = (uint32_t)dcp_wire_dtype_of(cfg->parallel.comm_dtype, e->params.act_dtype);
     if (!dcpk_act_dtype_ok(e->part_dtype))
         return dcp_error(DCP_EINVAL, "parallel.comm_dtype=%s (%d): the wire carries fp32, bf16 or fp16",
-                         dcp_dtype_name(cfg->parallel.comm_dtype), (int)cfg->parallel.comm_dtype);
+                         dcp_wire_dtype_name(cfg->parallel.comm_dtype), (int)cfg->parallel.comm_dtype);
     e->scale = (float)m->softmax_scale;
     e->kv_scale = (float)m->kv_scale;
     e->comm = cfg->parallel.comm;
     e->replicate_q = cfg->parallel.replicate_q && e->geo.dcp > 1;
+    if (e->geo.dcp > 1 && e->replicate_q != e->params.replicate_q)
+        return dcp_error(DCP_EINVAL, e->replicate_q
+                         ? "the deployment sets parallel.replicate_q, which makes q every gathered head, "
+                           "[dcp][T][H_l][qk], not [T][H_l][qk]: an engine reading that from a q buffer of the "
+                           "smaller layout reads past it. Set dcp_engine_params.replicate_q = true if your code "
+                           "passes that layout, or remove the key"
+                         : "dcp_engine_params.replicate_q is true but the deployment does not set "
+                           "parallel.replicate_q: the engine would read q as [T][H_l][qk] and gather the queries");
     e->merge_uv = cfg->parallel.merge_after_uv && e->mla;
     e->out_dim = dcp_merged_v_dim(cfg, e->geo.v_dim);
     if (e->merge_uv != (e->params.w_uv != NULL))

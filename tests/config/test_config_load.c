@@ -53,7 +53,7 @@ static void test_valid_mla_with_defaults(void **state)
     assert_int_equal(c->parallel.interleave, 1);
     assert_int_equal(c->parallel.comm, DCP_COMM_A2A);
     assert_false(c->parallel.replicate_q);
-    assert_int_equal(c->parallel.comm_dtype, DCP_DTYPE_BF16);
+    assert_int_equal(c->parallel.comm_dtype, DCP_WIRE_AUTO);
 
     assert_float_equal(c->memory.gpu_fraction, 0.9, 0);
     assert_int_equal(c->memory.block_size, 64);
@@ -165,7 +165,7 @@ static void test_valid_gqa_every_key(void **state)
     assert_int_equal(c->parallel.interleave, 16);
     assert_int_equal(c->parallel.comm, DCP_COMM_AG_RS);
     assert_true(c->parallel.replicate_q);
-    assert_int_equal(c->parallel.comm_dtype, DCP_DTYPE_FP32);
+    assert_int_equal(c->parallel.comm_dtype, DCP_WIRE_FP32);
     assert_float_equal(c->memory.gpu_fraction, 0.85, 0);
     assert_int_equal(c->memory.block_size, 128);
     assert_float_equal(c->memory.reserve_bytes, 6e9, 1);
@@ -469,7 +469,7 @@ static void test_bad_enum(void **state)
                      "mla, gqa, mha");
     expect_one_error(MLA_MODEL H200 "parallel:\n  tp: 8\n  comm_dtype: fp8_e4m3\n" WORKLOAD,
                      "t.yaml:15:15: parallel.comm_dtype: invalid value \"fp8_e4m3\"; valid: fp32, bf16, "
-                     "fp16");
+                     "fp16, auto");
     expect_one_error(MLA_MODEL H200 TP8_DCP8 WORKLOAD "runtime:\n  cuda:\n    comm: mpi\n",
                      "t.yaml:20:11: runtime.cuda.comm: invalid value \"mpi\"; valid: auto, nccl, virtual");
 }

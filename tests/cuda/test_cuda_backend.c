@@ -43,7 +43,7 @@ static dcp_deployment *deployment(const struct shape *s, enum dcp_backend_kind b
     c.parallel.tp = s->tp;
     c.parallel.dcp = s->dcp;
     c.parallel.comm = s->comm;
-    c.parallel.comm_dtype = DCP_DTYPE_FP32; /* CUDA vs host within 1e-5: a 16-bit wire would round their tiny differences to whole ulps */
+    c.parallel.comm_dtype = DCP_WIRE_FP32; /* CUDA vs host within 1e-5: a 16-bit wire would round their tiny differences to whole ulps */
     c.memory.block_size = 16;
     c.memory.reserve_bytes = 0;
     c.workload.context_lengths[0] = 256;

@@ -431,6 +431,62 @@ static void test_act_dtype_validated(void **state)
     dcp_deployment_destroy(&dep);
 }
 
+/* parallel.comm_dtype auto (the default) puts the activations' own dtype on the wire: an
+ * fp32 engine moves fp32 (the default used to round fp32 activations to bf16, so DCP was
+ * 1000x less exact than TP and an embedder's fp32 check failed); a bf16 one moves bf16. */
+static void test_comm_dtype_auto(void **state)
+{
+    (void)state;
+    struct fixture_shape s = default_shape();
+    struct dcp_config cfg;
+    fixture_config(&s, &cfg);
+    struct dcp_config defaults;
+    dcp_config_defaults(&defaults);
+    assert_int_equal(defaults.parallel.comm_dtype, DCP_WIRE_AUTO);
+    cfg.parallel.comm_dtype = DCP_WIRE_AUTO;
+    dcp_deployment *dep = NULL;
+    assert_int_equal(dcp_deployment_from_config(&cfg, NULL, &dep), DCP_OK);
+    const enum dcp_dtype act[] = {DCP_DTYPE_FP32, DCP_DTYPE_BF16, DCP_DTYPE_FP16};
+    for (size_t i = 0; i < 3; i++) {
+        dcp_engine *e = NULL;
+        assert_int_equal(create_with(dep, set_act_dtype, act[i], &e), DCP_OK);
+        struct dcp_engine_info in;
+        dcp_engine_get_info(e, &in);
+        assert_int_equal(in.comm_dtype, act[i]);
+        dcp_engine_destroy(&e);
+    }
+    assert_string_equal(dcp_wire_dtype_name(DCP_WIRE_AUTO), "auto");
+    assert_int_equal(dcp_wire_dtype_of(DCP_WIRE_AUTO, DCP_PLAN_ACT_DTYPE), DCP_DTYPE_BF16);
+    assert_int_equal(dcp_wire_dtype_of(DCP_WIRE_FP16, DCP_DTYPE_FP32), DCP_DTYPE_FP16);
+    dcp_deployment_destroy(&dep);
+}
+
+static void set_replicate_q(struct dcp_engine_params *p, uint64_t v) { p->replicate_q = v != 0; }
+
+/* parallel.replicate_q changes the layout of q ([dcp][T][H_l][qk] instead of [T][H_l][qk]):
+ * a deployment file flipping it made an engine read past the caller's q buffers. The
+ * caller opts in through dcp_engine_params.replicate_q; a mismatch either way is refused. */
+static void test_replicate_q_opt_in(void **state)
+{
+    (void)state;
+    struct fixture_shape s = default_shape();
+    assert_true(s.dcp > 1);
+    s.replicate_q = true;
+    dcp_deployment *dep = fixture_deployment(&s);
+    expect_refused(dep, set_replicate_q, 0, "dcp_engine_params.replicate_q = true if your code passes that layout");
+    dcp_engine *e = NULL;
+    assert_int_equal(create_with(dep, set_replicate_q, 1, &e), DCP_OK);
+    struct dcp_engine_info in;
+    dcp_engine_get_info(e, &in);
+    assert_true(in.replicate_q);
+    dcp_engine_destroy(&e);
+    dcp_deployment_destroy(&dep);
+    s.replicate_q = false;
+    dep = fixture_deployment(&s);
+    expect_refused(dep, set_replicate_q, 1, "the deployment does not set parallel.replicate_q");
+    dcp_deployment_destroy(&dep);
+}
+
 /* ---- a fork's shared prefix is read-only ------------------------------------------------ */
 
 static void test_fork_prefix_read_only(void **state)
@@ -1107,6 +1163,8 @@ int main(void)
         cmocka_unit_test(test_kv_budget_validated),
         cmocka_unit_test(test_w_uv_matches_deployment),
         cmocka_unit_test(test_act_dtype_validated),
+        cmocka_unit_test(test_comm_dtype_auto),
+        cmocka_unit_test(test_replicate_q_opt_in),
         cmocka_unit_test(test_fill_synthetic_dtypes),
         cmocka_unit_test(test_fork_prefix_read_only),
         cmocka_unit_test(test_stale_ids),
