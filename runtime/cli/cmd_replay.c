@@ -132,6 +132,12 @@ static int check_combinations(const struct replay_opts *o)
         fprintf(stderr, "dcp-run replay: --prefill-instances and --prefill-tp need --pd\n");
         return CLI_EXIT_USAGE;
     }
+    /* Before the replay, which may take long: the plot is written at its end. */
+    char why[160];
+    if (o->plot && cli_unwritable(o->plot, why, sizeof(why))) {
+        fprintf(stderr, "dcp-run replay: --plot %s: %s\n", o->plot, why);
+        return CLI_EXIT_USAGE;
+    }
     return 0;
 }
 

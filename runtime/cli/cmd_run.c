@@ -29,6 +29,9 @@ struct run_opts {
 };
 
 /* What one layout achieved. */
+/* Version of the JSON layout (docs/run.md); bumped when a key changes meaning or goes away. */
+#define RUN_JSON_SCHEMA "dcp-run/1"
+
 struct layout_result {
     uint32_t dcp;
     char backend[640];
@@ -294,6 +297,7 @@ static void print_json(const struct dcp_config *cfg, const char *path, const str
     struct json_writer w;
     json_init(&w, stdout);
     json_begin_object(&w);
+    json_kv_string(&w, "schema", RUN_JSON_SCHEMA);
     json_kv_string(&w, "deployment", path);
     json_kv_string(&w, "model", cfg->model.name);
     json_kv_uint(&w, "tp", cfg->parallel.tp);

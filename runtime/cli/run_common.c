@@ -508,9 +508,10 @@ void cli_hint_kv_mb(const char *command, int err, const struct dcp_config *cfg, 
         unit *= 10;
     mb = floor(mb / unit) * unit;
     fprintf(stderr, "dcp-run %s: the CPU backend holds each of the %u ranks' KV in this machine's memory, and a "
-            "budget sized for the deployment's GPUs (hardware.memory_gb) does not fit; give %s--kv-mb N (MB per "
-            "rank), e.g. --kv-mb %.0f (a quarter of the %.1f GB free, over %u ranks)\n", command, ranks, given,
-            mb < 1 ? 1 : mb, avail / 1e9, ranks);
+            "budget sized by %s does not fit; give %s--kv-mb N (MB per rank), e.g. --kv-mb %.0f (a quarter of the "
+            "%.1f GB free, over %u ranks), or set runtime.host.memory_mb in the deployment\n", command, ranks,
+            cfg->runtime.host.memory_bytes > 0 ? "runtime.host.memory_mb" : "the deployment's GPUs (hardware.memory_gb)",
+            given, mb < 1 ? 1 : mb, avail / 1e9, ranks);
 }
 
 int cli_open_exec_deployment(const char *command, const char *file, const struct cli_exec_opts *exec,

@@ -5,6 +5,7 @@
 #   a FIFO or /dev/zero as the deployment: exit 1 at once, "not a regular file"
 #   DCP_DEFAULT_DEPLOYMENT naming no file: the message names the variable
 #   over 100 errors: the summary gives the true total, not 101
+#   replay --plot to a path it cannot write: refused before the run
 #   replay executed: an over-long request is rejected, not fatal; nothing run is said so
 #   replay --synthetic at its maximum: --limit applies first; without it, a clear error
 #     when the trace would pass the memory cap, instead of the OOM killer
@@ -65,6 +66,17 @@ printf '100\n200\n' >"$tmp/short.txt"
 [ $? -eq 1 ] || fail "replay with every request rejected did not exit 1"
 grep -q 'no request ran (2 rejected' "$tmp/err" || fail "replay with every request rejected: $(cat "$tmp/err")"
 grep -q 'correctness check FAILED' "$tmp/err" && fail "replay with nothing run reports a failed check"
+
+# --plot names a file the replay cannot write: refused before the replay runs (it ran to the
+# end and then failed to write the plot).
+for plot in "$tmp/no-such-dir/plot.svg" "$tmp"; do
+    timeout 20 "$dcp_run" replay --quiet --simulate --synthetic 50 --plot "$plot" "$gpu_config" >"$tmp/out" 2>"$tmp/err"
+    status=$?
+    [ "$status" -eq 2 ] || fail "replay --plot $plot exited $status, expected 2"
+    grep -q -- "--plot $plot: \(its directory .* does not exist\|is a directory\)" "$tmp/err" ||
+        fail "replay --plot $plot: $(cat "$tmp/err")"
+    [ -s "$tmp/out" ] && fail "replay --plot $plot replayed before refusing"
+done
 
 mkfifo "$tmp/fifo" || fail "mkfifo"
 for f in "$tmp/fifo" /dev/zero; do
