@@ -599,8 +599,12 @@ static void print_comm(const struct dcp_config *cfg, const struct dcp_plan *plan
 {
     const struct dcp_plan_comm *comm = &plan->comm;
     char a[CLI_FMT_LEN], b[CLI_FMT_LEN];
-    printf("\nCommunication per rank, per layer, per query token (%s, %s on the wire%s%s)\n",
-           dcp_comm_scheme_name(comm->scheme), dcp_dtype_name(cfg->parallel.comm_dtype),
+    const enum dcp_wire_dtype wire = cfg->parallel.comm_dtype;
+    printf("\nCommunication per rank, per layer, per query token (%s, %s on the wire%s%s%s)\n",
+           dcp_comm_scheme_name(comm->scheme), dcp_dtype_name(dcp_wire_dtype_of(wire, DCP_PLAN_ACT_DTYPE)),
+           wire == DCP_WIRE_AUTO ? " (comm_dtype auto: the activation dtype, priced as bf16, what GPU engines "
+                                   "run)"
+                                 : "",
            cfg->parallel.replicate_q ? ", replicate_q: no query gather" : "",
            cfg->parallel.merge_after_uv ? ", outputs after W_UV" : "");
     if (cfg->parallel.dcp == 1) {
