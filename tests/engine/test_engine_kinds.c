@@ -97,7 +97,7 @@ static void test_kinds_matrix(void **state)
     test_rng_seed(&rng, test_seed() ^ 0x6b1d5);
     int cases = 0;
     for (size_t d = 0; d < 4; d++)
-        for (int v = 0; v < (fixture_quick() ? 2 : 8); v++) {
+        for (int v = 0; v < (fixture_quick() ? 2 : 4); v++) {
             const enum dcp_attention_kind attn = (v + d) % 2 ? DCP_ATTN_MLA : DCP_ATTN_GQA;
             const uint32_t il = v % 4 >= 2 ? 2 : 1;
             const enum dcp_comm_scheme comm = v % 2 ? DCP_COMM_AG_RS : DCP_COMM_A2A;
