@@ -34,6 +34,20 @@ enum dcp_dtype {
     DCP_DTYPE_FP8_E4M3 = 3, ///< OCP fp8 e4m3 (finite-only, max 448) with a per-tensor scale.
 };
 
+/** Wire type of the DCP exchange (parallel.comm_dtype): a wire dtype (the values of enum
+ *  dcp_dtype), or auto. */
+enum dcp_wire_dtype {
+    DCP_WIRE_FP32 = DCP_DTYPE_FP32, ///< fp32.
+    DCP_WIRE_BF16 = DCP_DTYPE_BF16, ///< bfloat16.
+    DCP_WIRE_FP16 = DCP_DTYPE_FP16, ///< binary16.
+    DCP_WIRE_AUTO = 3,              ///< The engine's activation dtype (dcp_engine_params.act_dtype): the wire rounds
+                                    ///< nothing the activations do not. The planner prices it as bf16, the
+                                    ///< activation dtype of GPU engines (DCP_PLAN_ACT_DTYPE). The default.
+};
+
+/** The activation dtype the planner assumes for parallel.comm_dtype auto: bf16, what GPU engines run. */
+#define DCP_PLAN_ACT_DTYPE DCP_DTYPE_BF16
+
 /** Storage format of the model weights (for memory planning only). */
 enum dcp_weight_dtype {
     DCP_WEIGHT_FP32 = 0,  ///< 4 bytes per parameter.
@@ -194,12 +208,12 @@ struct dcp_parallel_config {
                                       ///< (dcp_engine_params.w_uv) before the merge, so the wire carries
                                       ///< v_head_dim values per head instead of kv_lora_rank, and the output is
                                       ///< [T][H_l][v_head_dim]. Default false.
-    enum dcp_dtype comm_dtype;        ///< Wire type of the gathered queries and the partial outputs (fp32, bf16
-                                      ///< or fp16; the LSEs stay fp32), priced by the planner and moved by the
-                                      ///< engine: a 16-bit wire rounds each partial output (and a query of
-                                      ///< another act_dtype) once to it, and the ReduceScatter (ag_rs) sums in
-                                      ///< it. With merge_after_uv the W_UV projection stores its fp32 sums
-                                      ///< rounded once to it. Default bf16.
+    enum dcp_wire_dtype comm_dtype;   ///< Wire type of the gathered queries and the partial outputs (fp32, bf16,
+                                      ///< fp16, or auto: the engine's act_dtype; the LSEs stay fp32), priced by the
+                                      ///< planner (auto as bf16) and moved by the engine: a 16-bit wire rounds each
+                                      ///< partial output (and a query of another act_dtype) once to it, and the
+                                      ///< ReduceScatter (ag_rs) sums in it. With merge_after_uv the W_UV
+                                      ///< projection stores its fp32 sums rounded once to it. Default auto.
     enum dcp_sparse_index sparse_index; ///< Where sparse_topk layers get their top-k: caller (mode a) or sharded
                                       ///< (mode b, the library's sharded index-key cache). Default caller.
 };
@@ -327,6 +341,7 @@ DCP_API int dcp_deployment_to_json(const dcp_deployment *dep, char **out);
 /** Canonical lower-case names used in YAML and output ("mla", "bf16", "a2a", ...). */
 DCP_API const char *dcp_attention_kind_name(enum dcp_attention_kind kind);
 DCP_API const char *dcp_dtype_name(enum dcp_dtype dtype);               ///< "fp32", "bf16", "fp16", "fp8_e4m3".
+DCP_API const char *dcp_wire_dtype_name(enum dcp_wire_dtype wire);         ///< "fp32", "bf16", "fp16", "auto".
 DCP_API const char *dcp_weight_dtype_name(enum dcp_weight_dtype dtype); ///< "fp32", "bf16", ..., "nvfp4".
 DCP_API const char *dcp_comm_scheme_name(enum dcp_comm_scheme scheme);  ///< "ag_rs" or "a2a".
 DCP_API const char *dcp_backend_kind_name(enum dcp_backend_kind kind);  ///< "auto", "cuda", "host".
@@ -338,6 +353,12 @@ DCP_API const char *dcp_layer_type_name(enum dcp_layer_type type);    ///< "full
  * listing the names (NULL argument or unknown name) and *out unchanged.
  */
 DCP_API int dcp_dtype_from_name(const char *name, enum dcp_dtype *out);
+
+/**
+ * The dtype a wire of type wire carries for activations of act_dtype: act_dtype for
+ * DCP_WIRE_AUTO (the planner passes DCP_PLAN_ACT_DTYPE), else the wire's own.
+ */
+DCP_API enum dcp_dtype dcp_wire_dtype_of(enum dcp_wire_dtype wire, enum dcp_dtype act_dtype);
 
 /** Bytes per element of a KV / wire dtype (4, 2, 2, 1). */
 DCP_API uint32_t dcp_dtype_size(enum dcp_dtype dtype);

@@ -39,7 +39,7 @@
  *    every gathered head by that head's W_UV (dcp_engine_params.w_uv) before the merge;
  *    out is [T][q_heads_per_rank][v_head_dim] (out_dim = model.v_head_dim). Split-KV
  *    partials are merged in latent space first, so each row is projected once.
- *  - parallel.comm_dtype (fp32, bf16, fp16): the wire type of the gathered queries and
+ *  - parallel.comm_dtype (fp32, bf16, fp16, or auto: act_dtype; the default): the wire type of the gathered queries and
  *    the partial outputs (LSEs fp32). A 16-bit wire rounds each partial output once
  *    (ag_rs: also its LSE-scaled copy and the ReduceScatter's sum) and a query of another
  *    act_dtype once; with replicate_q no query is on the wire. With merge_after_uv the
@@ -52,8 +52,14 @@
  * engine:
  *  - DCP_EINVAL (an argument or the call order is wrong), DCP_ENOSPC (no free KV
  *    blocks or sequence slots), DCP_ENOTSUP and DCP_ENOMEM from dcp_engine_run() (a
- *    rank thread could not be started; then no rank function ran): that call failed
- *    and changed nothing; the engine is fine.
+ *    rank thread could not be started; then no rank function ran), DCP_EBUSY (a call
+ *    on a rank that is inside another call, from another thread: one thread drives a
+ *    rank at a time): that call failed and changed nothing; the engine is fine.
+ *  - One thread per rank: a step's calls of one rank (append, attention) come from one
+ *    thread, and a rank's collective refuses at once (DCP_EINVAL, aborting the step)
+ *    when the thread calling it made this step's calls of another member of its DCP
+ *    group that has not arrived: that member could only come after this call returns
+ *    (one thread driving every rank waited for the comm timeout instead).
  *  - A step was aborted: a rank function failed inside dcp_engine_run() (whatever the
  *    error, an argument error included: its peers may already wait for it in a
  *    collective), a launch or collective of dcp_rank_attention() failed, a collective
@@ -71,6 +77,8 @@
  *    collective), or a CUDA error that poisons the context (e.g. an illegal address).
  *    Then every step and rank function returns DCP_EABORTED (its message says why):
  *    destroy the engine. Sequences (dcp_seq_*) keep working so state can be inspected.
+ *    A wait for the device that times out fails the engine at once (the wait itself
+ *    returns DCP_ETIMEOUT; every later one DCP_EABORTED without waiting again).
  *  - Bounded waits (CUDA): every wait for the device (synchronize, download,
  *    rank_free, collectives, teardown) gives up after runtime.cuda.nccl_timeout_s with
  *    DCP_ETIMEOUT instead of blocking. dcp_engine_destroy() aborts the communicators
@@ -100,7 +108,8 @@ struct dcp_engine_params {
     uint32_t dcp;              ///< DCP size: 0 = the deployment's, or any divisor of tp that also divides
                                ///< the KV replicas (tp / kv_heads for GQA; tp for MLA), e.g. 1 = the TP
                                ///< baseline (replicated KV). Else DCP_EINVAL. Default 0.
-    uint32_t num_layers;       ///< Layers to hold KV for; 0 = the model's. Default 0.
+    uint32_t num_layers;       ///< Layers to hold KV for; 0 = the model's, at most the model's (else DCP_EINVAL).
+                               ///< Default 0.
     double kv_budget_bytes;    ///< KV arena bytes per rank: finite, 0 ..  2^53, else DCP_EINVAL. 0 = from
                                ///< the deployment: on the host backend runtime.host.memory_bytes x
                                ///< memory.gpu_fraction when set, else hardware.memory_bytes x
@@ -146,6 +155,11 @@ struct dcp_engine_params {
                                ///< (dcp_attention_extra.sinks). Read only during dcp_engine_create(): each rank keeps
                                ///< its heads' (num_layers x q_heads_per_rank floats, in workspace_bytes_per_rank).
                                ///< Default NULL.
+    bool replicate_q;          ///< The caller passes q in the layout of parallel.replicate_q, every gathered
+                               ///< head: [dcp][T][H_l][qk] instead of [T][H_l][qk]. With dcp > 1 it must match
+                               ///< the deployment's parallel.replicate_q (else DCP_EINVAL, naming both): a q
+                               ///< buffer's size and layout are a contract of the caller's code, which a
+                               ///< deployment file must not change under it. Ignored when dcp = 1. Default false.
 };
 
 /** What an engine was built with. */
@@ -565,8 +579,10 @@ DCP_API void dcp_rank_reset_profile(dcp_rank *rank);
 /** Allocates bytes of backend memory for this rank's inputs/outputs. */
 DCP_API int dcp_rank_alloc(dcp_rank *rank, size_t bytes, void **ptr);
 
-/** Frees memory from dcp_rank_alloc(). Accepts NULL. CUDA: waits (bounded) for the rank's
- *  work first; if that work never finishes the buffer is leaked and dcp_last_error() says so. */
+/** Frees memory from dcp_rank_alloc(). Accepts NULL. A pointer that is no live buffer of this
+ *  rank (freed already, another rank's, not from dcp_rank_alloc) is refused: nothing is freed
+ *  and dcp_last_error() says so. CUDA: waits (bounded) for the rank's work first; if that work
+ *  never finishes the buffer is leaked and dcp_last_error() says so. */
 DCP_API void dcp_rank_free(dcp_rank *rank, void *ptr);
 
 /**

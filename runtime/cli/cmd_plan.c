@@ -482,8 +482,12 @@ static void print_header(const dcp_deployment *dep, const struct dcp_config *cfg
     else
         printf("  model     %u layers, %u query heads, %u KV heads of %u", m->num_layers,
                m->num_q_heads, m->num_kv_heads, m->head_dim);
-    printf(", %s parameters in %s\n", cli_fmt_params(a, m->num_params),
-           dcp_weight_dtype_name(m->weight_dtype));
+    printf(", %s parameters in %s", cli_fmt_params(a, m->num_params), dcp_weight_dtype_name(m->weight_dtype));
+    if (m->experts)
+        printf(", MoE: %u of %u experts per token, %s active\n", m->experts_per_token, m->experts,
+               cli_fmt_params(b, m->active_params));
+    else
+        printf(", dense: every parameter read each step\n");
     printf("  hardware  %s per GPU, HBM %s, link %s per direction, %s per collective, %u node%s\n",
            cli_fmt_bytes(a, hw->memory_bytes), cli_fmt_rate(b, hw->hbm_bandwidth),
            cli_fmt_rate(c, hw->link_bandwidth), cli_fmt_seconds(d, hw->collective_latency),
@@ -595,8 +599,12 @@ static void print_comm(const struct dcp_config *cfg, const struct dcp_plan *plan
 {
     const struct dcp_plan_comm *comm = &plan->comm;
     char a[CLI_FMT_LEN], b[CLI_FMT_LEN];
-    printf("\nCommunication per rank, per layer, per query token (%s, %s on the wire%s%s)\n",
-           dcp_comm_scheme_name(comm->scheme), dcp_dtype_name(cfg->parallel.comm_dtype),
+    const enum dcp_wire_dtype wire = cfg->parallel.comm_dtype;
+    printf("\nCommunication per rank, per layer, per query token (%s, %s on the wire%s%s%s)\n",
+           dcp_comm_scheme_name(comm->scheme), dcp_dtype_name(dcp_wire_dtype_of(wire, DCP_PLAN_ACT_DTYPE)),
+           wire == DCP_WIRE_AUTO ? " (comm_dtype auto: the activation dtype, priced as bf16, what GPU engines "
+                                   "run)"
+                                 : "",
            cfg->parallel.replicate_q ? ", replicate_q: no query gather" : "",
            cfg->parallel.merge_after_uv ? ", outputs after W_UV" : "");
     if (cfg->parallel.dcp == 1) {
@@ -901,6 +909,7 @@ static int print_json(const dcp_deployment *dep, const struct dcp_plan *plan, co
     json_raw(&w, settings);
     free(settings);
     json_kv_uint(&w, "instances", plan->instances);
+    json_kv_bool(&w, "dense", cfg->model.experts == 0);
     json_memory(&w, plan);
     json_key(&w, "layouts");
     json_begin_object(&w);

@@ -132,6 +132,12 @@ static int check_combinations(const struct replay_opts *o)
         fprintf(stderr, "dcp-run replay: --prefill-instances and --prefill-tp need --pd\n");
         return CLI_EXIT_USAGE;
     }
+    /* Before the replay, which may take long: the plot is written at its end. */
+    char why[160];
+    if (o->plot && cli_unwritable(o->plot, why, sizeof(why))) {
+        fprintf(stderr, "dcp-run replay: --plot %s: %s\n", o->plot, why);
+        return CLI_EXIT_USAGE;
+    }
     return 0;
 }
 
@@ -238,7 +244,13 @@ static bool run_ok(const struct replay_opts *o, const struct replay_run *run)
                     r->requests - r->finished - r->rejected);
             ok = false;
         }
-        if (r->executed && o->exec.check && (!r->check.pass || !r->check.rows)) {
+        if (r->executed && o->exec.check && !r->finished) {
+            /* Every request rejected: there was nothing to check, which is not a failed check. */
+            fprintf(stderr, "dcp-run replay: %s: no request ran (%u rejected: %u by the KV pool, %u by the "
+                    "context limit), so nothing was executed or checked\n", cli_layout_name(name, r->dcp),
+                    r->rejected, r->rejected_pool, r->rejected_context);
+            ok = false;
+        } else if (r->executed && o->exec.check && (!r->check.pass || !r->check.rows)) {
             fprintf(stderr, "dcp-run replay: %s: correctness check FAILED\n", cli_layout_name(name, r->dcp));
             ok = false;
         }

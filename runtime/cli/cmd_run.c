@@ -29,6 +29,9 @@ struct run_opts {
 };
 
 /* What one layout achieved. */
+/* Version of the JSON layout (docs/run.md); bumped when a key changes meaning or goes away. */
+#define RUN_JSON_SCHEMA "dcp-run/1"
+
 struct layout_result {
     uint32_t dcp;
     char backend[640];
@@ -42,6 +45,7 @@ struct layout_result {
     uint32_t steps;
     double median_step, p99_step, tokens_per_second;
     struct check_result check;
+    enum dcp_dtype wire;          /* what the engine put on the DCP wire (its info.comm_dtype); dcp 1: none */
     bool ok;
 };
 
@@ -196,6 +200,7 @@ static int run_layout(const dcp_deployment *dep, const struct run_opts *o, uint3
         return err;
     }
     snprintf(res->backend, sizeof(res->backend), "%s (%s)", s.info.backend, s.info.backend_detail);
+    res->wire = s.info.comm_dtype;
     snprintf(res->notice, sizeof(res->notice), "%s", s.info.backend_notice);
     snprintf(res->libraries, sizeof(res->libraries), "%s", s.info.backend_libraries);
     res->offered = reqs->count;
@@ -281,6 +286,7 @@ static void print_text(const struct dcp_config *cfg, const char *path, const str
     ROW("correctness: max rel err", "%.1e %s", r[i].check.max_rel_err,
         !r[i].check.rows ? "(off)" : r[i].check.pass ? "ok" : "FAIL");
     ROW("correctness: max |dLSE|", "%.1e", r[i].check.max_lse_err);
+    ROW("correctness: wire dtype", "%s", r[i].dcp > 1 ? dcp_dtype_name(r[i].wire) : "none (no exchange)");
     ROW("rows checked", "%llu", (unsigned long long)r[i].check.rows);
 #undef ROW
     if (n == 2 && r[0].admitted > 0)
@@ -299,6 +305,7 @@ static void print_json(const struct dcp_config *cfg, const char *path, const str
     struct json_writer w;
     json_init(&w, stdout);
     json_begin_object(&w);
+    json_kv_string(&w, "schema", RUN_JSON_SCHEMA);
     json_kv_string(&w, "deployment", path);
     json_kv_string(&w, "model", cfg->model.name);
     json_kv_uint(&w, "tp", cfg->parallel.tp);
@@ -332,6 +339,7 @@ static void print_json(const struct dcp_config *cfg, const char *path, const str
         json_kv_number(&w, "max_rel_err", r[i].check.max_rel_err);
         json_kv_number(&w, "max_lse_abs_err", r[i].check.max_lse_err);
         json_kv_bool(&w, "pass", r[i].check.pass);
+        json_kv_string(&w, "wire_dtype", r[i].dcp > 1 ? dcp_dtype_name(r[i].wire) : "none");
         json_end_object(&w);
         json_kv_bool(&w, "ok", r[i].ok);
         json_end_object(&w);

@@ -192,6 +192,7 @@ int run_setup_create(struct run_setup *s, const dcp_deployment *dep, uint32_t dc
             s->sinks[l][h] = 2.0f * dcp_synth_value(s->seed ^ 0x51c4, l, h, 0);
     }
     p.sinks = (const float *const *)s->sinks;
+    p.replicate_q = s->cfg->parallel.replicate_q; /* run_fill_queries writes either layout */
     int err = dcp_engine_create(&p, &s->engine);
     if (err)
         return err;
@@ -512,9 +513,14 @@ static uint32_t pick_rows(const struct run_setup *s, uint32_t seq_index, struct 
     return n;
 }
 
+enum dcp_dtype run_wire_dtype(const struct dcp_config *cfg)
+{
+    return dcp_wire_dtype_of(cfg->parallel.comm_dtype, RUN_ACT_DTYPE);
+}
+
 double run_check_tolerance(const struct dcp_config *cfg)
 {
-    const enum dcp_dtype w = cfg->parallel.comm_dtype;
+    const enum dcp_dtype w = run_wire_dtype(cfg);
     return 1e-3 + (w == DCP_DTYPE_BF16 ? 2 * 0x1p-8 : w == DCP_DTYPE_FP16 ? 2 * 0x1p-11 : 0.0);
 }
 
@@ -658,9 +664,10 @@ void cli_hint_kv_mb(const char *command, int err, const struct dcp_config *cfg, 
         unit *= 10;
     mb = floor(mb / unit) * unit;
     fprintf(stderr, "dcp-run %s: the CPU backend holds each of the %u ranks' KV in this machine's memory, and a "
-            "budget sized for the deployment's GPUs (hardware.memory_gb) does not fit; give %s--kv-mb N (MB per "
-            "rank), e.g. --kv-mb %.0f (a quarter of the %.1f GB free, over %u ranks)\n", command, ranks, given,
-            mb < 1 ? 1 : mb, avail / 1e9, ranks);
+            "budget sized by %s does not fit; give %s--kv-mb N (MB per rank), e.g. --kv-mb %.0f (a quarter of the "
+            "%.1f GB free, over %u ranks), or set runtime.host.memory_mb in the deployment\n", command, ranks,
+            cfg->runtime.host.memory_bytes > 0 ? "runtime.host.memory_mb" : "the deployment's GPUs (hardware.memory_gb)",
+            given, mb < 1 ? 1 : mb, avail / 1e9, ranks);
 }
 
 int cli_open_exec_deployment(const char *command, const char *file, const struct cli_exec_opts *exec,

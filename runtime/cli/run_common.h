@@ -47,9 +47,16 @@ struct rank_io {
     uint32_t q_head0, kv_head0;
 };
 
+/** The activation dtype of the engines dcp-run creates (dcp_engine_params' default). */
+#define RUN_ACT_DTYPE DCP_DTYPE_FP32
+
+/** The dtype on the wire of the DCP layout of a deployment as dcp-run runs it (comm_dtype auto:
+ *  RUN_ACT_DTYPE). */
+enum dcp_dtype run_wire_dtype(const struct dcp_config *cfg);
+
 /**
  * Tolerance of the float64 check (relative L2 per row) for a deployment: 1e-3, plus
- * 2u for a 16-bit parallel.comm_dtype (u = 2^-8 bf16, 2^-11 fp16, the unit roundoff
+ * 2u for a 16-bit wire (run_wire_dtype) (u = 2^-8 bf16, 2^-11 fp16, the unit roundoff
  * bound the kernel tests use): the DCP layout rounds each gathered query once and each
  * partial output once to the wire dtype, each within u relative; the synthetic scores
  * are O(1), so the query rounding moves the softmax weights by about u too.

@@ -89,6 +89,7 @@ extern const size_t config_key_count;
 extern const char *const config_attention_names[3];
 extern const char *const config_dtype_names[DCPK_DTYPE_COUNT];
 extern const char *const config_weight_dtype_names[7];
+extern const char *const config_wire_dtype_names[4];
 extern const char *const config_backend_names[3];
 extern const char *const config_cuda_comm_names[3];
 extern const char *const config_cuda_precision_names[2];

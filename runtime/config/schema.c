@@ -95,9 +95,7 @@ const struct config_key config_keys[] = {
     ENUM_N("parallel.comm", parallel.comm, DCP_COMM_A2A, dcp_merge_scheme_names, DCP_MERGE_SCHEME_COUNT),
     BOOL("parallel.replicate_q", parallel.replicate_q, 0),
     BOOL("parallel.merge_after_uv", parallel.merge_after_uv, 0),
-    /* The first three dtype names: fp8 is not a wire type. */
-    ENUM_N("parallel.comm_dtype", parallel.comm_dtype, DCP_DTYPE_BF16, config_dtype_names,
-           DCPK_WIRE_DTYPE_COUNT),
+    ENUM("parallel.comm_dtype", parallel.comm_dtype, DCP_WIRE_AUTO, config_wire_dtype_names),
     ENUM("parallel.sparse_index", parallel.sparse_index, DCP_SPARSE_INDEX_CALLER, config_sparse_index_names),
 
     SECTION("memory", 0),

@@ -728,6 +728,11 @@ static bool load_value(struct yaml_loader *L, const struct config_key *k, const 
             config_report_add(L->report, DCP_DIAG_ERROR, pos_of(n), k->path, "must not be empty");
             return false;
         }
+        if (memchr(scalar_text(n), '\0', scalar_len(n))) { /* a "\0" escape: C strings would end there */
+            config_report_add(L->report, DCP_DIAG_ERROR, pos_of(n), k->path,
+                              "holds a NUL byte (\\0), which a name or path cannot");
+            return false;
+        }
         if (k->kind == CONFIG_PATH)
             return load_path(L, k, scalar_text(n));
         config_store_string(&L->cfg, k, scalar_text(n));

@@ -96,6 +96,9 @@ static int resolve_shape(struct dcp_engine *e)
         return err;
     e->interleave = cfg->parallel.interleave;
     e->block_size = cfg->memory.block_size;
+    if (e->params.num_layers > m->num_layers)
+        return dcp_error(DCP_EINVAL, "params.num_layers=%u: the model (%s) has %u layers", e->params.num_layers,
+                         m->name, m->num_layers);
     e->num_layers = e->params.num_layers ? e->params.num_layers : m->num_layers;
     e->mla = m->attention == DCP_ATTN_MLA;
     e->v_row_stride = e->mla ? e->geo.qk_dim : e->geo.v_dim;
@@ -105,16 +108,24 @@ static int resolve_shape(struct dcp_engine *e)
                          dcp_dtype_name(e->params.act_dtype), (int)e->params.act_dtype);
     e->act_dtype = (uint32_t)e->params.act_dtype;
     /* parallel.comm_dtype: the wire type of the gathered queries and the partial outputs
-     * (the LSEs stay fp32). The config rules accept fp32, bf16 and fp16 only; enum
-     * dcp_dtype and enum dcpk_dtype share their values. */
-    e->part_dtype = (uint32_t)cfg->parallel.comm_dtype;
+     * (the LSEs stay fp32); auto: the activations' own. The config rules accept fp32,
+     * bf16, fp16 and auto only; enum dcp_dtype and enum dcpk_dtype share their values. */
+    e->part_dtype = (uint32_t)dcp_wire_dtype_of(cfg->parallel.comm_dtype, e->params.act_dtype);
     if (!dcpk_act_dtype_ok(e->part_dtype))
         return dcp_error(DCP_EINVAL, "parallel.comm_dtype=%s (%d): the wire carries fp32, bf16 or fp16",
-                         dcp_dtype_name(cfg->parallel.comm_dtype), (int)cfg->parallel.comm_dtype);
+                         dcp_wire_dtype_name(cfg->parallel.comm_dtype), (int)cfg->parallel.comm_dtype);
     e->scale = (float)m->softmax_scale;
     e->kv_scale = (float)m->kv_scale;
     e->comm = cfg->parallel.comm;
     e->replicate_q = cfg->parallel.replicate_q && e->geo.dcp > 1;
+    if (e->geo.dcp > 1 && e->replicate_q != e->params.replicate_q)
+        return dcp_error(DCP_EINVAL, e->replicate_q
+                         ? "the deployment sets parallel.replicate_q, which makes q every gathered head, "
+                           "[dcp][T][H_l][qk], not [T][H_l][qk]: an engine reading that from a q buffer of the "
+                           "smaller layout reads past it. Set dcp_engine_params.replicate_q = true if your code "
+                           "passes that layout, or remove the key"
+                         : "dcp_engine_params.replicate_q is true but the deployment does not set "
+                           "parallel.replicate_q: the engine would read q as [T][H_l][qk] and gather the queries");
     e->merge_uv = cfg->parallel.merge_after_uv && e->mla;
     e->out_dim = dcp_merged_v_dim(cfg, e->geo.v_dim);
     if (e->merge_uv != (e->params.w_uv != NULL))
@@ -322,6 +333,9 @@ static void free_rank_buffers(struct dcp_rank *r)
     memset(&r->buf, 0, sizeof(r->buf));
     r->kv_arena = 0;
     r->ring_arena = 0;
+    free(r->user_bufs); /* the table; buffers the caller did not free stay the caller's leak */
+    r->user_bufs = NULL;
+    r->num_user_bufs = r->cap_user_bufs = 0;
 }
 
 /* Sizes the workspace once; every size is checked, so later plans cannot
@@ -653,21 +667,37 @@ DCP_API void dcp_engine_abort(dcp_engine *e)
 /* Called between steps (no rank function runs): an engine whose step was aborted
  * is made usable again when the backend can restart its collectives; otherwise,
  * or when it failed before, every call from now on is refused. */
+/* Forgets which thread made the ranks' step calls (check_group_threads, rank.c): a
+ * step run again after an abort, or by new threads (whose ids may be those of the
+ * last run's), starts afresh. */
+static void forget_step_threads(struct dcp_engine *e)
+{
+    for (uint32_t i = 0; i < e->num_ranks; i++)
+        atomic_store(&e->ranks[i].step_thread, 0);
+}
+
 static int settle(struct dcp_engine *e)
 {
     if (!atomic_load(&e->failed) && atomic_exchange(&e->aborted, 0)) {
+        forget_step_threads(e);
         int err = e->ops->recover ? e->ops->recover(e)
                                   : dcp_error(DCP_EABORTED, "the %s backend cannot restart its collectives",
                                               e->ops->name);
-        if (err) {
-            snprintf(e->failure, sizeof(e->failure), "%s", dcp_last_error()[0] ? dcp_last_error()
-                                                                               : dcp_strerror(err));
-            atomic_store(&e->failed, 1);
-        }
+        if (err)
+            dcp_engine_fail(e, dcp_last_error()[0] ? dcp_last_error() : dcp_strerror(err));
     }
     if (atomic_load(&e->failed))
         return dcp_error(DCP_EABORTED, "the engine failed after an abort (%s): destroy it", e->failure);
     return DCP_OK;
+}
+
+void dcp_engine_fail(struct dcp_engine *e, const char *why)
+{
+    int first = 0;
+    if (atomic_compare_exchange_strong(&e->failing, &first, 1)) {
+        snprintf(e->failure, sizeof(e->failure), "%s", why);
+        atomic_store(&e->failed, 1);
+    }
 }
 
 int dcp_engine_check_usable(const struct dcp_engine *e)
@@ -898,6 +928,7 @@ DCP_API int dcp_engine_begin_step(dcp_engine *e, const struct dcp_batch *b)
         return err;
     build_step(e, b);
     dcp_engine_layers_build_step(e, b);
+    e->step_id++;
     struct dcp_step *s = &e->step;
     s->num_splits = choose_splits(e);
     for (uint32_t i = 0; i < e->num_ranks; i++) {
@@ -1104,6 +1135,7 @@ DCP_API int dcp_engine_run(dcp_engine *e, dcp_rank_fn fn, void *arg)
         atomic_store(&e->running, 0);
         return err;
     }
+    forget_step_threads(e);
     struct rank_job *jobs = calloc(e->num_ranks, sizeof(*jobs));
     if (!jobs) {
         atomic_store(&e->running, 0);

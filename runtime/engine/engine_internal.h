@@ -197,6 +197,11 @@ struct dcp_rank {
     uint64_t prof_calls[PROF_COUNT];
     struct dcp_graph_shape capture_shape; ///< Shape of the step dcp_rank_capture_begin() began with.
     bool capturing;                       ///< Between dcp_rank_capture_begin() and _end().
+    atomic_int in_call;                   ///< A public entry runs on the rank (DCP_RANK_ENTRY): one at a time.
+    _Atomic uint64_t step_thread;         ///< Thread of the rank's last append_kv or attention ...
+    _Atomic uint64_t step_thread_step;    ///< ... and the step (dcp_engine.step_id) it was in.
+    uint64_t *user_bufs;                  ///< Live buffers of dcp_rank_alloc(), sorted (a double free is refused).
+    size_t num_user_bufs, cap_user_bufs;
 };
 
 /** The current step, on the host. */
@@ -274,10 +279,12 @@ struct dcp_engine {
     uint32_t num_ranks;
     uint32_t ranks_initialised;
 
+    uint64_t step_id;               ///< Counts successful begin_steps (a rank's step_thread_step refers to it).
     atomic_int running;             ///< dcp_engine_run is running rank functions: entries that change the
                                     ///< engine's steps, sequences or life refuse (dcp_engine_check_idle).
     atomic_int aborted;             ///< The step was aborted; recover at the next begin_step or run.
     atomic_int failed;              ///< Recovery failed: the engine refuses every step (destroy it).
+    atomic_int failing;             ///< dcp_engine_fail claimed the failure message (set once).
     char failure[256];              ///< Why it failed.
     char notice[512];               ///< Why auto fell back to host ("" if it did not).
 };
@@ -349,6 +356,29 @@ uint64_t dcp_rank_wire_bytes(const struct dcp_rank *r);
  *  (op was called from one of them, or from another thread meanwhile). For entries outside engine.c
  *  that change sequences (the engine scheduler). */
 int dcp_engine_check_idle(const struct dcp_engine *e, const char *op);
+
+/**
+ * Claims rank r for one public entry named op: r, or NULL with DCP_EBUSY and a message
+ * when another call is inside the rank (engine.h: one thread drives a rank at a time).
+ * Use DCP_RANK_ENTRY, which releases the claim when the entry returns.
+ */
+struct dcp_rank *dcp_rank_claim(struct dcp_rank *r, const char *op);
+/** Releases a claim (the cleanup of DCP_RANK_ENTRY's variable). */
+void dcp_rank_release(struct dcp_rank *const *claim);
+/** In a public rank entry after its NULL check: claims the rank until the entry returns,
+ *  or returns fail (DCP_EBUSY) at once. DCP_RANK_ENTRY_VOID for entries without a result. */
+#define DCP_RANK_ENTRY(r, op, fail)                                                                  \
+    struct dcp_rank *const rank_claim_ __attribute__((cleanup(dcp_rank_release))) = dcp_rank_claim(r, op); \
+    if (!rank_claim_)                                                                                \
+    return fail
+#define DCP_RANK_ENTRY_VOID(r, op)                                                                   \
+    struct dcp_rank *const rank_claim_ __attribute__((cleanup(dcp_rank_release))) = dcp_rank_claim(r, op); \
+    if (!rank_claim_)                                                                                \
+    return
+
+/** Marks the engine failed for good (engine.h, Errors) with why as the reason every later
+ *  step and rank function gives with DCP_EABORTED; the first reason stays. Any thread. */
+void dcp_engine_fail(struct dcp_engine *e, const char *why);
 
 /** DCP_OK, or DCP_EABORTED with a message when the engine failed for good. */
 int dcp_engine_check_usable(const struct dcp_engine *e);

@@ -295,6 +295,9 @@ uint64_t dcp_rank_layer_slots(const struct dcp_rank *r, uint32_t layer)
 
 DCP_API int dcp_rank_append_index_k(dcp_rank *r, uint32_t layer, const void *k)
 {
+    if (!r)
+        return dcp_rank_check_step(r, "append_index_k", layer); /* "rank is NULL" */
+    DCP_RANK_ENTRY(r, "append_index_k", DCP_EBUSY);
     int err = dcp_rank_check_step(r, "append_index_k", layer);
     if (err)
         return err;

@@ -5,6 +5,8 @@
  * merge.c), plus its buffers.
  */
 #include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dcp_kernels/convert.h"
@@ -26,6 +28,56 @@ static int need_rank(const struct dcp_rank *r, const char *op)
 {
     dcp_clear_error();
     return r ? DCP_OK : dcp_error(DCP_EINVAL, "%s: rank is NULL", op);
+}
+
+struct dcp_rank *dcp_rank_claim(struct dcp_rank *r, const char *op)
+{
+    int idle = 0;
+    if (atomic_compare_exchange_strong(&r->in_call, &idle, 1))
+        return r;
+    dcp_error(DCP_EBUSY, "%s: rank %u is inside another call (from another thread); a rank takes one call at a "
+              "time, from the one thread that drives it", op, r->tp_rank);
+    return NULL;
+}
+
+void dcp_rank_release(struct dcp_rank *const *claim)
+{
+    if (*claim)
+        atomic_store(&(*claim)->in_call, 0);
+}
+
+static uint64_t this_thread(void) { return (uint64_t)pthread_self(); }
+
+/* Notes the thread of a step's append or attention (check_group_threads). */
+static void note_step_thread(struct dcp_rank *r)
+{
+    atomic_store(&r->step_thread, this_thread());
+    atomic_store(&r->step_thread_step, r->engine->step_id);
+}
+
+/* Before a collective: a local member of the group whose append or attention of this
+ * step this thread made, and that is inside no call now, can only be called by this
+ * thread, which is about to wait for it: it would wait for itself until the timeout.
+ * Refused at once (the step is aborted, so members already waiting return). */
+static int check_group_threads(struct dcp_rank *r)
+{
+    const struct dcp_engine *e = r->engine;
+    const uint64_t self = this_thread();
+    for (uint32_t m = 0; m < e->geo.dcp; m++) {
+        const uint32_t tp = r->group_id * e->geo.dcp + m;
+        if (m == r->group_rank || tp < e->params.rank_begin || tp - e->params.rank_begin >= e->num_ranks)
+            continue; /* this rank, or one of another process */
+        struct dcp_rank *p = &e->ranks[tp - e->params.rank_begin];
+        if (!atomic_load(&p->in_call) && atomic_load(&p->step_thread) == self &&
+            atomic_load(&p->step_thread_step) == e->step_id) {
+            dcp_engine_abort(r->engine);
+            return dcp_error(DCP_EINVAL, "rank %u: its collective waits for rank %u of its DCP group, which this "
+                             "same thread drives (it made rank %u's calls of this step): one thread cannot be in "
+                             "both; drive each rank from its own thread (dcp_engine_run)", r->tp_rank, p->tp_rank,
+                             p->tp_rank);
+        }
+    }
+    return DCP_OK;
 }
 
 /* Argument checks of a step's rank function. They depend on the engine's state
@@ -78,7 +130,9 @@ int dcp_rank_collective(struct dcp_rank *r, enum dcp_collective kind, uint64_t s
 {
     const struct dcp_backend_ops *ops = r->engine->ops;
     uint32_t t = 0;
-    int err = timer_begin(r, &t);
+    int err = check_group_threads(r);
+    if (!err)
+        err = timer_begin(r, &t);
     if (!err)
         err = kind == DCP_ALL_GATHER       ? ops->all_gather(r, send, recv, n)
               : kind == DCP_REDUCE_SCATTER ? ops->reduce_scatter(r, send, recv, n, r->engine->part_dtype)
@@ -116,8 +170,12 @@ DCP_API const void *dcp_rank_step_token_keys(const dcp_rank *r)
 DCP_API int dcp_rank_append_kv(dcp_rank *r, uint32_t layer, const void *k, const void *v)
 {
     int err = need_rank(r, "append_kv");
-    if (err || (err = check_step(r, "append_kv", layer)))
+    if (err)
         return err;
+    DCP_RANK_ENTRY(r, "append_kv", DCP_EBUSY);
+    if ((err = check_step(r, "append_kv", layer)))
+        return err;
+    note_step_thread(r);
     if (!k)
         return dcp_error(DCP_EINVAL, "append_kv: k is NULL");
     const struct dcp_engine *e = r->engine;
@@ -326,8 +384,12 @@ DCP_API int dcp_rank_attention_ex(dcp_rank *r, uint32_t layer, const void *q, vo
     static const struct dcp_attention_extra none = {0};
     const struct dcp_attention_extra *x = extra ? extra : &none;
     int err = need_rank(r, "attention");
-    if (err || (err = check_step(r, "attention", layer)) || (err = dcp_rank_layer_check(r, "attention", layer, x)))
+    if (err)
         return err;
+    DCP_RANK_ENTRY(r, "attention", DCP_EBUSY);
+    if ((err = check_step(r, "attention", layer)) || (err = dcp_rank_layer_check(r, "attention", layer, x)))
+        return err;
+    note_step_thread(r);
     if (!q || !out)
         return dcp_error(DCP_EINVAL, "attention: q and out are required");
     const struct dcp_engine *e = r->engine;
@@ -353,7 +415,10 @@ uint64_t dcp_rank_wire_bytes(const struct dcp_rank *r)
 DCP_API int dcp_rank_synchronize(dcp_rank *r)
 {
     int err = need_rank(r, "rank_synchronize");
-    return err ? err : r->engine->ops->synchronize(r);
+    if (err)
+        return err;
+    DCP_RANK_ENTRY(r, "rank_synchronize", DCP_EBUSY);
+    return r->engine->ops->synchronize(r);
 }
 
 /* ---- buffers ------------------------------------------------------------------ */
@@ -363,18 +428,54 @@ DCP_API int dcp_rank_alloc(dcp_rank *r, size_t bytes, void **ptr)
     int err = need_rank(r, "rank_alloc");
     if (err)
         return err;
+    DCP_RANK_ENTRY(r, "rank_alloc", DCP_EBUSY);
     if (!ptr || !bytes)
         return dcp_error(DCP_EINVAL, "rank_alloc: ptr and a size of at least one byte are required");
+    *ptr = NULL;
+    if (dcp_grow_array((void **)&r->user_bufs, &r->cap_user_bufs, r->num_user_bufs + 1, sizeof(*r->user_bufs)))
+        return dcp_error(DCP_ENOMEM, "rank_alloc: the table of buffers");
     uint64_t addr = 0;
-    err = r->engine->ops->alloc(r, bytes, &addr);
-    *ptr = err ? NULL : (void *)(uintptr_t)addr;
-    return err;
+    if ((err = r->engine->ops->alloc(r, bytes, &addr)))
+        return err;
+    /* Sorted, so dcp_rank_free() finds it by bisection. */
+    size_t at = r->num_user_bufs;
+    while (at && r->user_bufs[at - 1] > addr)
+        at--;
+    memmove(r->user_bufs + at + 1, r->user_bufs + at, (r->num_user_bufs - at) * sizeof(*r->user_bufs));
+    r->user_bufs[at] = addr;
+    r->num_user_bufs++;
+    *ptr = (void *)(uintptr_t)addr;
+    return DCP_OK;
+}
+
+/* Index of addr among the rank's live buffers, or -1. */
+static ptrdiff_t find_user_buf(const struct dcp_rank *r, uint64_t addr)
+{
+    size_t lo = 0, hi = r->num_user_bufs;
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo) / 2;
+        if (r->user_bufs[mid] < addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < r->num_user_bufs && r->user_bufs[lo] == addr ? (ptrdiff_t)lo : -1;
 }
 
 DCP_API void dcp_rank_free(dcp_rank *r, void *ptr)
 {
-    if (!need_rank(r, "rank_free") && ptr)
-        r->engine->ops->free(r, ADDR(ptr));
+    if (need_rank(r, "rank_free") || !ptr)
+        return;
+    DCP_RANK_ENTRY_VOID(r, "rank_free");
+    const ptrdiff_t i = find_user_buf(r, ADDR(ptr));
+    if (i < 0) {
+        dcp_error(DCP_EINVAL, "rank_free: %p is no live buffer of rank %u (freed already, or not from "
+                  "dcp_rank_alloc on this rank): nothing freed", ptr, r->tp_rank);
+        return;
+    }
+    memmove(r->user_bufs + i, r->user_bufs + i + 1, (r->num_user_bufs - (size_t)i - 1) * sizeof(*r->user_bufs));
+    r->num_user_bufs--;
+    r->engine->ops->free(r, ADDR(ptr));
 }
 
 DCP_API int dcp_rank_upload(dcp_rank *r, void *dst, const void *src, size_t bytes)
@@ -382,6 +483,7 @@ DCP_API int dcp_rank_upload(dcp_rank *r, void *dst, const void *src, size_t byte
     int err = need_rank(r, "rank_upload");
     if (err)
         return err;
+    DCP_RANK_ENTRY(r, "rank_upload", DCP_EBUSY);
     if (bytes && (!dst || !src))
         return dcp_error(DCP_EINVAL, "rank_upload: dst and src are required (%zu bytes)", bytes);
     return bytes ? r->engine->ops->upload(r, ADDR(dst), src, bytes) : DCP_OK;
@@ -392,6 +494,7 @@ DCP_API int dcp_rank_download(dcp_rank *r, void *dst, const void *src, size_t by
     int err = need_rank(r, "rank_download");
     if (err)
         return err;
+    DCP_RANK_ENTRY(r, "rank_download", DCP_EBUSY);
     if (bytes && (!dst || !src))
         return dcp_error(DCP_EINVAL, "rank_download: dst and src are required (%zu bytes)", bytes);
     return bytes ? r->engine->ops->download(r, dst, ADDR(src), bytes) : DCP_OK;
@@ -411,6 +514,7 @@ DCP_API int dcp_rank_copy(dcp_rank *r, void *dst, const void *src, size_t bytes)
     int err = need_rank(r, "rank_copy");
     if (err)
         return err;
+    DCP_RANK_ENTRY(r, "rank_copy", DCP_EBUSY);
     if (bytes && (!dst || !src))
         return dcp_error(DCP_EINVAL, "rank_copy: dst and src are required (%zu bytes)", bytes);
     if (!bytes)
@@ -427,6 +531,7 @@ DCP_API int dcp_rank_fill_synthetic(dcp_rank *r, void *dst, const struct dcp_syn
     int err = need_rank(r, "fill_synthetic");
     if (err)
         return err;
+    DCP_RANK_ENTRY(r, "fill_synthetic", DCP_EBUSY);
     if (!dst || !d)
         return dcp_error(DCP_EINVAL, "fill_synthetic: dst and desc are required");
     if (!dcpk_act_dtype_ok((uint32_t)d->dtype))
@@ -471,6 +576,7 @@ DCP_API int dcp_rank_get_profile(dcp_rank *r, struct dcp_profile *out)
     int err = need_rank(r, "get_profile");
     if (err)
         return err;
+    DCP_RANK_ENTRY(r, "get_profile", DCP_EBUSY);
     if (!out)
         return dcp_error(DCP_EINVAL, "get_profile: out is NULL");
     if (!r->engine->params.profile)
@@ -496,6 +602,7 @@ DCP_API void dcp_rank_reset_profile(dcp_rank *r)
 {
     if (need_rank(r, "reset_profile"))
         return;
+    DCP_RANK_ENTRY_VOID(r, "reset_profile");
     if (r->engine->params.profile)
         r->engine->ops->timer_collect(r);
     memset(r->prof_seconds, 0, sizeof(r->prof_seconds));

@@ -53,7 +53,7 @@ static void test_valid_mla_with_defaults(void **state)
     assert_int_equal(c->parallel.interleave, 1);
     assert_int_equal(c->parallel.comm, DCP_COMM_A2A);
     assert_false(c->parallel.replicate_q);
-    assert_int_equal(c->parallel.comm_dtype, DCP_DTYPE_BF16);
+    assert_int_equal(c->parallel.comm_dtype, DCP_WIRE_AUTO);
 
     assert_float_equal(c->memory.gpu_fraction, 0.9, 0);
     assert_int_equal(c->memory.block_size, 64);
@@ -165,7 +165,7 @@ static void test_valid_gqa_every_key(void **state)
     assert_int_equal(c->parallel.interleave, 16);
     assert_int_equal(c->parallel.comm, DCP_COMM_AG_RS);
     assert_true(c->parallel.replicate_q);
-    assert_int_equal(c->parallel.comm_dtype, DCP_DTYPE_FP32);
+    assert_int_equal(c->parallel.comm_dtype, DCP_WIRE_FP32);
     assert_float_equal(c->memory.gpu_fraction, 0.85, 0);
     assert_int_equal(c->memory.block_size, 128);
     assert_float_equal(c->memory.reserve_bytes, 6e9, 1);
@@ -396,6 +396,10 @@ static void test_wrong_types(void **state)
     expect_one_error(MLA_MODEL "hardware:\n  gpu: ''\n  memory_gb: 141\n  hbm_gbps: 4800\n"
                                "  link_gbps: 450\n" TP8_DCP8 WORKLOAD,
                      "t.yaml:9:8: hardware.gpu: must not be empty");
+    /* "\0" in a double-quoted scalar: the name was cut there silently. */
+    expect_one_error(MLA_MODEL "hardware:\n  gpu: \"H200\\0evil\"\n  memory_gb: 141\n  hbm_gbps: 4800\n"
+                               "  link_gbps: 450\n" TP8_DCP8 WORKLOAD,
+                     "t.yaml:9:8: hardware.gpu: holds a NUL byte (\\0), which a name or path cannot");
     expect_one_error(MLA_MODEL H200 TP8_DCP8 WORKLOAD "runtime:\n  backend: [cuda]\n",
                      "t.yaml:19:12: runtime.backend: expected one of auto, cuda, host, got a list");
     expect_one_error("model:\n  name: DeepSeek-V3\n  attention: mla\n  layers: 61\n  query_heads: 128\n"
@@ -465,7 +469,7 @@ static void test_bad_enum(void **state)
                      "mla, gqa, mha");
     expect_one_error(MLA_MODEL H200 "parallel:\n  tp: 8\n  comm_dtype: fp8_e4m3\n" WORKLOAD,
                      "t.yaml:15:15: parallel.comm_dtype: invalid value \"fp8_e4m3\"; valid: fp32, bf16, "
-                     "fp16");
+                     "fp16, auto");
     expect_one_error(MLA_MODEL H200 TP8_DCP8 WORKLOAD "runtime:\n  cuda:\n    comm: mpi\n",
                      "t.yaml:20:11: runtime.cuda.comm: invalid value \"mpi\"; valid: auto, nccl, virtual");
 }

@@ -378,7 +378,14 @@ static void test_comm_schemes(void **state)
     struct dcp_config cfg;
     struct dcp_plan plan;
     deepseek_v3_h200(&cfg);
+    /* comm_dtype auto (the default) is priced as bf16, what GPU engines run. */
+    assert_int_equal(cfg.parallel.comm_dtype, DCP_WIRE_AUTO);
+    cfg.parallel.comm_dtype = DCP_WIRE_BF16;
     compute_plan(&cfg, &plan);
+    const double bf16_total = plan.comm.total_send;
+    cfg.parallel.comm_dtype = DCP_WIRE_AUTO;
+    compute_plan(&cfg, &plan);
+    check_near(plan.comm.total_send, bf16_total, 0, "auto priced as bf16");
     assert_int_equal(plan.comm.num_rows, 2);
     assert_int_equal(plan.comm.scheme, DCP_COMM_A2A);
     assert_string_equal(plan.comm.rows[0].what, "queries"); /* the step's order */
@@ -407,7 +414,7 @@ static void test_comm_schemes(void **state)
      * 7 * 16 * 576 * 4 + 7 * 16 * (512 * 4 + 4) = 258,048 + 229,824. */
     cfg.parallel.replicate_q = false;
     cfg.parallel.comm = DCP_COMM_A2A;
-    cfg.parallel.comm_dtype = DCP_DTYPE_FP32;
+    cfg.parallel.comm_dtype = DCP_WIRE_FP32;
     compute_plan(&cfg, &plan);
     check_near(plan.comm.total_send, 487872, 0, "fp32 wire");
 

@@ -206,7 +206,10 @@ static int host_alloc(struct dcp_rank *r, size_t bytes, uint64_t *addr)
     (void)r;
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes ? bytes : 64))
-        return dcp_error(DCP_EDEVMEM, "host backend: cannot allocate %zu bytes", bytes);
+        return dcp_error(DCP_EDEVMEM, "host backend: cannot allocate %zu bytes of this machine's memory (each rank's "
+                         "KV arena takes runtime.host.memory_mb x memory.gpu_fraction, or with memory_mb 0 the GPU "
+                         "budget of hardware.memory_gb: set runtime.host.memory_mb to what this machine has, or "
+                         "give dcp_engine_params.kv_budget_bytes)", bytes);
     memset(p, 0, bytes);
     *addr = (uint64_t)(uintptr_t)p;
     return DCP_OK;
