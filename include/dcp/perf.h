@@ -13,9 +13,12 @@
  *              with the expert weights of the experts the step's tokens touch (MoE)
  *   attention  max(KV bytes / (hbm x kv_efficiency) + attention_call x layers,
  *                  attention FLOPs / (bf16 peak x attention_efficiency))
+ *              with the KV each layer kind reads (the model layer's figures) and the tokens
+ *              it attends (all, a window, the top-k)
  *   comm       per layer: 2 TP all-reduces of the activations, and DCP's exchanges (the plan's
- *              communication rows) for decode tokens; a prefill chunk over a cached sharded
- *              context gathers that context's KV or gathers its queries, whichever is cheaper
+ *              communication rows, in the layers that merge) for decode tokens; a prefill chunk
+ *              over a cached sharded context gathers that context's KV or gathers its queries,
+ *              whichever is cheaper
  *              each exchange: alpha + bytes / beta by kind and link (NVLink or network)
  *   overhead   kernels_per_layer x layers x the gap between kernels (CUDA graph or eager)
  *   step       linear + attention + comm + overhead   (no overlap of communication and compute)
