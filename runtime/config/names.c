@@ -24,6 +24,9 @@ _Static_assert(DCPK_WIRE_DTYPE_COUNT == 3 && (int)DCP_WIRE_AUTO == DCPK_WIRE_DTY
 const char *const config_weight_dtype_names[7] = {"fp32",  "bf16",  "fp16", "fp8",
                                                   "nvfp4", "mxfp4", "int4"};
 const char *const config_backend_names[3] = {"auto", "cuda", "host"};
+const char *const config_layer_type_names[4] = {"full", "sliding_window", "sparse_topk", "none"};
+const char *const config_window_kv_names[2] = {"replicated", "sharded"};
+const char *const config_sparse_index_names[2] = {"caller", "sharded"};
 const char *const config_cuda_comm_names[3] = {"auto", "nccl", "virtual"};
 const char *const config_cuda_precision_names[2] = {"fast", "exact"};
 
@@ -84,4 +87,9 @@ DCP_API const char *dcp_comm_scheme_name(enum dcp_comm_scheme scheme)
 DCP_API const char *dcp_backend_kind_name(enum dcp_backend_kind kind)
 {
     return name_of(config_backend_names, DCP_ARRAY_SIZE(config_backend_names), (int)kind);
+}
+
+DCP_API const char *dcp_layer_type_name(enum dcp_layer_type type)
+{
+    return name_of(config_layer_type_names, DCP_ARRAY_SIZE(config_layer_type_names), (int)type);
 }

@@ -101,6 +101,12 @@ static int resolve_shape(struct dcp_engine *e)
                          m->name, m->num_layers);
     e->num_layers = e->params.num_layers ? e->params.num_layers : m->num_layers;
     e->mla = m->attention == DCP_ATTN_MLA;
+    for (uint32_t l = 0; l < e->num_layers; l++) {
+        const struct dcp_layer_kind k = dcp_model_layer_kind(m, l);
+        if (k.type != DCP_LAYER_FULL || k.sink)
+            return dcp_error(DCP_ENOTSUP, "layer %u is %s%s: the planner prices the layer kinds, the engine runs "
+                             "full layers only so far", l, dcp_layer_type_name(k.type), k.sink ? " with a sink" : "");
+    }
     e->v_row_stride = e->mla ? e->geo.qk_dim : e->geo.v_dim;
     e->dtype = (uint32_t)m->kv_dtype;
     if (!dcpk_act_dtype_ok((uint32_t)e->params.act_dtype))

@@ -130,6 +130,11 @@ static void test_yaml_and_struct_agree(void **state)
             assert_memory_equal((const char *)a + k->count_offset, (const char *)b + k->count_offset,
                                 sizeof(uint32_t));
             break;
+        case CONFIG_LAYERS: /* the count, then the pattern */
+            assert_memory_equal(fa, fb, k->size);
+            assert_memory_equal(&a->model.layer_pattern, &b->model.layer_pattern, sizeof(a->model.layer_pattern));
+            assert_int_equal(a->model.num_layer_kinds, b->model.num_layer_kinds);
+            break;
         case CONFIG_INT:
         case CONFIG_BOOL:
         case CONFIG_ENUM: assert_memory_equal(fa, fb, k->size); break;
