@@ -292,6 +292,15 @@ static int check_inputs(const dcp_deployment *dep, const struct replay_opts *o)
                         "instance over the network: %s gives no hardware.internode_gbps\n", o->file);
         return DCP_EINVAL;
     }
+    for (uint32_t l = 0; !o->simulate && l < (o->exec.layers ? o->exec.layers : cfg->model.num_layers); l++) {
+        const struct dcp_layer_kind k = dcp_model_layer_kind(&cfg->model, l);
+        if (k.type != DCP_LAYER_FULL || k.sink) { /* the layer kinds: docs/design.md §13 */
+            fprintf(stderr, "dcp-run replay: %s: the executed replay drives full attention layers, and layer %u is "
+                            "%s%s; `dcp-run run` executes the layer kinds\n", o->file, l, dcp_layer_type_name(k.type),
+                    k.sink ? " with a sink" : "");
+            return DCP_ENOTSUP;
+        }
+    }
     if (o->simulate) {
         struct dcp_perf_model m;
         if (dcp_perf_model_init(dep, 1, &o->model, &m)) {

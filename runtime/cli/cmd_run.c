@@ -64,16 +64,24 @@ static int rank_step(dcp_rank *rank, void *arg)
     struct run_setup *s = c->setup;
     struct rank_io *io = &s->io[dcp_rank_tp_rank(rank) - s->rank_begin];
     const uint32_t T = s->step_tokens;
+    const bool sharded_index = s->cfg->parallel.sparse_index == DCP_SPARSE_INDEX_SHARDED;
     for (uint32_t layer = 0; layer < s->info.num_layers; layer++) {
+        const struct dcp_layer_kind *kind = &s->info.layers[layer];
+        if (kind->type == DCP_LAYER_NONE) /* KV-free: the model's own layer, nothing here */
+            continue;
         int err = run_fill_kv(s, rank, io, layer, T);
         if (!err)
             err = dcp_rank_append_kv(rank, layer, io->k, s->mla ? NULL : io->v);
+        if (!err && kind->type == DCP_LAYER_SPARSE_TOPK && sharded_index &&
+            !(err = run_fill_index_k(s, rank, io, layer, T)))
+            err = dcp_rank_append_index_k(rank, layer, io->ik);
         if (err)
             return err;
         if (c->phase == PHASE_PREFILL)
             continue;
-        if ((err = run_fill_q(s, rank, io, layer, T)) ||
-            (err = dcp_rank_attention(rank, layer, io->q, io->out, io->lse)))
+        struct dcp_attention_extra x;
+        if ((err = run_fill_q(s, rank, io, layer, T)) || (err = run_layer_inputs(s, rank, io, layer, T, &x)) ||
+            (err = dcp_rank_attention_ex(rank, layer, io->q, io->out, io->lse, &x)))
             return err;
         if (c->check && run_is_checked_layer(s, layer) &&
             (err = run_download_outputs(s, rank, io, layer, T)))

@@ -95,6 +95,12 @@ static int check_step(const struct dcp_rank *r, const char *op, uint32_t layer)
     return DCP_OK;
 }
 
+int dcp_rank_check_step(const struct dcp_rank *r, const char *op, uint32_t layer)
+{
+    const int err = need_rank(r, op);
+    return err ? err : check_step(r, op, layer);
+}
+
 /* ---- timed backend calls (profile = true) -------------------------------------- */
 
 static int timer_begin(struct dcp_rank *r, uint32_t *token)
@@ -176,15 +182,17 @@ DCP_API int dcp_rank_append_kv(dcp_rank *r, uint32_t layer, const void *k, const
     if (!e->mla && !v)
         return dcp_error(DCP_EINVAL, "append_kv: v is required for %s",
                          dcp_attention_kind_name(e->cfg->model.attention));
+    if ((err = dcp_rank_layer_check(r, "append_kv", layer, NULL)))
+        return err;
     if (e->step.tokens == 0)
         return DCP_OK;
-    const uint64_t k_cache = dcp_layer_k(r, layer);
+    const struct dcp_layer_pages pages = dcp_layer_pages(r, layer);
     const struct dcpk_kv_append_params p = {
-        .k_cache = k_cache,
-        .v_cache = e->mla ? 0 : k_cache + e->k_page_bytes * e->num_blocks,
+        .k_cache = pages.k,
+        .v_cache = e->mla ? 0 : pages.v,
         .k_src = ADDR(k),
         .v_src = e->mla ? 0 : ADDR(v),
-        .slots = r->buf.slots,
+        .slots = dcp_rank_layer_slots(r, layer), /* the rings' for a sliding window */
         .num_tokens = e->step.tokens,
         .num_kv_heads = e->geo.kv_heads_per_rank,
         .k_dim = e->geo.qk_dim,
@@ -199,18 +207,27 @@ DCP_API int dcp_rank_append_kv(dcp_rank *r, uint32_t layer, const void *k, const
 
 /* ---- attention --------------------------------------------------------------- */
 
+/*
+ * Dense attention of a full or sliding-window layer over `heads` query heads: the
+ * gathered ones (the chunked q of every group rank) or, with no gather, the rank's
+ * own. A window's keys are in its rings (ring table, ring_pages per sequence); with
+ * model.window_kv replicated every rank holds the whole window by global position,
+ * so the kernel sees a group of one.
+ */
 static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint32_t q_dtype, uint64_t q_chunk_stride,
-                            const struct dcp_attn_target *t)
+                            uint32_t heads, const struct dcp_attn_target *t)
 {
     const struct dcp_engine *e = r->engine;
     const struct dcp_step *s = &e->step;
     const uint64_t T = s->tokens, Hg = e->geo.gathered_heads, H = e->geo.q_heads_per_rank, v = e->geo.v_dim;
-    const uint64_t k_cache = dcp_layer_k(r, layer);
+    const struct dcp_layer_kind *kind = &e->layers[layer].kind;
+    const struct dcp_layer_pages pages = dcp_layer_pages(r, layer);
+    const bool whole = pages.ring && !e->window_sharded; /* every rank holds the whole window */
     struct dcpk_attn_params p = {
         .q = q,
-        .k_cache = k_cache,
-        .v_cache = e->mla ? k_cache : k_cache + e->k_page_bytes * e->num_blocks,
-        .block_table = r->buf.block_table,
+        .k_cache = pages.k,
+        .v_cache = pages.v,
+        .block_table = pages.ring ? r->buf.kinds.ring_table : r->buf.block_table,
         .seq_lens = r->buf.seq_lens,
         .q_start = r->buf.q_start,
         .out = t->out,
@@ -224,7 +241,7 @@ static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint
         .ws_split_stride_lse = T * Hg,
         .batch = s->batch,
         .num_q_tokens = (uint32_t)T,
-        .num_heads = e->geo.gathered_heads,
+        .num_heads = heads,
         .heads_per_chunk = e->geo.q_heads_per_rank,
         .num_kv_heads = e->geo.kv_heads_per_rank,
         .head_tile = dcp_engine_head_tile(e),
@@ -232,10 +249,10 @@ static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint
         .v_dim = e->geo.v_dim,
         .v_row_stride = e->v_row_stride,
         .block_size = e->block_size,
-        .max_blocks = s->max_blocks,
-        .rank = r->group_rank,
-        .group_size = e->geo.dcp,
-        .interleave = e->interleave,
+        .max_blocks = pages.ring ? e->ring_pages : s->max_blocks,
+        .rank = whole ? 0 : r->group_rank,
+        .group_size = whole ? 1 : e->geo.dcp,
+        .interleave = whole ? 1 : e->interleave,
         .num_splits = s->num_splits,
         .dtype = e->dtype,
         .scale = e->scale,
@@ -243,6 +260,8 @@ static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint
         .precision = (uint32_t)e->cfg->runtime.cuda.precision,
         .q_dtype = q_dtype,
         .out_dtype = t->out_dtype,
+        .window = kind->type == DCP_LAYER_SLIDING_WINDOW ? kind->window : 0,
+        .ring_pages = pages.ring ? e->ring_pages : 0,
     };
     int err = dcp_rank_launch(r, PROF_ATTENTION, DCPK_KERNEL_attn, &p);
     if (err || s->num_splits == 1)
@@ -259,7 +278,7 @@ static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint
         .out_chunk_stride = t->out_chunk_stride,
         .out_lse_chunk_stride = t->lse_chunk_stride,
         .n_src = s->num_splits,
-        .rows = (uint32_t)(T * Hg),
+        .rows = (uint32_t)(T * heads),
         .rows_per_chunk = (uint32_t)(T * H),
         .v_dim = e->geo.v_dim,
         .src_dtype = DCPK_FP32, /* the split workspace */
@@ -293,54 +312,82 @@ static int project_uv(struct dcp_rank *r, uint32_t layer, uint64_t dst, uint64_t
     return dcp_rank_launch(r, PROF_MERGE, DCPK_KERNEL_uv_proj, &p);
 }
 
+/* A layer's partial outputs into t, by its kind: dense attention (full, sliding window) or the
+ * sparse top-k's. */
+static int layer_partials(struct dcp_rank *r, uint32_t layer, uint64_t q, uint32_t q_dtype, uint64_t q_chunk_stride,
+                          uint32_t heads, const struct dcp_attn_target *t, const struct dcp_attention_extra *x)
+{
+    if (r->engine->layers[layer].kind.type == DCP_LAYER_SPARSE_TOPK)
+        return dcp_rank_sparse_partials(r, layer, q, q_dtype, q_chunk_stride, heads, t, x);
+    return launch_attention(r, layer, q, q_dtype, q_chunk_stride, heads, t);
+}
+
 /* The attention flow once its arguments are checked; its failures are the backend's.
  * Queries: the caller's (dcp = 1, or replicate_q: all gathered heads already) or
  * gathered. Partial outputs: straight into the merge's chunks, or (merge_after_uv)
- * into the latent buffer and from there, projected, into them. */
-static int attention(struct dcp_rank *r, uint32_t layer, const void *q, void *out, void *lse)
+ * into the latent buffer and from there, projected, into them. A layer that keeps its
+ * whole KV on every rank (dcp = 1, a replicated sliding window) attends the rank's own
+ * heads straight into out. A sink is applied once, to the merged rows. */
+static int attention(struct dcp_rank *r, uint32_t layer, const void *q, void *out, void *lse,
+                     const struct dcp_attention_extra *x)
 {
     const struct dcp_engine *e = r->engine;
     const uint64_t T = e->step.tokens, H = e->geo.q_heads_per_rank, v = e->geo.v_dim, o = e->out_dim, qk = e->geo.qk_dim;
     const uint64_t out_lse = lse ? ADDR(lse) : r->buf.lse_scratch;
     const uint64_t latent_stride = T * H * v;
+    const struct dcp_engine_layer *L = &e->layers[layer];
     int err;
-    if (e->geo.dcp == 1) {
-        /* merge_after_uv: fp32 latent, projected straight into out in act_dtype. */
+    if (e->geo.dcp == 1 || (L->kind.type == DCP_LAYER_SLIDING_WINDOW && !e->window_sharded)) {
+        /* With replicate_q, q holds the group's heads: this rank's are its chunk. */
+        const uint64_t own = e->replicate_q ? (uint64_t)r->group_rank * T * H * qk * dcpk_dtype_size(e->act_dtype) : 0;
+        /* merge_after_uv (dcp = 1): fp32 latent, projected straight into out in act_dtype. */
         const struct dcp_attn_target t = {.out = e->merge_uv ? r->buf.latent : ADDR(out), .lse = out_lse,
                                           .out_chunk_stride = latent_stride,
                                           .out_dtype = e->merge_uv ? DCPK_FP32 : e->act_dtype};
-        if ((err = launch_attention(r, layer, ADDR(q), e->act_dtype, 0, &t)))
+        if ((err = layer_partials(r, layer, ADDR(q) + own, e->act_dtype, 0, (uint32_t)H, &t, x)))
             return err;
-        return e->merge_uv ? project_uv(r, layer, ADDR(out), T * H * o, e->act_dtype) : DCP_OK;
+        if (e->merge_uv && (err = project_uv(r, layer, ADDR(out), T * H * o, e->act_dtype)))
+            return err;
+    } else {
+        /* Every rank attends all N * H_l heads' queries, laid out [N][T][H_l][qk]. */
+        uint64_t q_all = 0;
+        uint32_t q_dtype = 0;
+        if ((err = dcp_merge_gather_q(r, ADDR(q), &q_all, &q_dtype)))
+            return err;
+        /* The partial outputs go where the scheme exchanges them from, or (merge_after_uv)
+         * to the fp32 latent buffer first and from there, projected, to it. */
+        const struct dcp_attn_target part = dcp_merge_target(r);
+        struct dcp_attn_target t = part;
+        if (e->merge_uv) {
+            t.out = r->buf.latent;
+            t.out_chunk_stride = latent_stride;
+            t.out_dtype = DCPK_FP32;
+        }
+        if ((err = layer_partials(r, layer, q_all, q_dtype, T * H * qk, e->geo.gathered_heads, &t, x)))
+            return err;
+        if (e->merge_uv && (err = project_uv(r, layer, part.out, part.out_chunk_stride, part.out_dtype)))
+            return err;
+        if ((err = dcp_merge_run(r, ADDR(out), out_lse)))
+            return err;
     }
-    /* Every rank attends all N * H_l heads' queries, laid out [N][T][H_l][qk]. */
-    uint64_t q_all = 0;
-    uint32_t q_dtype = 0;
-    if ((err = dcp_merge_gather_q(r, ADDR(q), &q_all, &q_dtype)))
-        return err;
-    /* The partial outputs go where the scheme exchanges them from, or (merge_after_uv)
-     * to the fp32 latent buffer first and from there, projected, to it. */
-    const struct dcp_attn_target part = dcp_merge_target(r);
-    struct dcp_attn_target t = part;
-    if (e->merge_uv) {
-        t.out = r->buf.latent;
-        t.out_chunk_stride = latent_stride;
-        t.out_dtype = DCPK_FP32;
-    }
-    if ((err = launch_attention(r, layer, q_all, q_dtype, T * H * qk, &t)))
-        return err;
-    if (e->merge_uv && (err = project_uv(r, layer, part.out, part.out_chunk_stride, part.out_dtype)))
-        return err;
-    return dcp_merge_run(r, ADDR(out), out_lse);
+    return L->kind.sink ? dcp_rank_apply_sink(r, layer, ADDR(out), out_lse, x) : DCP_OK;
 }
 
 DCP_API int dcp_rank_attention(dcp_rank *r, uint32_t layer, const void *q, void *out, void *lse)
 {
+    return dcp_rank_attention_ex(r, layer, q, out, lse, NULL);
+}
+
+DCP_API int dcp_rank_attention_ex(dcp_rank *r, uint32_t layer, const void *q, void *out, void *lse,
+                                  const struct dcp_attention_extra *extra)
+{
+    static const struct dcp_attention_extra none = {0};
+    const struct dcp_attention_extra *x = extra ? extra : &none;
     int err = need_rank(r, "attention");
     if (err)
         return err;
     DCP_RANK_ENTRY(r, "attention", DCP_EBUSY);
-    if ((err = check_step(r, "attention", layer)))
+    if ((err = check_step(r, "attention", layer)) || (err = dcp_rank_layer_check(r, "attention", layer, x)))
         return err;
     note_step_thread(r);
     if (!q || !out)
@@ -354,7 +401,7 @@ DCP_API int dcp_rank_attention(dcp_rank *r, uint32_t layer, const void *q, void 
                          e->step.tokens, e->max_qtokens);
     /* A failed launch or collective aborts the step, so that peers waiting for this
      * rank in a collective return DCP_EABORTED instead of waiting for the timeout. */
-    err = attention(r, layer, q, out, lse);
+    err = attention(r, layer, q, out, lse, x);
     if (err && err != DCP_EABORTED)
         dcp_engine_abort(r->engine);
     return err;

@@ -45,6 +45,12 @@ static const struct expected_config shipped[] = {
     /* 12 full layers x 1,024 B (the 36 linear layers keep state, per request); 80e9 x 2 / 8 = 20e9;
      * 102.9e9 / (64 x 12,288) = 130,844. */
     {"qwen3-next-80b-8xh200.yaml", 4, 12288, 130844},
+    /* CPU-sized kinds (24e6 B of KV per emulated GPU): DSA 2 x ((64 + 16) x 2 + 16 x 2) = 384 B,
+     * 24e6 / (64 x 384) = 976; gpt-oss-like 2 full layers x 2 x 32 x 2 B = 256 B, 1,464; hybrid
+     * 2 full layers x 2 x 64 x 2 B = 512 B, 732. */
+    {"cpu-dsa.yaml", 4, 384, 976},
+    {"cpu-gpt-oss.yaml", 2, 256, 1464},
+    {"cpu-hybrid.yaml", 4, 512, 732},
 };
 
 static const struct expected_config *find_expected(const char *file)

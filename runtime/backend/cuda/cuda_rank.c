@@ -35,10 +35,11 @@ int cuda_rank_init(struct dcp_rank *r)
         if (!err)
             err = CU_CALL(api, cuEventCreate, &cr->timer_end[i], CU_EVENT_DEFAULT);
     }
-    /* Pinned staging for uploads: two halves of room for one step's metadata (5
+    /* Pinned staging for uploads: two halves of room for one step's metadata (its
      * buffers, each rounded up to 16 bytes), so begin_step's copies are truly
      * asynchronous and the next begin_step need not wait for them. */
-    cr->staging_bytes = dcp_step_upload_bytes(e->max_batch, e->max_blocks_per_seq, e->max_tokens) + 5 * 16;
+    cr->staging_bytes =
+        dcp_step_upload_bytes(e->max_batch, e->max_blocks_per_seq, e->max_tokens, e->ring_pages) + DCP_STEP_UPLOADS * 16;
     if (!err)
         err = CU_CALL(api, cuMemAllocHost, (void **)&cr->staging, 2 * cr->staging_bytes);
     return err ? err : cuda_comm_rank_init(r);
