@@ -45,6 +45,7 @@ enum dcp_status {
     DCP_ENOENT = -15,           ///< No such object (sequence id, kernel, file).
     DCP_EDEVMEM = -16,          ///< Device memory allocation failed.
     DCP_EABORTED = -17,         ///< Another rank failed; this rank's operation was abandoned.
+    DCP_EBUSY = -18,            ///< The rank is inside another call (from another thread); nothing was done.
 };
 
 /**

@@ -34,6 +34,20 @@ enum dcp_dtype {
     DCP_DTYPE_FP8_E4M3 = 3, ///< OCP fp8 e4m3 (finite-only, max 448) with a per-tensor scale.
 };
 
+/** Wire type of the DCP exchange (parallel.comm_dtype): a wire dtype (the values of enum
+ *  dcp_dtype), or auto. */
+enum dcp_wire_dtype {
+    DCP_WIRE_FP32 = DCP_DTYPE_FP32, ///< fp32.
+    DCP_WIRE_BF16 = DCP_DTYPE_BF16, ///< bfloat16.
+    DCP_WIRE_FP16 = DCP_DTYPE_FP16, ///< binary16.
+    DCP_WIRE_AUTO = 3,              ///< The engine's activation dtype (dcp_engine_params.act_dtype): the wire rounds
+                                    ///< nothing the activations do not. The planner prices it as bf16, the
+                                    ///< activation dtype of GPU engines (DCP_PLAN_ACT_DTYPE). The default.
+};
+
+/** The activation dtype the planner assumes for parallel.comm_dtype auto: bf16, what GPU engines run. */
+#define DCP_PLAN_ACT_DTYPE DCP_DTYPE_BF16
+
 /** Storage format of the model weights (for memory planning only). */
 enum dcp_weight_dtype {
     DCP_WEIGHT_FP32 = 0,  ///< 4 bytes per parameter.
@@ -76,11 +90,49 @@ enum dcp_cuda_precision {
     DCP_CUDA_PRECISION_EXACT = 1, ///< Q and P split into hi + lo parts (two MMAs per product): within 1e-4.
 };
 
+/** What one layer of a model computes (docs/design.md §13, "Layer kinds"). */
+enum dcp_layer_type {
+    DCP_LAYER_FULL = 0,           ///< Attention over every cached token at or before the query (causal).
+    DCP_LAYER_SLIDING_WINDOW = 1, ///< Attention over the last `window` tokens only (gpt-oss: 128).
+    DCP_LAYER_SPARSE_TOPK = 2,    ///< DeepSeek Sparse Attention: over the `topk` tokens an indexer selects per query token.
+    DCP_LAYER_NONE = 3,           ///< No KV: a linear-attention layer (Gated DeltaNet) whose fixed state the caller keeps.
+};
+
+/** One entry of a model's layer pattern (YAML: an entry of model.layers). */
+struct dcp_layer_kind {
+    enum dcp_layer_type type;         ///< The kind. Default full.
+    uint32_t window;                  ///< sliding_window: the window W in tokens (>= 1); 0 for every other kind.
+    uint32_t topk;                    ///< sparse_topk: tokens K each query token attends (>= 1); 0 otherwise.
+    bool sink;                        ///< A learned sink logit per query head (gpt-oss), applied once after the DCP
+                                      ///< merge; not for none layers. Default false.
+    uint32_t repeat;                  ///< Consecutive layers of this kind. Default 1 (0 is read as 1).
+};
+
+/** Most entries of a layer pattern (each may repeat). */
+#define DCP_MAX_LAYER_PATTERN 16
+
+/** Where the KV of sliding-window layers lives within a DCP group. */
+enum dcp_window_kv {
+    DCP_WINDOW_KV_REPLICATED = 0, ///< Every rank keeps the whole window of every sequence: those layers need no
+                                  ///< collective, and DCP saves nothing on them (the planner counts it once per rank).
+    DCP_WINDOW_KV_SHARDED = 1,    ///< Sharded like full layers (each rank 1/dcp of the window) and merged like them.
+};
+
+/** Where a sparse_topk layer's selected positions come from. */
+enum dcp_sparse_index {
+    DCP_SPARSE_INDEX_CALLER = 0,  ///< Mode (a): the caller runs the indexer (its index keys replicated on every rank)
+                                  ///< and passes the global positions of each query token's top-k.
+    DCP_SPARSE_INDEX_SHARDED = 1, ///< Mode (b): the library keeps the index keys sharded like the KV, scores the
+                                  ///< caller's index queries on each rank, and merges the group's local top-ks (one
+                                  ///< more all-gather per layer).
+};
+
 /** The model. Field defaults are those applied by the YAML loader. */
 struct dcp_model_config {
     const char *name;                 ///< Display name. Required.
     enum dcp_attention_kind attention; ///< mla, gqa or mha. Required.
-    uint32_t num_layers;              ///< Attention layers holding a KV cache. Required, >= 1.
+    uint32_t num_layers;              ///< Layers of the model, every kind counted (YAML: model.layers, or its
+                                      ///< count). Required, >= 1.
     uint32_t num_q_heads;             ///< Query heads (all TP ranks together). Required, >= 1.
     uint32_t num_kv_heads;            ///< K/V heads. GQA: required; MHA: = num_q_heads; MLA: 1.
     uint32_t head_dim;                ///< Per-head dim of Q/K/V (GQA/MHA). Required for GQA/MHA.
@@ -105,6 +157,20 @@ struct dcp_model_config {
     uint64_t context_window;          ///< Longest sequence (prompt + output) the model accepts, in tokens
                                       ///< (config.json max_position_embeddings); 0 = not given. Workload context
                                       ///< lengths may not exceed it and replay rejects longer requests. Default 0.
+    struct dcp_layer_kind layer_pattern[DCP_MAX_LAYER_PATTERN]; ///< The layers' kinds from layer 0 on, the pattern
+                                      ///< repeated until num_layers layers (YAML: model.layers as a list, or its
+                                      ///< pattern). Default: none given, every layer full.
+    uint32_t num_layer_kinds;         ///< Entries used in layer_pattern; 0 = every layer full. Default 0.
+    enum dcp_window_kv window_kv;     ///< Sliding-window KV replicated or sharded over the DCP group. Default replicated.
+    uint32_t index_heads;             ///< DSA indexer heads (DeepSeek-V3.2: 64). Default 64.
+    uint32_t index_head_dim;          ///< DSA index key/query length (DeepSeek-V3.2: 128). Default 128.
+    enum dcp_dtype index_dtype;       ///< Element type of the cached index keys (fp8_e4m3 or bf16; fp8 scaled by
+                                      ///< index_scale like kv_scale). Default fp8_e4m3.
+    double index_scale;               ///< fp8 index keys: stored value x (1 / index_scale), read back x index_scale.
+                                      ///< Default 1.0.
+    double linear_state_bytes;        ///< Per-sequence state of one KV-free (none) layer, all heads (YAML:
+                                      ///< linear_state_mb, decimal MB): TP splits it by head, DCP replicates it.
+                                      ///< Default 0.
 };
 
 /** The hardware one deployment runs on. */
@@ -142,12 +208,14 @@ struct dcp_parallel_config {
                                       ///< (dcp_engine_params.w_uv) before the merge, so the wire carries
                                       ///< v_head_dim values per head instead of kv_lora_rank, and the output is
                                       ///< [T][H_l][v_head_dim]. Default false.
-    enum dcp_dtype comm_dtype;        ///< Wire type of the gathered queries and the partial outputs (fp32, bf16
-                                      ///< or fp16; the LSEs stay fp32), priced by the planner and moved by the
-                                      ///< engine: a 16-bit wire rounds each partial output (and a query of
-                                      ///< another act_dtype) once to it, and the ReduceScatter (ag_rs) sums in
-                                      ///< it. With merge_after_uv the W_UV projection stores its fp32 sums
-                                      ///< rounded once to it. Default bf16.
+    enum dcp_wire_dtype comm_dtype;   ///< Wire type of the gathered queries and the partial outputs (fp32, bf16,
+                                      ///< fp16, or auto: the engine's act_dtype; the LSEs stay fp32), priced by the
+                                      ///< planner (auto as bf16) and moved by the engine: a 16-bit wire rounds each
+                                      ///< partial output (and a query of another act_dtype) once to it, and the
+                                      ///< ReduceScatter (ag_rs) sums in it. With merge_after_uv the W_UV
+                                      ///< projection stores its fp32 sums rounded once to it. Default auto.
+    enum dcp_sparse_index sparse_index; ///< Where sparse_topk layers get their top-k: caller (mode a) or sharded
+                                      ///< (mode b, the library's sharded index-key cache). Default caller.
 };
 
 /** How each GPU's memory is budgeted. */
@@ -273,9 +341,11 @@ DCP_API int dcp_deployment_to_json(const dcp_deployment *dep, char **out);
 /** Canonical lower-case names used in YAML and output ("mla", "bf16", "a2a", ...). */
 DCP_API const char *dcp_attention_kind_name(enum dcp_attention_kind kind);
 DCP_API const char *dcp_dtype_name(enum dcp_dtype dtype);               ///< "fp32", "bf16", "fp16", "fp8_e4m3".
+DCP_API const char *dcp_wire_dtype_name(enum dcp_wire_dtype wire);         ///< "fp32", "bf16", "fp16", "auto".
 DCP_API const char *dcp_weight_dtype_name(enum dcp_weight_dtype dtype); ///< "fp32", "bf16", ..., "nvfp4".
 DCP_API const char *dcp_comm_scheme_name(enum dcp_comm_scheme scheme);  ///< "ag_rs" or "a2a".
 DCP_API const char *dcp_backend_kind_name(enum dcp_backend_kind kind);  ///< "auto", "cuda", "host".
+DCP_API const char *dcp_layer_type_name(enum dcp_layer_type type);    ///< "full", "sliding_window", "sparse_topk", "none".
 
 /**
  * The dtype dcp_dtype_name() calls name ("fp32", "bf16", "fp16", "fp8_e4m3"; exact
@@ -283,6 +353,12 @@ DCP_API const char *dcp_backend_kind_name(enum dcp_backend_kind kind);  ///< "au
  * listing the names (NULL argument or unknown name) and *out unchanged.
  */
 DCP_API int dcp_dtype_from_name(const char *name, enum dcp_dtype *out);
+
+/**
+ * The dtype a wire of type wire carries for activations of act_dtype: act_dtype for
+ * DCP_WIRE_AUTO (the planner passes DCP_PLAN_ACT_DTYPE), else the wire's own.
+ */
+DCP_API enum dcp_dtype dcp_wire_dtype_of(enum dcp_wire_dtype wire, enum dcp_dtype act_dtype);
 
 /** Bytes per element of a KV / wire dtype (4, 2, 2, 1). */
 DCP_API uint32_t dcp_dtype_size(enum dcp_dtype dtype);
@@ -303,6 +379,13 @@ DCP_API void dcp_model_attention_dims(const struct dcp_model_config *model,
  * MLA (kv_lora_rank + rope_dim) * dtype size, GQA/MHA 2 * num_kv_heads * head_dim * size.
  */
 DCP_API uint64_t dcp_model_kv_bytes_per_token_layer(const struct dcp_model_config *model);
+
+/**
+ * The kind of layer `layer` of a model: its layer_pattern repeated from layer 0
+ * (each entry `repeat` times), returned with repeat = 1; full for a model without
+ * a pattern (or NULL).
+ */
+DCP_API struct dcp_layer_kind dcp_model_layer_kind(const struct dcp_model_config *model, uint32_t layer);
 
 #ifdef __cplusplus
 }

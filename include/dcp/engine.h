@@ -39,7 +39,7 @@
  *    every gathered head by that head's W_UV (dcp_engine_params.w_uv) before the merge;
  *    out is [T][q_heads_per_rank][v_head_dim] (out_dim = model.v_head_dim). Split-KV
  *    partials are merged in latent space first, so each row is projected once.
- *  - parallel.comm_dtype (fp32, bf16, fp16): the wire type of the gathered queries and
+ *  - parallel.comm_dtype (fp32, bf16, fp16, or auto: act_dtype; the default): the wire type of the gathered queries and
  *    the partial outputs (LSEs fp32). A 16-bit wire rounds each partial output once
  *    (ag_rs: also its LSE-scaled copy and the ReduceScatter's sum) and a query of another
  *    act_dtype once; with replicate_q no query is on the wire. With merge_after_uv the
@@ -52,8 +52,14 @@
  * engine:
  *  - DCP_EINVAL (an argument or the call order is wrong), DCP_ENOSPC (no free KV
  *    blocks or sequence slots), DCP_ENOTSUP and DCP_ENOMEM from dcp_engine_run() (a
- *    rank thread could not be started; then no rank function ran): that call failed
- *    and changed nothing; the engine is fine.
+ *    rank thread could not be started; then no rank function ran), DCP_EBUSY (a call
+ *    on a rank that is inside another call, from another thread: one thread drives a
+ *    rank at a time): that call failed and changed nothing; the engine is fine.
+ *  - One thread per rank: a step's calls of one rank (append, attention) come from one
+ *    thread, and a rank's collective refuses at once (DCP_EINVAL, aborting the step)
+ *    when the thread calling it made this step's calls of another member of its DCP
+ *    group that has not arrived: that member could only come after this call returns
+ *    (one thread driving every rank waited for the comm timeout instead).
  *  - A step was aborted: a rank function failed inside dcp_engine_run() (whatever the
  *    error, an argument error included: its peers may already wait for it in a
  *    collective), a launch or collective of dcp_rank_attention() failed, a collective
@@ -71,6 +77,8 @@
  *    collective), or a CUDA error that poisons the context (e.g. an illegal address).
  *    Then every step and rank function returns DCP_EABORTED (its message says why):
  *    destroy the engine. Sequences (dcp_seq_*) keep working so state can be inspected.
+ *    A wait for the device that times out fails the engine at once (the wait itself
+ *    returns DCP_ETIMEOUT; every later one DCP_EABORTED without waiting again).
  *  - Bounded waits (CUDA): every wait for the device (synchronize, download,
  *    rank_free, collectives, teardown) gives up after runtime.cuda.nccl_timeout_s with
  *    DCP_ETIMEOUT instead of blocking. dcp_engine_destroy() aborts the communicators
@@ -100,7 +108,8 @@ struct dcp_engine_params {
     uint32_t dcp;              ///< DCP size: 0 = the deployment's, or any divisor of tp that also divides
                                ///< the KV replicas (tp / kv_heads for GQA; tp for MLA), e.g. 1 = the TP
                                ///< baseline (replicated KV). Else DCP_EINVAL. Default 0.
-    uint32_t num_layers;       ///< Layers to hold KV for; 0 = the model's. Default 0.
+    uint32_t num_layers;       ///< Layers to hold KV for; 0 = the model's, at most the model's (else DCP_EINVAL).
+                               ///< Default 0.
     double kv_budget_bytes;    ///< KV arena bytes per rank: finite, 0 ..  2^53, else DCP_EINVAL. 0 = from
                                ///< the deployment: on the host backend runtime.host.memory_bytes x
                                ///< memory.gpu_fraction when set, else hardware.memory_bytes x
@@ -140,6 +149,17 @@ struct dcp_engine_params {
                                ///< queries are converted to it before the gather when it differs, and the
                                ///< merge stores out in act_dtype; with parallel.merge_after_uv and dcp = 1
                                ///< the W_UV projection does, rounding its fp32 sums once). Default fp32.
+    const float *const *sinks; ///< Sink logits of the layers with sink: true (model.layers): num_layers host
+                               ///< pointers, sinks[l] = fp32 [num_q_heads] over all heads of the model (global head
+                               ///< order), or a NULL entry (or NULL) for a layer whose logits come with each call
+                               ///< (dcp_attention_extra.sinks). Read only during dcp_engine_create(): each rank keeps
+                               ///< its heads' (num_layers x q_heads_per_rank floats, in workspace_bytes_per_rank).
+                               ///< Default NULL.
+    bool replicate_q;          ///< The caller passes q in the layout of parallel.replicate_q, every gathered
+                               ///< head: [dcp][T][H_l][qk] instead of [T][H_l][qk]. With dcp > 1 it must match
+                               ///< the deployment's parallel.replicate_q (else DCP_EINVAL, naming both): a q
+                               ///< buffer's size and layout are a contract of the caller's code, which a
+                               ///< deployment file must not change under it. Ignored when dcp = 1. Default false.
 };
 
 /** What an engine was built with. */
@@ -175,6 +195,10 @@ struct dcp_engine_info {
     uint64_t max_context;         ///< In use (defaults applied).
     enum dcp_dtype act_dtype;     ///< Element type of q, k, v and out (dcp_engine_params.act_dtype).
     enum dcp_dtype comm_dtype;    ///< Wire type of the gathered queries and partial outputs (parallel.comm_dtype).
+    const struct dcp_layer_kind *layers; ///< [num_layers]: each layer's kind (model.layers, repeat 1), valid as long as
+                                         ///< the engine (docs/design.md §13).
+    uint32_t ring_pages;          ///< Pages of one sequence's ring per sliding_window layer (the window plus a step's
+                                  ///< queries, model.window_kv replicated or sharded); 0 without such layers.
 };
 
 /** One step's batch: the sequences decoded together and their query tokens. */
@@ -347,6 +371,9 @@ DCP_API dcp_engine *dcp_rank_engine(dcp_rank *rank);
  * the cache; only tokens this rank owns are stored. v is NULL for MLA. fp8 caches
  * store value x (1 / kv_scale), saturated to +-448 (so values beyond +-448 x kv_scale
  * read back as +-448 x kv_scale). DCP_EINVAL without a step or for a bad layer.
+ * Sliding-window layers keep each sequence's last window in a ring (every rank the
+ * whole window with model.window_kv replicated, else the tokens it owns); a none
+ * (KV-free) layer keeps nothing: DCP_EINVAL.
  */
 DCP_API int dcp_rank_append_kv(dcp_rank *rank, uint32_t layer, const void *k, const void *v);
 
@@ -361,6 +388,53 @@ DCP_API int dcp_rank_append_kv(dcp_rank *rank, uint32_t layer, const void *k, co
  * the step (see dcp_engine_abort()).
  */
 DCP_API int dcp_rank_attention(dcp_rank *rank, uint32_t layer, const void *q, void *out, void *lse);
+
+/**
+ * Per-call inputs of the layer kinds (docs/design.md §13), in the backend's memory
+ * like q and out. Zero-initialise it and set what the layer needs; the others are
+ * ignored. T = the step's query tokens, K = the layer's sparse_topk.
+ */
+struct dcp_attention_extra {
+    const float *sinks;         ///< Layers with sink: true: fp32 [q_heads_per_rank] sink logits of this rank's heads
+                                ///< (natural log), used instead of dcp_engine_params.sinks; NULL: those. Applied once,
+                                ///< after the DCP merge: lse' = logaddexp(lse, s_h), out' = out x e^(lse - lse').
+    const int32_t *topk;        ///< sparse_topk with parallel.sparse_index caller (mode a): int32 [T][K], the global
+                                ///< positions each query token attends (its indexer's top-k; -1 pads a row; positions
+                                ///< past the token are not its keys). The same on every rank of the group. Required.
+    const void *index_q;        ///< sparse_topk with sparse_index sharded (mode b): act_dtype
+                                ///< [T][index_heads][index_head_dim], the indexer's queries of the step's tokens (the
+                                ///< same on every rank of the group). Required.
+    const float *index_weights; ///< Mode (b): fp32 [T][index_heads], the indexer's head weights w (any scale folded in):
+                                ///< a key's score is sum_h w[h] x max(0, index_q[h] . index_key). Required.
+    int32_t *topk_out;          ///< Mode (b), optional: int32 [T][K] receives the global top-k the library selected
+                                ///< (best first: higher score, then lower position; -1 pads), the same on every rank.
+};
+
+/**
+ * dcp_rank_attention() for a layer of any kind: the layer's kind (model.layers,
+ * dcp_engine_info.layers) decides the path. full: the DCP attention above.
+ * sliding_window: the same over each query's last `window` tokens, merged like a full
+ * layer when its KV is sharded; with model.window_kv replicated every rank attends its
+ * own heads over its whole ring, with no collective. sparse_topk: each query token
+ * attends only its top-k positions (extra->topk, or selected from the sharded index
+ * keys with extra->index_q and index_weights: one more all-gather of K (score,
+ * position) pairs per token), each rank the ones it owns, then the merge. A layer with
+ * a sink gets it once, after the merge. none: DCP_EINVAL (the library keeps nothing for
+ * a KV-free layer). extra may be NULL for a full or window layer without a sink.
+ * Missing inputs are DCP_EINVAL before any collective; every rank of the group must
+ * call it with the same layer.
+ */
+DCP_API int dcp_rank_attention_ex(dcp_rank *rank, uint32_t layer, const void *q, void *out, void *lse,
+                                  const struct dcp_attention_extra *extra);
+
+/**
+ * Mode (b) of a sparse_topk layer (parallel.sparse_index sharded): writes the step's
+ * new index keys, act_dtype [T][index_head_dim], into the layer's index-key cache,
+ * sharded like the KV (only the owner of a position stores it; fp8 keys stored x
+ * (1 / index_scale)). DCP_EINVAL for another layer kind or mode, without a step or
+ * for NULL k.
+ */
+DCP_API int dcp_rank_append_index_k(dcp_rank *rank, uint32_t layer, const void *k);
 
 /** Waits until all work queued by this rank has finished. */
 DCP_API int dcp_rank_synchronize(dcp_rank *rank);
@@ -505,8 +579,10 @@ DCP_API void dcp_rank_reset_profile(dcp_rank *rank);
 /** Allocates bytes of backend memory for this rank's inputs/outputs. */
 DCP_API int dcp_rank_alloc(dcp_rank *rank, size_t bytes, void **ptr);
 
-/** Frees memory from dcp_rank_alloc(). Accepts NULL. CUDA: waits (bounded) for the rank's
- *  work first; if that work never finishes the buffer is leaked and dcp_last_error() says so. */
+/** Frees memory from dcp_rank_alloc(). Accepts NULL. A pointer that is no live buffer of this
+ *  rank (freed already, another rank's, not from dcp_rank_alloc) is refused: nothing is freed
+ *  and dcp_last_error() says so. CUDA: waits (bounded) for the rank's work first; if that work
+ *  never finishes the buffer is leaked and dcp_last_error() says so. */
 DCP_API void dcp_rank_free(dcp_rank *rank, void *ptr);
 
 /**

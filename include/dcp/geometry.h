@@ -68,6 +68,73 @@ struct dcp_kv_budget {
 DCP_API void dcp_kv_budget_init(const struct dcp_config *cfg, struct dcp_kv_budget *b);
 
 /**
+ * The KV one rank keeps for one layer of a deployment under DCP size dcp, by the
+ * layer's kind (docs/design.md §13): what grows with the context and what does not.
+ */
+struct dcp_layer_kv {
+    struct dcp_layer_kind kind;   ///< The layer's kind (repeat 1).
+    bool sharded;                 ///< Its KV is split over the DCP group: full and sparse_topk layers, and
+                                  ///< sliding_window layers with model.window_kv sharded (false for none).
+    bool paged;                   ///< Its KV grows with the context in pages of block_size owned tokens
+                                  ///< (full, sparse_topk); false: bounded (sliding_window) or none.
+    uint64_t token_bytes;         ///< KV bytes per token the rank keeps (its KV heads' K and V rows; 0 for none).
+    uint64_t index_token_bytes;   ///< sparse_topk: index-key bytes per token (index_head_dim x size(index_dtype)):
+                                  ///< sharded with the KV under parallel.sparse_index sharded, else the caller's
+                                  ///< cache, replicated on every rank. 0 for other kinds.
+    uint64_t ring_tokens;         ///< sliding_window: tokens of one sequence the rank keeps (its ring, whole
+                                  ///< pages, for steps of up to workload.q_len query tokens); 0 otherwise.
+    double state_bytes;           ///< none: the layer's per-sequence state on this rank (model.linear_state_mb
+                                  ///< / tp), the same on every rank of the group; 0 otherwise.
+};
+
+/**
+ * Fills *out for layer `layer` of deployment cfg under DCP size dcp (1 for the TP
+ * baseline). DCP_EINVAL (with a message) for a NULL argument, a layer past
+ * num_layers or a dcp the deployment's geometry refuses.
+ */
+DCP_API int dcp_layer_kv_init(const struct dcp_config *cfg, uint32_t dcp, uint32_t layer, struct dcp_layer_kv *out);
+
+/**
+ * What one request keeps and reads on one rank, over every layer of a deployment
+ * under DCP size dcp: the planner's capacity and read figures, and the performance
+ * model's (docs/design.md §13, docs/plan.md).
+ */
+struct dcp_model_kv {
+    uint32_t layers[DCP_LAYER_NONE + 1]; ///< Layers of each enum dcp_layer_type.
+    uint32_t dcp;                 ///< The DCP size these figures are for.
+    uint64_t page_token_bytes;    ///< Bytes per owned token of the paged layers (full, sparse_topk; with
+                                  ///< sparse_index sharded their index keys too): a KV page is block_size of them.
+    uint64_t replicated_token_bytes; ///< Bytes per context token every rank keeps whatever dcp: the caller's index
+                                  ///< keys (sparse_index caller).
+    uint64_t window_bytes;        ///< Bytes of one sequence's sliding-window rings on one rank (all window layers).
+    double state_bytes;           ///< Bytes of one sequence's KV-free layer state on one rank (all none layers).
+    double read_token_bytes;      ///< Bytes one rank reads per decode step per context token of a request at long
+                                  ///< contexts (the slope): full layers' KV / dcp, and the index keys the indexer
+                                  ///< scores (/ dcp when sharded); windows and top-k reads do not grow.
+};
+
+/** Fills *kv for deployment cfg under DCP size dcp; DCP_EINVAL as dcp_layer_kv_init. */
+DCP_API int dcp_model_kv_init(const struct dcp_config *cfg, uint32_t dcp, struct dcp_model_kv *kv);
+
+/**
+ * Bytes one request of `context` tokens keeps on one rank: its pages of the paged
+ * layers (whole pages: ceil(context / (block_size x dcp)) of block_size x
+ * page_token_bytes), the replicated index keys, its window rings and its state.
+ */
+DCP_API double dcp_model_kv_request_bytes(const struct dcp_config *cfg, const struct dcp_model_kv *kv,
+                                          uint64_t context);
+
+/**
+ * KV bytes one rank reads in one decode step (one query token) of a request of
+ * `context` tokens, over every layer: full layers its shard (the largest, rank 0's),
+ * sparse_topk layers its share of min(topk, context) selected rows plus the index
+ * keys scored, sliding_window layers its part of the last min(window, context)
+ * tokens; none layers nothing.
+ */
+DCP_API double dcp_model_kv_read_bytes(const struct dcp_config *cfg, const struct dcp_model_kv *kv,
+                                       uint64_t context);
+
+/**
  * Key of the token at global position pos of sequence seq_id, as the engine
  * writes it in a step's token keys (dcp_rank_step_token_keys(), tools.h) and as the
  * synthetic data helpers take it: ((uint64_t)seq_id << 40) | pos (the id's top 8

@@ -28,9 +28,13 @@ struct dcp_plan_memory {
 struct dcp_plan_layout {
     uint32_t dcp;                ///< DCP size of this layout (1 for the baseline).
     uint32_t kv_heads_per_gpu;   ///< KV heads each GPU stores (1 for MLA).
-    double kv_bytes_per_token;   ///< KV bytes per context token per GPU, all layers (fractional for DCP).
-    double replication;          ///< Copies of each token's KV held across one TP group.
-    uint64_t page_bytes;         ///< Bytes of one block_size-token page on one GPU, all layers.
+    double kv_bytes_per_token;   ///< KV bytes per context token per GPU, all layers whose KV grows with the context
+                                 ///< (fractional for DCP): the paged layers' / dcp, plus index keys every rank keeps.
+    double replication;          ///< Copies of each token's KV held across one TP group (those layers).
+    double fixed_bytes;          ///< Bytes one request keeps per GPU whatever its length: sliding-window rings and
+                                 ///< KV-free layers' state (docs/design.md §13); 0 for a model of full layers.
+    uint64_t page_bytes;         ///< Bytes of one block_size-token page on one GPU, all paged layers (full and
+                                 ///< sparse_topk; 0 when there is none).
     uint64_t pages;              ///< Whole pages that fit the KV budget on one GPU.
     uint64_t local_tokens;       ///< Tokens one GPU stores: pages * block_size.
     uint64_t context_tokens;     ///< Context tokens one TP group holds: pages * block_size * dcp.
@@ -41,9 +45,11 @@ struct dcp_plan_context {
     uint64_t context_len;           ///< Tokens per request.
     uint64_t baseline_pages;        ///< Pages one request needs per GPU, baseline: ceil(L / B).
     uint64_t dcp_pages;             ///< Pages one request needs per GPU, DCP: ceil(L / (B * dcp)).
-    uint64_t baseline_concurrency;  ///< Requests of this length one TP group holds, baseline.
+    uint64_t baseline_concurrency;  ///< Requests of this length one TP group holds, baseline: the KV budget over one
+                                    ///< request's bytes (its pages, replicated index keys, rings and state).
     uint64_t dcp_concurrency;       ///< Requests of this length one TP group holds, DCP.
-    double baseline_kv_read_bytes;  ///< KV bytes one rank reads per layer per decode step for one request, baseline.
+    double baseline_kv_read_bytes;  ///< KV bytes one rank reads per layer per decode step for one request, baseline
+                                    ///< (averaged over the model's layers when they differ in kind).
     double dcp_kv_read_bytes;       ///< The same with DCP (the largest local shard).
 };
 
@@ -70,6 +76,9 @@ struct dcp_plan_comm_row {
     uint32_t ranks;               ///< Ranks taking part (the DCP group size).
     double send_bytes;            ///< Bytes one rank sends to the others.
     double recv_bytes;            ///< Bytes one rank receives from the others.
+    uint32_t layers;              ///< Layers of the model that run this exchange in a step: those DCP merges
+                                  ///< (not the KV-free ones, nor sliding windows with window_kv replicated), or for
+                                  ///< "top-k candidates" the sparse_topk layers (docs/design.md §13).
 };
 
 /**
@@ -97,8 +106,9 @@ struct dcp_plan {
     struct dcp_plan_context contexts[DCP_MAX_CONTEXT_LENGTHS]; ///< One per workload context length.
     uint32_t num_contexts;             ///< Entries used in contexts.
     struct dcp_plan_comm comm;         ///< Communication of the configured scheme.
-    double baseline_kv_read_per_token; ///< KV bytes read per layer per context token per rank, baseline.
-    double dcp_kv_read_per_token;      ///< The same with DCP (baseline / dcp).
+    double baseline_kv_read_per_token; ///< KV bytes read per layer per context token per rank at long contexts,
+                                       ///< baseline (averaged over the layers; windows and top-k rows do not grow).
+    double dcp_kv_read_per_token;      ///< The same with DCP (the sharded reads / dcp).
     uint32_t instances;                ///< Model instances (data-parallel replicas): gpus_per_node * nodes / tp.
 };
 

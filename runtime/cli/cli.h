@@ -33,9 +33,15 @@ int cmd_bench(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 
-/** Path of the default deployment (configs/default.yaml, found relative to the
- *  executable, the build tree, or the install prefix). Never NULL. */
+/** Path of the default deployment: DCP_DEFAULT_DEPLOYMENT when set, else configs/default.yaml
+ *  installed beside the executable (<bindir>/../share/dcp/configs), else the build tree's
+ *  source, else the install prefix's. Never NULL. */
 const char *cli_default_deployment(void);
+
+/** Why a file cannot be written at path (what writing it later would find out), or NULL: an
+ *  existing path that is a directory or not writable, or a directory that is missing or not
+ *  writable. For checks before long work whose result goes there; creates nothing. */
+const char *cli_unwritable(const char *path, char *why, size_t size);
 
 /**
  * Loads a deployment, printing every diagnostic to stderr. Returns NULL on

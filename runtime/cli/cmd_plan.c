@@ -364,7 +364,7 @@ static void print_decisions(const dcp_deployment *dep, const struct plan_args *a
             if (k == 0)
                 cli_table_cell(&t, "%s", "");
             else if (x->wins_from)
-                cli_table_cell(&t, "%u requests", x->wins_from);
+                cli_table_cell(&t, "%u request%s", x->wins_from, x->wins_from == 1 ? "" : "s");
             else
                 cli_table_cell(&t, "never (up to %u)", d->max_clients);
         }
@@ -482,8 +482,12 @@ static void print_header(const dcp_deployment *dep, const struct dcp_config *cfg
     else
         printf("  model     %u layers, %u query heads, %u KV heads of %u", m->num_layers,
                m->num_q_heads, m->num_kv_heads, m->head_dim);
-    printf(", %s parameters in %s\n", cli_fmt_params(a, m->num_params),
-           dcp_weight_dtype_name(m->weight_dtype));
+    printf(", %s parameters in %s", cli_fmt_params(a, m->num_params), dcp_weight_dtype_name(m->weight_dtype));
+    if (m->experts)
+        printf(", MoE: %u of %u experts per token, %s active\n", m->experts_per_token, m->experts,
+               cli_fmt_params(b, m->active_params));
+    else
+        printf(", dense: every parameter read each step\n");
     printf("  hardware  %s per GPU, HBM %s, link %s per direction, %s per collective, %u node%s\n",
            cli_fmt_bytes(a, hw->memory_bytes), cli_fmt_rate(b, hw->hbm_bandwidth),
            cli_fmt_rate(c, hw->link_bandwidth), cli_fmt_seconds(d, hw->collective_latency),
@@ -595,8 +599,12 @@ static void print_comm(const struct dcp_config *cfg, const struct dcp_plan *plan
 {
     const struct dcp_plan_comm *comm = &plan->comm;
     char a[CLI_FMT_LEN], b[CLI_FMT_LEN];
-    printf("\nCommunication per rank, per layer, per query token (%s, %s on the wire%s%s)\n",
-           dcp_comm_scheme_name(comm->scheme), dcp_dtype_name(cfg->parallel.comm_dtype),
+    const enum dcp_wire_dtype wire = cfg->parallel.comm_dtype;
+    printf("\nCommunication per rank, per layer, per query token (%s, %s on the wire%s%s%s)\n",
+           dcp_comm_scheme_name(comm->scheme), dcp_dtype_name(dcp_wire_dtype_of(wire, DCP_PLAN_ACT_DTYPE)),
+           wire == DCP_WIRE_AUTO ? " (comm_dtype auto: the activation dtype, priced as bf16, what GPU engines "
+                                   "run)"
+                                 : "",
            cfg->parallel.replicate_q ? ", replicate_q: no query gather" : "",
            cfg->parallel.merge_after_uv ? ", outputs after W_UV" : "");
     if (cfg->parallel.dcp == 1) {
@@ -661,6 +669,102 @@ static void print_kv_read(const struct dcp_config *cfg, const struct dcp_plan *p
     cli_table_print(&t, stdout, 2);
 }
 
+/* ---- layer kinds (docs/design.md §13) ------------------------------------------- */
+
+/** The layers of one kind (type, window, top-k and sink alike), with their KV on one GPU in both layouts. */
+struct kind_group {
+    struct dcp_layer_kind kind;
+    uint32_t count;
+    struct dcp_layer_kv base, dcp;
+};
+
+/** Groups the model's layers by kind, in order of first appearance; returns the number of groups. */
+static uint32_t kind_groups(const struct dcp_config *cfg, struct kind_group *g, uint32_t cap)
+{
+    uint32_t n = 0;
+    for (uint32_t l = 0; l < cfg->model.num_layers; l++) {
+        struct dcp_layer_kv base, dcp;
+        if (dcp_layer_kv_init(cfg, 1, l, &base) || dcp_layer_kv_init(cfg, cfg->parallel.dcp, l, &dcp))
+            continue; /* the deployment was validated: not reached */
+        uint32_t i = 0;
+        while (i < n && !(g[i].kind.type == base.kind.type && g[i].kind.window == base.kind.window &&
+                          g[i].kind.topk == base.kind.topk && g[i].kind.sink == base.kind.sink))
+            i++;
+        if (i == n && n < cap)
+            g[n++] = (struct kind_group){.kind = base.kind, .base = base, .dcp = dcp};
+        if (i < n)
+            g[i].count++;
+    }
+    return n;
+}
+
+/** Room for a kind's label or what it keeps. */
+#define KIND_TEXT 96
+
+static const char *kind_label(char *buf, const struct dcp_layer_kind *k)
+{
+    const char *sink = k->sink ? " + sink" : "";
+    if (k->type == DCP_LAYER_SLIDING_WINDOW || k->type == DCP_LAYER_SPARSE_TOPK)
+        snprintf(buf, KIND_TEXT, "%s %u%s", dcp_layer_type_name(k->type),
+                 k->type == DCP_LAYER_SLIDING_WINDOW ? k->window : k->topk, sink);
+    else
+        snprintf(buf, KIND_TEXT, "%s%s", dcp_layer_type_name(k->type), sink);
+    return buf;
+}
+
+/* What one request keeps per GPU of one kind's layer in one layout. */
+static const char *kind_kept(char *buf, const struct dcp_config *cfg, const struct dcp_layer_kv *lk)
+{
+    char a[CLI_FMT_LEN], b[CLI_FMT_LEN];
+    switch (lk->kind.type) {
+    case DCP_LAYER_SLIDING_WINDOW:
+        snprintf(buf, KIND_TEXT, "ring of %llu tokens (%s)", (unsigned long long)lk->ring_tokens,
+                 cli_fmt_bytes(a, (double)lk->ring_tokens * lk->token_bytes));
+        break;
+    case DCP_LAYER_NONE: snprintf(buf, KIND_TEXT, "state %s", cli_fmt_bytes(a, lk->state_bytes)); break;
+    default:
+        if (lk->index_token_bytes)
+            snprintf(buf, KIND_TEXT, "+ index keys %s/token (%s)", cli_fmt_bytes_exact(b, (double)lk->index_token_bytes),
+                     cfg->parallel.sparse_index == DCP_SPARSE_INDEX_SHARDED ? "sharded" : "caller's, every rank");
+        else
+            snprintf(buf, KIND_TEXT, "grows with the context");
+        break;
+    }
+    return buf;
+}
+
+/* The layers by kind, for a model with a layer pattern: KV per token per GPU and what a request keeps. */
+static void print_layer_kinds(const struct dcp_config *cfg)
+{
+    if (cfg->model.num_layer_kinds == 0)
+        return;
+    struct kind_group g[DCP_MAX_LAYER_PATTERN];
+    const uint32_t n = kind_groups(cfg, g, DCP_MAX_LAYER_PATTERN);
+    char a[KIND_TEXT], b[CLI_FMT_LEN], c[KIND_TEXT];
+    struct cli_table t;
+    cli_table_init(&t, 5);
+    cli_table_align(&t, 4, CLI_ALIGN_LEFT);
+    cli_table_row(&t);
+    cli_table_cell(&t, "kind");
+    cli_table_cell(&t, "layers");
+    cli_table_cell(&t, "KV per token, tp only");
+    cli_table_cell(&t, "%s", dcp_label(a, cfg->parallel.dcp));
+    cli_table_cell(&t, "kept per request");
+    for (uint32_t i = 0; i < n; i++) {
+        const struct kind_group *k = &g[i];
+        cli_table_row(&t);
+        cli_table_cell(&t, "%s", kind_label(a, &k->kind));
+        cli_table_cell(&t, "%u", k->count);
+        cli_table_cell(&t, "%s", k->kind.type == DCP_LAYER_NONE ? "-" : cli_fmt_bytes_exact(b, (double)k->base.token_bytes));
+        cli_table_cell(&t, "%s", k->kind.type == DCP_LAYER_NONE ? "-"
+                                 : k->dcp.sharded ? cli_fmt_bytes_exact(b, (double)k->dcp.token_bytes / cfg->parallel.dcp)
+                                                  : "replicated");
+        cli_table_cell(&t, "%s", kind_kept(c, cfg, &k->dcp));
+    }
+    printf("\nLayers by kind, per GPU (DCP shards the KV of the layers it merges; windows are bounded rings)\n");
+    cli_table_print(&t, stdout, 2);
+}
+
 static void print_text(const dcp_deployment *dep, const struct dcp_plan *plan, const struct plan_args *args,
                        const struct decisions *d)
 {
@@ -669,6 +773,7 @@ static void print_text(const dcp_deployment *dep, const struct dcp_plan *plan, c
     print_header(dep, cfg, plan);
     print_memory(cfg, plan);
     print_layouts(cfg, plan);
+    print_layer_kinds(cfg);
     print_capacity(plan);
     print_comm(cfg, plan);
     print_kv_read(cfg, plan);
@@ -700,6 +805,7 @@ static void json_layout(struct json_writer *w, const char *key, const struct dcp
     json_kv_uint(w, "kv_heads_per_gpu", l->kv_heads_per_gpu);
     json_kv_number(w, "kv_bytes_per_token", l->kv_bytes_per_token);
     json_kv_number(w, "replication", l->replication);
+    json_kv_number(w, "fixed_bytes", l->fixed_bytes);
     json_kv_uint(w, "page_bytes", l->page_bytes);
     json_kv_uint(w, "pages", l->pages);
     json_kv_uint(w, "local_tokens", l->local_tokens);
@@ -746,6 +852,7 @@ static void json_comm(struct json_writer *w, const struct dcp_plan_comm *comm)
         json_kv_uint(w, "ranks", row->ranks);
         json_kv_number(w, "send_bytes", row->send_bytes);
         json_kv_number(w, "recv_bytes", row->recv_bytes);
+        json_kv_uint(w, "layers", row->layers);
         json_end_object(w);
     }
     json_end_array(w);
@@ -753,6 +860,32 @@ static void json_comm(struct json_writer *w, const struct dcp_plan_comm *comm)
     json_kv_number(w, "total_recv", comm->total_recv);
     json_kv_uint(w, "collectives", comm->collectives);
     json_end_object(w);
+}
+
+/* The layers by kind (every deployment: a model without a pattern has one group of full layers). */
+static void json_layer_kinds(struct json_writer *w, const struct dcp_config *cfg)
+{
+    struct kind_group g[DCP_MAX_LAYER_PATTERN];
+    const uint32_t n = kind_groups(cfg, g, DCP_MAX_LAYER_PATTERN);
+    json_key(w, "layer_kinds");
+    json_begin_array(w);
+    for (uint32_t i = 0; i < n; i++) {
+        const struct kind_group *k = &g[i];
+        json_begin_object(w);
+        json_kv_string(w, "kind", dcp_layer_type_name(k->kind.type));
+        json_kv_uint(w, "window", k->kind.window);
+        json_kv_uint(w, "topk", k->kind.topk);
+        json_kv_bool(w, "sink", k->kind.sink);
+        json_kv_uint(w, "layers", k->count);
+        json_kv_bool(w, "sharded", k->dcp.sharded);
+        json_kv_uint(w, "token_bytes", k->base.token_bytes);
+        json_kv_uint(w, "index_token_bytes", k->base.index_token_bytes);
+        json_kv_uint(w, "baseline_ring_tokens", k->base.ring_tokens);
+        json_kv_uint(w, "dcp_ring_tokens", k->dcp.ring_tokens);
+        json_kv_number(w, "state_bytes", k->dcp.state_bytes);
+        json_end_object(w);
+    }
+    json_end_array(w);
 }
 
 /* Returns DCP_OK or DCP_ENOMEM (the settings could not be formatted; nothing printed). */
@@ -776,6 +909,7 @@ static int print_json(const dcp_deployment *dep, const struct dcp_plan *plan, co
     json_raw(&w, settings);
     free(settings);
     json_kv_uint(&w, "instances", plan->instances);
+    json_kv_bool(&w, "dense", cfg->model.experts == 0);
     json_memory(&w, plan);
     json_key(&w, "layouts");
     json_begin_object(&w);
@@ -788,6 +922,7 @@ static int print_json(const dcp_deployment *dep, const struct dcp_plan *plan, co
     json_kv_number(&w, "baseline_bytes", plan->baseline_kv_read_per_token);
     json_kv_number(&w, "dcp_bytes", plan->dcp_kv_read_per_token);
     json_end_object(&w);
+    json_layer_kinds(&w, cfg);
     json_comm(&w, &plan->comm);
     verdict(cfg, plan, line, sizeof(line));
     json_kv_string(&w, "verdict", line);

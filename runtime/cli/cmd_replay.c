@@ -132,6 +132,12 @@ static int check_combinations(const struct replay_opts *o)
         fprintf(stderr, "dcp-run replay: --prefill-instances and --prefill-tp need --pd\n");
         return CLI_EXIT_USAGE;
     }
+    /* Before the replay, which may take long: the plot is written at its end. */
+    char why[160];
+    if (o->plot && cli_unwritable(o->plot, why, sizeof(why))) {
+        fprintf(stderr, "dcp-run replay: --plot %s: %s\n", o->plot, why);
+        return CLI_EXIT_USAGE;
+    }
     return 0;
 }
 
@@ -238,7 +244,13 @@ static bool run_ok(const struct replay_opts *o, const struct replay_run *run)
                     r->requests - r->finished - r->rejected);
             ok = false;
         }
-        if (r->executed && o->exec.check && (!r->check.pass || !r->check.rows)) {
+        if (r->executed && o->exec.check && !r->finished) {
+            /* Every request rejected: there was nothing to check, which is not a failed check. */
+            fprintf(stderr, "dcp-run replay: %s: no request ran (%u rejected: %u by the KV pool, %u by the "
+                    "context limit), so nothing was executed or checked\n", cli_layout_name(name, r->dcp),
+                    r->rejected, r->rejected_pool, r->rejected_context);
+            ok = false;
+        } else if (r->executed && o->exec.check && (!r->check.pass || !r->check.rows)) {
             fprintf(stderr, "dcp-run replay: %s: correctness check FAILED\n", cli_layout_name(name, r->dcp));
             ok = false;
         }
@@ -279,6 +291,15 @@ static int check_inputs(const dcp_deployment *dep, const struct replay_opts *o)
         fprintf(stderr, "dcp-run replay: --pd hands each prompt's KV from the prefill instances to the decode "
                         "instance over the network: %s gives no hardware.internode_gbps\n", o->file);
         return DCP_EINVAL;
+    }
+    for (uint32_t l = 0; !o->simulate && l < (o->exec.layers ? o->exec.layers : cfg->model.num_layers); l++) {
+        const struct dcp_layer_kind k = dcp_model_layer_kind(&cfg->model, l);
+        if (k.type != DCP_LAYER_FULL || k.sink) { /* the layer kinds: docs/design.md §13 */
+            fprintf(stderr, "dcp-run replay: %s: the executed replay drives full attention layers, and layer %u is "
+                            "%s%s; `dcp-run run` executes the layer kinds\n", o->file, l, dcp_layer_type_name(k.type),
+                    k.sink ? " with a sink" : "");
+            return DCP_ENOTSUP;
+        }
     }
     if (o->simulate) {
         struct dcp_perf_model m;

@@ -29,6 +29,9 @@ struct run_opts {
 };
 
 /* What one layout achieved. */
+/* Version of the JSON layout (docs/run.md); bumped when a key changes meaning or goes away. */
+#define RUN_JSON_SCHEMA "dcp-run/1"
+
 struct layout_result {
     uint32_t dcp;
     char backend[640];
@@ -42,6 +45,7 @@ struct layout_result {
     uint32_t steps;
     double median_step, p99_step, tokens_per_second;
     struct check_result check;
+    enum dcp_dtype wire;          /* what the engine put on the DCP wire (its info.comm_dtype); dcp 1: none */
     bool ok;
 };
 
@@ -60,16 +64,24 @@ static int rank_step(dcp_rank *rank, void *arg)
     struct run_setup *s = c->setup;
     struct rank_io *io = &s->io[dcp_rank_tp_rank(rank) - s->rank_begin];
     const uint32_t T = s->step_tokens;
+    const bool sharded_index = s->cfg->parallel.sparse_index == DCP_SPARSE_INDEX_SHARDED;
     for (uint32_t layer = 0; layer < s->info.num_layers; layer++) {
+        const struct dcp_layer_kind *kind = &s->info.layers[layer];
+        if (kind->type == DCP_LAYER_NONE) /* KV-free: the model's own layer, nothing here */
+            continue;
         int err = run_fill_kv(s, rank, io, layer, T);
         if (!err)
             err = dcp_rank_append_kv(rank, layer, io->k, s->mla ? NULL : io->v);
+        if (!err && kind->type == DCP_LAYER_SPARSE_TOPK && sharded_index &&
+            !(err = run_fill_index_k(s, rank, io, layer, T)))
+            err = dcp_rank_append_index_k(rank, layer, io->ik);
         if (err)
             return err;
         if (c->phase == PHASE_PREFILL)
             continue;
-        if ((err = run_fill_q(s, rank, io, layer, T)) ||
-            (err = dcp_rank_attention(rank, layer, io->q, io->out, io->lse)))
+        struct dcp_attention_extra x;
+        if ((err = run_fill_q(s, rank, io, layer, T)) || (err = run_layer_inputs(s, rank, io, layer, T, &x)) ||
+            (err = dcp_rank_attention_ex(rank, layer, io->q, io->out, io->lse, &x)))
             return err;
         if (c->check && run_is_checked_layer(s, layer) &&
             (err = run_download_outputs(s, rank, io, layer, T)))
@@ -188,6 +200,7 @@ static int run_layout(const dcp_deployment *dep, const struct run_opts *o, uint3
         return err;
     }
     snprintf(res->backend, sizeof(res->backend), "%s (%s)", s.info.backend, s.info.backend_detail);
+    res->wire = s.info.comm_dtype;
     snprintf(res->notice, sizeof(res->notice), "%s", s.info.backend_notice);
     snprintf(res->libraries, sizeof(res->libraries), "%s", s.info.backend_libraries);
     res->offered = reqs->count;
@@ -273,6 +286,7 @@ static void print_text(const struct dcp_config *cfg, const char *path, const str
     ROW("correctness: max rel err", "%.1e %s", r[i].check.max_rel_err,
         !r[i].check.rows ? "(off)" : r[i].check.pass ? "ok" : "FAIL");
     ROW("correctness: max |dLSE|", "%.1e", r[i].check.max_lse_err);
+    ROW("correctness: wire dtype", "%s", r[i].dcp > 1 ? dcp_dtype_name(r[i].wire) : "none (no exchange)");
     ROW("rows checked", "%llu", (unsigned long long)r[i].check.rows);
 #undef ROW
     if (n == 2 && r[0].admitted > 0)
@@ -291,6 +305,7 @@ static void print_json(const struct dcp_config *cfg, const char *path, const str
     struct json_writer w;
     json_init(&w, stdout);
     json_begin_object(&w);
+    json_kv_string(&w, "schema", RUN_JSON_SCHEMA);
     json_kv_string(&w, "deployment", path);
     json_kv_string(&w, "model", cfg->model.name);
     json_kv_uint(&w, "tp", cfg->parallel.tp);
@@ -324,6 +339,7 @@ static void print_json(const struct dcp_config *cfg, const char *path, const str
         json_kv_number(&w, "max_rel_err", r[i].check.max_rel_err);
         json_kv_number(&w, "max_lse_abs_err", r[i].check.max_lse_err);
         json_kv_bool(&w, "pass", r[i].check.pass);
+        json_kv_string(&w, "wire_dtype", r[i].dcp > 1 ? dcp_dtype_name(r[i].wire) : "none");
         json_end_object(&w);
         json_kv_bool(&w, "ok", r[i].ok);
         json_end_object(&w);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -36,14 +37,65 @@ static void usage(FILE *out)
             cli_default_deployment());
 }
 
+/* <the directory of this executable>/DCP_DATADIR_FROM_BINDIR/dcp/configs/default.yaml when
+ * it exists: an installed dcp-run takes the configs installed beside it, wherever the
+ * install tree is (also when the source tree it was built from is still there). */
+static const char *beside_binary(void)
+{
+    static char path[4096];
+    char exe[4096];
+    const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0)
+        return NULL;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash)
+        return NULL;
+    *slash = '\0';
+    const char *data = DCP_DATADIR_FROM_BINDIR;
+    char joined[sizeof(exe) + 64];
+    const int len = data[0] == '/' ? snprintf(joined, sizeof(joined), "%s/dcp/configs/default.yaml", data)
+                                   : snprintf(joined, sizeof(joined), "%s/%s/dcp/configs/default.yaml", exe, data);
+    /* realpath: the path without "bin/..", as messages show it. */
+    return len > 0 && (size_t)len < sizeof(joined) && realpath(joined, path) && access(path, R_OK) == 0 ? path
+                                                                                                         : NULL;
+}
+
 const char *cli_default_deployment(void)
 {
     const char *env = getenv("DCP_DEFAULT_DEPLOYMENT");
     if (env && *env)
         return env;
-    if (access(DCP_SOURCE_DEFAULT_DEPLOYMENT, R_OK) == 0)
+    const char *installed = beside_binary();
+    if (installed)
+        return installed;
+    if (access(DCP_SOURCE_DEFAULT_DEPLOYMENT, R_OK) == 0) /* run from the build tree */
         return DCP_SOURCE_DEFAULT_DEPLOYMENT;
     return DCP_INSTALLED_DEFAULT_DEPLOYMENT;
+}
+
+const char *cli_unwritable(const char *path, char *why, size_t size)
+{
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode))
+            snprintf(why, size, "is a directory");
+        else if (access(path, W_OK) != 0)
+            snprintf(why, size, "cannot be written: %s", strerror(errno));
+        else
+            return NULL;
+        return why;
+    }
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        snprintf(why, size, "its directory %s does not exist", dir);
+    else if (access(dir, W_OK | X_OK) != 0)
+        snprintf(why, size, "its directory %s is not writable: %s", dir, strerror(errno));
+    else
+        return NULL;
+    return why;
 }
 
 dcp_deployment *cli_load_deployment(const char *path)

@@ -121,7 +121,12 @@ int replay_exec_create(const dcp_deployment *dep, const struct replay_opts *o, c
     p.max_seqs = o->sched.max_running;
     p.max_query_tokens = o->sched.max_running * q_len;
     p.max_step_tokens = DCP_CLI_MAX(o->sched.step_tokens, p.max_query_tokens);
-    p.max_context = longest;
+    p.replicate_q = x->cfg->parallel.replicate_q; /* run_query_bytes and the fills take either layout */
+    /* A request longer than the engine can hold (positions are 32-bit; the model's context
+     * window) is rejected by the scheduler (reason "context"), as with --simulate, instead of
+     * failing the engine and with it the whole run. */
+    const uint64_t window = x->cfg->model.context_window;
+    p.max_context = DCP_CLI_MIN(DCP_CLI_MIN(longest, window ? window : longest), (uint64_t)INT32_MAX);
     int err = dcp_engine_create(&p, &x->engine);
     if (!err) {
         dcp_engine_get_info(x->engine, &x->info);

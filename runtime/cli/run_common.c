@@ -84,11 +84,26 @@ static int alloc_rank_io(struct run_setup *s, dcp_rank *rank, struct rank_io *io
         (err = dcp_rank_alloc(rank, Tq * in->q_heads_per_rank * in->v_dim * f, &io->out)) ||
         (err = dcp_rank_alloc(rank, Tq * in->q_heads_per_rank * f, &io->lse)))
         return err;
+    const struct dcp_model_config *m = &s->cfg->model;
+    const bool sharded_index = s->cfg->parallel.sparse_index == DCP_SPARSE_INDEX_SHARDED;
+    if (s->max_topk) {
+        io->host_list = malloc(Tq * s->max_topk * sizeof(int32_t));
+        if (!io->host_list)
+            return DCP_ENOMEM;
+        if ((err = dcp_rank_alloc(rank, Tq * s->max_topk * sizeof(int32_t), &io->topk)))
+            return err;
+    }
+    if (s->max_topk && sharded_index &&
+        ((err = dcp_rank_alloc(rank, Ts * m->index_head_dim * f, &io->ik)) ||
+         (err = dcp_rank_alloc(rank, Tq * m->index_heads * m->index_head_dim * f, &io->iq)) ||
+         (err = dcp_rank_alloc(rank, Tq * m->index_heads * f, &io->iw))))
+        return err;
     dcp_rank_head_offsets(rank, &io->q_head0, &io->kv_head0);
-    for (int c = 0; c < 2 && s->check; c++) {
+    for (uint32_t c = 0; c < s->num_checked && s->check; c++) {
         io->host_out[c] = malloc(Tq * in->q_heads_per_rank * in->v_dim * f);
         io->host_lse[c] = malloc(Tq * in->q_heads_per_rank * f);
-        if (!io->host_out[c] || !io->host_lse[c])
+        io->host_topk[c] = s->max_topk ? malloc(Tq * s->max_topk * sizeof(int32_t)) : NULL;
+        if (!io->host_out[c] || !io->host_lse[c] || (s->max_topk && !io->host_topk[c]))
             return DCP_ENOMEM;
     }
     return DCP_OK;
@@ -101,9 +116,15 @@ static void free_rank_io(dcp_rank *rank, struct rank_io *io)
     dcp_rank_free(rank, io->v);
     dcp_rank_free(rank, io->out);
     dcp_rank_free(rank, io->lse);
-    for (int c = 0; c < 2; c++) {
+    dcp_rank_free(rank, io->topk);
+    dcp_rank_free(rank, io->ik);
+    dcp_rank_free(rank, io->iq);
+    dcp_rank_free(rank, io->iw);
+    free(io->host_list);
+    for (int c = 0; c < RUN_CHECKED_MAX; c++) {
         free(io->host_out[c]);
         free(io->host_lse[c]);
+        free(io->host_topk[c]);
     }
     memset(io, 0, sizeof(*io));
 }
@@ -154,12 +175,37 @@ int run_setup_create(struct run_setup *s, const dcp_deployment *dep, uint32_t dc
     p.max_query_tokens = reqs->count * s->q_len;
     p.max_step_tokens = DCP_CLI_MAX(prefill_step_tokens, p.max_query_tokens);
     p.max_context = longest + (uint64_t)steps * s->q_len;
+    /* Sinks (model.layers sink: true): seeded logits per head, given at creation. */
+    const uint32_t L = layers ? layers : s->cfg->model.num_layers, Hq = s->cfg->model.num_q_heads;
+    s->sinks = calloc(L, sizeof(*s->sinks));
+    if (!s->sinks)
+        return DCP_ENOMEM;
+    for (uint32_t l = 0; l < L; l++) {
+        const struct dcp_layer_kind k = dcp_model_layer_kind(&s->cfg->model, l);
+        if (k.type == DCP_LAYER_SPARSE_TOPK)
+            s->max_topk = DCP_CLI_MAX(s->max_topk, k.topk);
+        if (!k.sink)
+            continue;
+        if (!(s->sinks[l] = malloc(Hq * sizeof(float))))
+            return DCP_ENOMEM;
+        for (uint32_t h = 0; h < Hq; h++)
+            s->sinks[l][h] = 2.0f * dcp_synth_value(s->seed ^ 0x51c4, l, h, 0);
+    }
+    p.sinks = (const float *const *)s->sinks;
+    p.replicate_q = s->cfg->parallel.replicate_q; /* run_fill_queries writes either layout */
     int err = dcp_engine_create(&p, &s->engine);
     if (err)
         return err;
     dcp_engine_get_info(s->engine, &s->info);
-    s->checked_layers[0] = 0;
-    s->checked_layers[1] = s->info.num_layers - 1;
+    /* Checked: the first and last layers and the first of each attention kind. */
+    for (uint32_t l = 0; l < s->info.num_layers && s->num_checked < RUN_CHECKED_MAX; l++) {
+        const struct dcp_layer_kind *k = &s->info.layers[l];
+        bool first_of_kind = k->type != DCP_LAYER_NONE;
+        for (uint32_t j = 0; j < l && first_of_kind; j++)
+            first_of_kind = s->info.layers[j].type != k->type || s->info.layers[j].sink != k->sink;
+        if (first_of_kind || (l == s->info.num_layers - 1 && k->type != DCP_LAYER_NONE))
+            s->checked_layers[s->num_checked++] = l;
+    }
     s->rank_begin = dcp_rank_tp_rank(dcp_engine_rank(s->engine, 0));
     s->io = calloc(s->info.num_local_ranks, sizeof(*s->io));
     if (!s->io)
@@ -178,17 +224,20 @@ void run_setup_destroy(struct run_setup *s)
     free(s->seq);
     free(s->req_len);
     dcp_engine_destroy(&s->engine);
+    for (uint32_t l = 0; s->sinks && l < s->cfg->model.num_layers; l++)
+        free(s->sinks[l]);
+    free(s->sinks);
     memset(s, 0, sizeof(*s));
 }
 
 /* ---- synthetic data --------------------------------------------------------------- */
 
-enum tensor_kind { TENSOR_Q, TENSOR_K, TENSOR_V };
+enum tensor_kind { TENSOR_Q, TENSOR_K, TENSOR_V, TENSOR_IK, TENSOR_IQ, TENSOR_IW };
 
 /* One generator stream per (run seed, layer, tensor). */
 static uint64_t stream_seed(uint64_t seed, uint32_t layer, enum tensor_kind kind)
 {
-    return seed * 0x9e3779b97f4a7c15ull + ((uint64_t)layer << 2 | (uint64_t)kind) + 1;
+    return seed * 0x9e3779b97f4a7c15ull + ((uint64_t)layer << 3 | (uint64_t)kind) + 1;
 }
 
 int run_fill_kv(struct run_setup *s, dcp_rank *rank, struct rank_io *io, uint32_t layer, uint32_t T)
@@ -241,18 +290,88 @@ int run_fill_q(struct run_setup *s, dcp_rank *rank, struct rank_io *io, uint32_t
                             dcp_rank_step_token_keys(rank), T);
 }
 
+int run_fill_index_k(struct run_setup *s, dcp_rank *rank, struct rank_io *io, uint32_t layer, uint32_t T)
+{
+    const struct dcp_synth_desc d = {
+        .seed = stream_seed(s->seed, layer, TENSOR_IK), .row_keys = dcp_rank_step_token_keys(rank), .rows = T,
+        .heads = 1, .dim = s->cfg->model.index_head_dim, .amplitude = 1.0f,
+    };
+    return dcp_rank_fill_synthetic(rank, io->ik, &d);
+}
+
+/* Position j of the mode (a) list of a query token at position pos: K positions spread evenly
+ * over [0, pos] (all of them, then -1, when pos < K). */
+static int32_t run_list_position(uint64_t pos, uint32_t K, uint32_t j)
+{
+    if (pos + 1 <= K)
+        return j <= pos ? (int32_t)j : -1;
+    return (int32_t)((uint64_t)j * (pos + 1) / K);
+}
+
+/* The global position of token t of the step (decode: every sequence has q_len of them). */
+static uint64_t step_position(const struct run_setup *s, uint32_t t)
+{
+    const uint64_t len = dcp_seq_length(s->engine, s->seq[t / s->q_len]);
+    return len - s->q_len + t % s->q_len;
+}
+
+int run_layer_inputs(struct run_setup *s, dcp_rank *rank, struct rank_io *io, uint32_t layer, uint32_t T,
+                     struct dcp_attention_extra *x)
+{
+    const struct dcp_layer_kind *k = &s->info.layers[layer];
+    memset(x, 0, sizeof(*x));
+    if (k->type != DCP_LAYER_SPARSE_TOPK)
+        return DCP_OK;
+    const struct dcp_model_config *m = &s->cfg->model;
+    if (s->cfg->parallel.sparse_index == DCP_SPARSE_INDEX_CALLER) {
+        for (uint32_t t = 0; t < T; t++)
+            for (uint32_t j = 0; j < k->topk; j++)
+                io->host_list[(size_t)t * k->topk + j] = run_list_position(step_position(s, t), k->topk, j);
+        x->topk = io->topk;
+        return dcp_rank_upload(rank, io->topk, io->host_list, (size_t)T * k->topk * sizeof(int32_t));
+    }
+    const void *keys = dcp_rank_step_token_keys(rank);
+    const struct dcp_synth_desc q = {
+        .seed = stream_seed(s->seed, layer, TENSOR_IQ), .row_keys = keys, .rows = T, .heads = m->index_heads,
+        .dim = m->index_head_dim, .amplitude = 1.0f,
+    };
+    const struct dcp_synth_desc w = {
+        .seed = stream_seed(s->seed, layer, TENSOR_IW), .row_keys = keys, .rows = T, .heads = 1,
+        .dim = m->index_heads, .amplitude = 1.0f,
+    };
+    x->index_q = io->iq;
+    x->index_weights = io->iw;
+    x->topk_out = io->topk;
+    int err = dcp_rank_fill_synthetic(rank, io->iq, &q);
+    return err ? err : dcp_rank_fill_synthetic(rank, io->iw, &w);
+}
+
+/* Index of layer among the checked ones, or -1. */
+static int checked_index(const struct run_setup *s, uint32_t layer)
+{
+    for (uint32_t c = 0; c < s->num_checked; c++)
+        if (s->checked_layers[c] == layer)
+            return (int)c;
+    return -1;
+}
+
 bool run_is_checked_layer(const struct run_setup *s, uint32_t layer)
 {
-    return layer == s->checked_layers[0] || layer == s->checked_layers[1];
+    return checked_index(s, layer) >= 0;
 }
 
 int run_download_outputs(struct run_setup *s, dcp_rank *rank, struct rank_io *io, uint32_t layer,
                          uint32_t T)
 {
-    const int c = layer == s->checked_layers[0] ? 0 : 1;
+    const int c = checked_index(s, layer);
     const size_t rows = (size_t)T * s->info.q_heads_per_rank;
+    const struct dcp_layer_kind *k = &s->info.layers[layer];
     int err = dcp_rank_download(rank, io->host_out[c], io->out, rows * s->info.v_dim * sizeof(float));
-    return err ? err : dcp_rank_download(rank, io->host_lse[c], io->lse, rows * sizeof(float));
+    if (!err)
+        err = dcp_rank_download(rank, io->host_lse[c], io->lse, rows * sizeof(float));
+    if (!err && k->type == DCP_LAYER_SPARSE_TOPK) /* the lists it attended: given (mode a) or selected (mode b) */
+        err = dcp_rank_download(rank, io->host_topk[c], io->topk, (size_t)T * k->topk * sizeof(int32_t));
+    return err;
 }
 
 /* ---- float64 reference ------------------------------------------------------------- */
@@ -264,6 +383,8 @@ struct ref_row {
     double m, l;
     double *acc;       /* [v_dim] */
     float *q;          /* [qk_dim] */
+    const int32_t *list; /* sparse_topk: the positions it attends ([list_len], -1 pads), else NULL */
+    uint32_t list_len;
 };
 
 /* KV head a global query head reads. */
@@ -272,16 +393,39 @@ static uint32_t kv_head_of(const struct run_setup *s, uint32_t q_head)
     return dcp_model_kv_head_of(&s->cfg->model, q_head);
 }
 
+/* Whether row r attends position p: causal, within a sliding window, in a top-k list. */
+static bool row_sees(const struct ref_row *r, uint64_t p, uint32_t window)
+{
+    if (p > r->pos || (window && p + window <= r->pos))
+        return false;
+    if (!r->list)
+        return true;
+    for (uint32_t j = 0; j < r->list_len; j++)
+        if (r->list[j] == (int64_t)p)
+            return true;
+    return false;
+}
+
 /* Streams the sequence's keys once for all rows that share kv_head, updating each
- * row's online softmax in double precision from the cache-rounded values. */
+ * row's online softmax in double precision from the cache-rounded values (only the
+ * keys its layer kind lets it see: a window's, a top-k list's). */
 static void reference_rows(const struct run_setup *s, uint32_t seq, uint64_t len, uint32_t layer,
                            uint32_t kv_head, struct ref_row *rows, uint32_t n, float *k, float *v)
 {
     const struct dcp_model_config *m = &s->cfg->model;
     const uint32_t qk = s->info.qk_dim, vd = s->info.v_dim;
+    const uint32_t window = s->info.layers[layer].type == DCP_LAYER_SLIDING_WINDOW ? s->info.layers[layer].window : 0;
     const double scale = (double)(float)m->softmax_scale;
     const uint64_t sk = stream_seed(s->seed, layer, TENSOR_K), sv = stream_seed(s->seed, layer, TENSOR_V);
-    for (uint64_t p = 0; p < len; p++) {
+    uint64_t first = len; /* no row sees a key before this one */
+    for (uint32_t i = 0; i < n; i++)
+        first = DCP_CLI_MIN(first, window && rows[i].pos + 1 > window ? rows[i].pos + 1 - window : 0);
+    for (uint64_t p = first; p < len; p++) {
+        bool any = false;
+        for (uint32_t i = 0; i < n && !any; i++)
+            any = row_sees(&rows[i], p, window);
+        if (!any)
+            continue;
         const uint64_t key = dcp_token_key(seq, p);
         for (uint32_t d = 0; d < qk; d++)
             k[d] = dcp_dtype_round(m->kv_dtype, dcp_synth_value(sk, key, kv_head, d), (float)m->kv_scale);
@@ -293,7 +437,7 @@ static void reference_rows(const struct run_setup *s, uint32_t seq, uint64_t len
         }
         for (uint32_t i = 0; i < n; i++) {
             struct ref_row *r = &rows[i];
-            if (p > r->pos)
+            if (!row_sees(r, p, window))
                 continue;
             double dot = 0;
             for (uint32_t d = 0; d < qk; d++)
@@ -309,8 +453,9 @@ static void reference_rows(const struct run_setup *s, uint32_t seq, uint64_t len
     }
 }
 
-/* Compares rows with the downloaded outputs of checked layer index c. */
-static void compare_rows(const struct run_setup *s, int c, const struct ref_row *rows, uint32_t n,
+/* Compares rows with the downloaded outputs of checked layer index c (layer `layer`): a row that
+ * sees no key is 0 with LSE -inf (its sink's LSE with a sink); a sink adds e^s_h to the softmax. */
+static void compare_rows(const struct run_setup *s, int c, uint32_t layer, const struct ref_row *rows, uint32_t n,
                          struct check_result *res)
 {
     const uint32_t H = s->info.q_heads_per_rank, vd = s->info.v_dim;
@@ -319,17 +464,25 @@ static void compare_rows(const struct run_setup *s, int c, const struct ref_row 
         const struct rank_io *io = &s->io[r->rank];
         const size_t row = (size_t)r->token * H + r->head;
         const float *o = io->host_out[c] + row * vd;
+        double lse_ref = r->l > 0 ? r->m + log(r->l) : -INFINITY, weight = r->l > 0 ? 1.0 / r->l : 0.0;
+        if (s->info.layers[layer].sink && s->sinks[layer]) {
+            const double sink = s->sinks[layer][io->q_head0 + r->head];
+            const double top = lse_ref > sink ? lse_ref : sink;
+            const double total = top + log(exp(lse_ref - top) + exp(sink - top));
+            weight *= exp(lse_ref - total);
+            lse_ref = total;
+        }
         double diff = 0, norm = 0;
         bool finite = true;
         for (uint32_t d = 0; d < vd; d++) {
-            const double ref = r->acc[d] / r->l;
+            const double ref = r->acc[d] * weight;
             finite = finite && isfinite(o[d]);
             diff += (o[d] - ref) * (o[d] - ref);
             norm += ref * ref;
         }
         const double rel = sqrt(diff) / (norm > 0 ? sqrt(norm) : 1.0);
-        const double lse_ref = r->m + log(r->l);
-        const double lse_err = fabs((double)io->host_lse[c][row] - lse_ref);
+        const double lse_err = isinf(lse_ref) ? (io->host_lse[c][row] == lse_ref ? 0.0 : INFINITY)
+                                              : fabs((double)io->host_lse[c][row] - lse_ref);
         if (!finite || !isfinite(rel) || !isfinite(lse_err) || rel > s->tolerance)
             res->pass = false;
         if (!finite || !isfinite(rel))
@@ -360,9 +513,14 @@ static uint32_t pick_rows(const struct run_setup *s, uint32_t seq_index, struct 
     return n;
 }
 
+enum dcp_dtype run_wire_dtype(const struct dcp_config *cfg)
+{
+    return dcp_wire_dtype_of(cfg->parallel.comm_dtype, RUN_ACT_DTYPE);
+}
+
 double run_check_tolerance(const struct dcp_config *cfg)
 {
-    const enum dcp_dtype w = cfg->parallel.comm_dtype;
+    const enum dcp_dtype w = run_wire_dtype(cfg);
     return 1e-3 + (w == DCP_DTYPE_BF16 ? 2 * 0x1p-8 : w == DCP_DTYPE_FP16 ? 2 * 0x1p-11 : 0.0);
 }
 
@@ -389,8 +547,9 @@ int run_check_outputs(struct run_setup *s, struct check_result *res)
     for (uint32_t pi = 0; pi < (s->admitted > 1 ? 2u : 1u); pi++) {
         const uint32_t si = picks[pi], seq = s->seq[si];
         const uint64_t len = dcp_seq_length(s->engine, seq);
-        for (int c = 0; c < (s->info.num_layers > 1 ? 2 : 1); c++) {
+        for (uint32_t c = 0; c < s->num_checked; c++) {
             const uint32_t layer = s->checked_layers[c];
+            const struct dcp_layer_kind *kind = &s->info.layers[layer];
             uint32_t n = pick_rows(s, si, rows, cap);
             for (uint32_t i = 0; i < n; i++) {
                 struct ref_row *r = &rows[i];
@@ -399,6 +558,9 @@ int run_check_outputs(struct run_setup *s, struct check_result *res)
                 memset(r->acc, 0, vd * sizeof(double));
                 r->m = -INFINITY;
                 r->l = 0;
+                r->list = kind->type == DCP_LAYER_SPARSE_TOPK ? s->io[r->rank].host_topk[c] + (size_t)r->token * kind->topk
+                                                              : NULL;
+                r->list_len = kind->topk;
                 const uint32_t hq = s->io[r->rank].q_head0 + r->head;
                 for (uint32_t d = 0; d < qk; d++)
                     r->q[d] = dcp_synth_value(stream_seed(s->seed, layer, TENSOR_Q), dcp_token_key(seq, r->pos), hq, d);
@@ -412,7 +574,7 @@ int run_check_outputs(struct run_setup *s, struct check_result *res)
                 reference_rows(s, seq, len, layer, g, rows + i, j - i, k, v);
                 i = j;
             }
-            compare_rows(s, c, rows, n, res);
+            compare_rows(s, (int)c, layer, rows, n, res);
         }
     }
     free(rows), free(acc), free(qbuf), free(k), free(v);
@@ -502,9 +664,10 @@ void cli_hint_kv_mb(const char *command, int err, const struct dcp_config *cfg, 
         unit *= 10;
     mb = floor(mb / unit) * unit;
     fprintf(stderr, "dcp-run %s: the CPU backend holds each of the %u ranks' KV in this machine's memory, and a "
-            "budget sized for the deployment's GPUs (hardware.memory_gb) does not fit; give %s--kv-mb N (MB per "
-            "rank), e.g. --kv-mb %.0f (a quarter of the %.1f GB free, over %u ranks)\n", command, ranks, given,
-            mb < 1 ? 1 : mb, avail / 1e9, ranks);
+            "budget sized by %s does not fit; give %s--kv-mb N (MB per rank), e.g. --kv-mb %.0f (a quarter of the "
+            "%.1f GB free, over %u ranks), or set runtime.host.memory_mb in the deployment\n", command, ranks,
+            cfg->runtime.host.memory_bytes > 0 ? "runtime.host.memory_mb" : "the deployment's GPUs (hardware.memory_gb)",
+            given, mb < 1 ? 1 : mb, avail / 1e9, ranks);
 }
 
 int cli_open_exec_deployment(const char *command, const char *file, const struct cli_exec_opts *exec,

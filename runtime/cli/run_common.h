@@ -32,17 +32,31 @@ struct check_result {
     bool pass;            ///< Every row within tolerance and finite.
 };
 
+/** Most layers the check compares: the first and the last, and the first of each layer kind. */
+#define RUN_CHECKED_MAX 5
+
 /** One local rank's buffers (backend memory) and its sampled outputs (host). */
 struct rank_io {
     void *q, *k, *v, *out, *lse;
-    float *host_out[2];   ///< Outputs of the checked layers [2][T][H_l][v_dim].
-    float *host_lse[2];   ///< LSEs of the checked layers [2][T][H_l].
+    void *topk;           ///< sparse_topk: int32 [T][K], the caller's lists (mode a) or the selected ones (mode b).
+    void *ik, *iq, *iw;   ///< sparse_topk, mode b: the index keys, queries and head weights of the step's tokens.
+    int32_t *host_list;   ///< [T][K]: the lists of mode (a), built on the host.
+    float *host_out[RUN_CHECKED_MAX];    ///< Outputs of the checked layers [T][H_l][v_dim].
+    float *host_lse[RUN_CHECKED_MAX];    ///< LSEs of the checked layers [T][H_l].
+    int32_t *host_topk[RUN_CHECKED_MAX]; ///< The top-k lists the checked sparse layers attended [T][K].
     uint32_t q_head0, kv_head0;
 };
 
+/** The activation dtype of the engines dcp-run creates (dcp_engine_params' default). */
+#define RUN_ACT_DTYPE DCP_DTYPE_FP32
+
+/** The dtype on the wire of the DCP layout of a deployment as dcp-run runs it (comm_dtype auto:
+ *  RUN_ACT_DTYPE). */
+enum dcp_dtype run_wire_dtype(const struct dcp_config *cfg);
+
 /**
  * Tolerance of the float64 check (relative L2 per row) for a deployment: 1e-3, plus
- * 2u for a 16-bit parallel.comm_dtype (u = 2^-8 bf16, 2^-11 fp16, the unit roundoff
+ * 2u for a 16-bit wire (run_wire_dtype) (u = 2^-8 bf16, 2^-11 fp16, the unit roundoff
  * bound the kernel tests use): the DCP layout rounds each gathered query once and each
  * partial output once to the wire dtype, each within u relative; the synthetic scores
  * are O(1), so the query rounding moves the softmax weights by about u too.
@@ -65,7 +79,10 @@ struct run_setup {
     uint32_t *seq;          ///< [admitted] sequence ids
     uint64_t *req_len;      ///< [admitted] prefill lengths
     uint32_t step_tokens;   ///< Tokens of the current step.
-    uint32_t checked_layers[2];
+    uint32_t checked_layers[RUN_CHECKED_MAX];
+    uint32_t num_checked;
+    uint32_t max_topk;      ///< Largest top-k of the sparse layers (0: none).
+    float **sinks;          ///< [layers] the sink logits given at creation (layers with a sink), else NULL.
 };
 
 /**
@@ -82,6 +99,17 @@ void run_setup_destroy(struct run_setup *s);
 int run_fill_kv(struct run_setup *s, dcp_rank *rank, struct rank_io *io, uint32_t layer, uint32_t T);
 /** Fills the rank's queries for the step's T tokens of layer. */
 int run_fill_q(struct run_setup *s, dcp_rank *rank, struct rank_io *io, uint32_t layer, uint32_t T);
+/** sparse_topk with sparse_index sharded: fills the rank's index keys of the step's T tokens of layer. */
+int run_fill_index_k(struct run_setup *s, dcp_rank *rank, struct rank_io *io, uint32_t layer, uint32_t T);
+/**
+ * The layer kind's inputs of one attention call (docs/design.md §13) into *x: a
+ * sparse_topk layer's lists (mode a: each query token at position p attends K
+ * positions spread evenly over [0, p], all of them when p < K) or its index queries and
+ * weights (mode b, with the selection returned in io->topk); a sink's logits were given
+ * at creation.
+ */
+int run_layer_inputs(struct run_setup *s, dcp_rank *rank, struct rank_io *io, uint32_t layer, uint32_t T,
+                     struct dcp_attention_extra *x);
 /**
  * Fills q with the seeded queries dcp_rank_attention() expects of rank for T tokens
  * whose keys are row_keys (backend memory): its own heads, or with replicate_q every
@@ -94,7 +122,7 @@ size_t run_query_bytes(const struct dcp_engine_info *in, uint32_t T);
 
 /** true for the layers whose outputs the check compares (the first and the last). */
 bool run_is_checked_layer(const struct run_setup *s, uint32_t layer);
-/** Copies the rank's output and LSE of a checked layer to the host. */
+/** Copies the rank's output and LSE of a checked layer to the host (and the top-k lists of a sparse one). */
 int run_download_outputs(struct run_setup *s, dcp_rank *rank, struct rank_io *io, uint32_t layer,
                          uint32_t T);
 /** Compares the downloaded outputs of the last decode step with float64 dense attention. */

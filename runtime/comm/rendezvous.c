@@ -27,16 +27,20 @@
 
 /* --- wire formats (docs/rendezvous.md) ------------------------------------------- */
 
-#define RENDEZVOUS_VERSION 2u
+#define RENDEZVOUS_VERSION 3u
 #define MAC_BYTES DCP_SHA256_BYTES
 #define NONCE_BYTES 32
 static const char magic[8] = {'D', 'C', 'P', '-', 'R', 'D', 'Z', 'V'};
 
 /* TCP: hello (peer -> rank 0): magic version rank world length nonce[32];
- * challenge (rank 0 -> peer): magic version nonce[32] proof[32];
- * then the peer's proof[32], then the blob (encrypted) and its MAC[32]. */
+ * challenge (rank 0 -> peer): magic version nonce[32]; the peer's proof[32];
+ * verdict (rank 0 -> peer): magic version status, and when it accepts, rank 0's
+ * proof[32], the blob (encrypted) and its MAC[32]. The peer proves first: nothing
+ * keyed with the secret goes to a client that has not proved it knows it. */
 #define HELLO_BYTES (8 + 16 + NONCE_BYTES)
-#define CHALLENGE_BYTES (8 + 4 + NONCE_BYTES + MAC_BYTES)
+#define CHALLENGE_BYTES (8 + 4 + NONCE_BYTES)
+#define VERDICT_BYTES (8 + 4 + 4)
+enum verdict { VERDICT_ACCEPTED = 0, VERDICT_REFUSED = 1, VERDICT_SERVED = 2 };
 
 /* File: magic version world length pid origin[64] tag[64], the blob, MAC[32] over both. */
 #define ORIGIN_BYTES 64
@@ -155,13 +159,14 @@ struct dcp_rendezvous {
     int listen_fd[MAX_LISTEN]; /* TCP rank 0; -1 otherwise */
     size_t num_listen;
     uint16_t port;           /* port the listening sockets are bound to */
+    bool note_weak;          /* the waiting rank's note says little (a refused connect, a timeout) */
 };
 
 /* An attempt that may succeed later: the caller waits and tries again. */
 #define RETRY 1
 
-/* Rank 0 serves peers one at a time, so one that connects and then stalls may hold
- * it up for at most this long. */
+/* Rank 0 handshakes with many peers at once; one that connects and then stalls is
+ * dropped after this long. */
 #define PEER_IO_LIMIT_S 5.0
 
 /* A rendezvous file older than the timeout plus this is stale: rank 0 waits at most
@@ -340,17 +345,21 @@ void dcp_rendezvous_close(struct dcp_rendezvous **pr)
     *pr = NULL;
 }
 
-/* Records why an attempt failed. An attempt cut off by the deadline says less than
- * what an earlier attempt saw (a foreign tag, a refusal), so it only fills an empty note. */
-static void note_failure(char *note, size_t ns, bool cut_off, const char *fmt, ...) DCP_PRINTF(4, 5);
-static void note_failure(char *note, size_t ns, bool cut_off, const char *fmt, ...)
+/* Records why a TCP attempt failed. A weak note (a refused connect, a transfer cut off
+ * by the deadline) says less than what an earlier attempt saw (rank 0 refusing this
+ * rank's proof, a server that did not authenticate), so it replaces only an empty or
+ * another weak note: the timeout message keeps the cause. */
+static void note_failure(struct dcp_rendezvous *r, char *note, size_t ns, bool weak, const char *fmt, ...)
+    DCP_PRINTF(5, 6);
+static void note_failure(struct dcp_rendezvous *r, char *note, size_t ns, bool weak, const char *fmt, ...)
 {
-    if (cut_off && note[0])
+    if (weak && note[0] && !r->note_weak)
         return;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(note, ns, fmt, ap);
     va_end(ap);
+    r->note_weak = weak;
 }
 
 /* One try of a waiting rank: DCP_OK (blob filled), RETRY (note says why) or an error. */
@@ -363,6 +372,7 @@ static int retry_until_deadline(struct dcp_rendezvous *r, attempt_fn attempt, vo
 {
     const double deadline = dcp_now_seconds() + r->timeout_s;
     char note[400] = "";
+    r->note_weak = true;
     for (double backoff = 0.001;; backoff = DCP_MIN(backoff * 2, max_backoff_s)) {
         int st = attempt(r, blob, size, deadline, note, sizeof(note));
         if (st != RETRY)
@@ -506,6 +516,8 @@ static int create_temporary(const struct dcp_rendezvous *r, int dirfd, const cha
     return dcp_error(DCP_EIO, "rendezvous %s: cannot create a temporary file beside it", r->text);
 }
 
+static int file_collision(struct dcp_rendezvous *r, int dirfd, const char *base);
+
 /* Rank 0: header, blob and MAC to a new temporary file beside the target, then
  * rename, so readers see either no file, an older file, or the whole new one. */
 static int file_publish(struct dcp_rendezvous *r, const void *blob, size_t size)
@@ -524,7 +536,9 @@ static int file_publish(struct dcp_rendezvous *r, const void *blob, size_t size)
         return dcp_error(DCP_EIO, "rendezvous %s: cannot write %s: %s", r->text, r->spec.path, dcp_last_error());
     char *tmp = NULL;
     int fd = -1;
-    int st = create_temporary(r, dirfd, base, &tmp, &fd);
+    int st = r->secret_len ? DCP_OK : file_collision(r, dirfd, base);
+    if (!st)
+        st = create_temporary(r, dirfd, base, &tmp, &fd);
     if (st) {
         close(dirfd);
         return st;
@@ -572,6 +586,39 @@ static int file_check_stat(struct dcp_rendezvous *r, const struct stat *st, char
         return RETRY;
     }
     return DCP_OK;
+}
+
+/* Without a job secret nothing tells two jobs of one tag apart: their peers would take
+ * either rank 0's file. Rank 0 refuses to replace a fresh file of its tag whose writer
+ * may still run (another process on this host that is alive, or one on another host)
+ * instead of letting the jobs mix silently. */
+static int file_collision(struct dcp_rendezvous *r, int dirfd, const char *base)
+{
+    const int fd = dcp_file_openat(dirfd, base, r->spec.path, "rendezvous file",
+                                   FILE_HEADER_BYTES + DCP_RENDEZVOUS_MAX_BLOB + MAC_BYTES, DCP_FILE_NOFOLLOW);
+    if (fd < 0) {
+        dcp_clear_error(); /* no file, or one no peer trusts: nothing to collide with */
+        return DCP_OK;
+    }
+    struct stat st;
+    uint8_t hdr[FILE_HEADER_BYTES];
+    char note[256], here[ORIGIN_BYTES];
+    const bool ours = !fstat(fd, &st) && !file_check_stat(r, &st, note, sizeof(note)) &&
+                      read_exact(fd, hdr, sizeof(hdr)) && has_magic(hdr) &&
+                      !memcmp(hdr + 12 + 12 + ORIGIN_BYTES, r->tag, TAG_BYTES);
+    close(fd);
+    if (!ours)
+        return DCP_OK;
+    const uint8_t *origin = hdr + 24;
+    const uint32_t pid = get_u32(hdr + 20);
+    this_origin(here);
+    if (writer_exited(origin, pid) || (!memcmp(here, origin, ORIGIN_BYTES) && pid == (uint32_t)getpid()))
+        return DCP_OK;
+    return dcp_error(DCP_EIO, "rendezvous %s: %s holds a file of job tag '%s' written %.0f s ago by pid %u on %.*s,"
+                     " which may still run: two jobs with one tag and no job secret would take each other's ids."
+                     " Give each job its own DCP_JOB_TAG and a DCP_RENDEZVOUS_SECRET, or remove the file if that job"
+                     " has ended", r->text, r->spec.path, r->tag, difftime(time(NULL), st.st_mtime), pid,
+                     (int)strcspn((const char *)origin, " "), (const char *)origin);
 }
 
 /* Reads a file that passed file_check_stat(): header, tag, writer, sizes, then the
@@ -724,53 +771,146 @@ static void apply_keystream(const uint8_t key[MAC_BYTES], uint8_t *buf, size_t n
     dcp_wipe(block, sizeof(block));
 }
 
-/* Rank 0: one peer's handshake. Sends nothing until the hello's claims fit (rank
- * in range and not served yet, our world and blob size), and the blob only to a
- * peer that proved it knows the secret and tag; sets *served to its rank then. */
-static void serve_peer(struct dcp_rendezvous *r, int fd, const void *blob, size_t size, const bool *seen,
-                       double deadline, uint32_t *served, char *note, size_t ns)
+/* Connections rank 0 handshakes with at once; more wait in the listen queue. */
+#define MAX_HANDSHAKES 64
+
+enum hs_phase { HS_HELLO, HS_CHALLENGE, HS_PROOF, HS_VERDICT };
+
+/* Rank 0's side of one peer's handshake, advanced as the socket allows, so that a peer
+ * that stalls holds up nobody else (docs/rendezvous.md). */
+struct handshake {
+    int fd;                              /* -1: a free slot */
+    enum hs_phase phase;
+    size_t done;                         /* bytes of the phase's message moved so far */
+    double deadline;                     /* dropped then */
+    uint32_t rank;                       /* claimed in the hello */
+    bool accepted;                       /* the verdict carries the blob */
+    uint8_t hello[HELLO_BYTES];
+    uint8_t challenge[CHALLENGE_BYTES];
+    uint8_t proof[MAC_BYTES];
+    uint8_t key[MAC_BYTES];
+    uint8_t *verdict;                    /* verdict [rank 0's proof, blob, MAC] */
+    size_t verdict_len;
+};
+
+static void hs_close(struct handshake *h)
 {
-    const double io_deadline = DCP_MIN(deadline, dcp_now_seconds() + PEER_IO_LIMIT_S);
-    uint8_t hello[HELLO_BYTES], challenge[CHALLENGE_BYTES], key[MAC_BYTES], proof[MAC_BYTES], want[MAC_BYTES];
-    const char *why = transfer_all(fd, hello, sizeof(hello), false, io_deadline);
-    if (why || !has_magic(hello)) {
-        snprintf(note, ns, "a connection sent no rendezvous hello of this version (%s)", why ? why : "bad magic");
-        return;
+    if (h->fd >= 0)
+        close(h->fd);
+    free(h->verdict);
+    dcp_wipe(h->key, sizeof(h->key));
+    memset(h, 0, sizeof(*h));
+    h->fd = -1;
+}
+
+/* Moves bytes of buf[*done, len) without blocking. NULL (on progress or when the socket
+ * would block) or why the connection failed. */
+static const char *hs_io(int fd, void *buf, size_t len, size_t *done, bool sending)
+{
+    while (*done < len) {
+        uint8_t *p = (uint8_t *)buf + *done;
+        const ssize_t k = sending ? send(fd, p, len - *done, MSG_NOSIGNAL) : recv(fd, p, len - *done, 0);
+        if (k > 0)
+            *done += (size_t)k;
+        else if (k == 0)
+            return "connection closed";
+        else if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return NULL;
+        else if (errno != EINTR)
+            return strerror(errno);
     }
+    return NULL;
+}
+
+/* The hello arrived: sends nothing unless its claims fit (rank in range and not served
+ * yet, our world and blob size); else prepares the challenge, a fresh nonce. */
+static int hs_hello(struct dcp_rendezvous *r, struct handshake *h, size_t size, const bool *served, char *note,
+                    size_t ns)
+{
+    const uint8_t *hello = h->hello;
     const uint32_t rank = get_u32(hello + 12), world = get_u32(hello + 16), length = get_u32(hello + 20);
-    if (world != r->world_size || length != size || !rank || rank >= r->world_size || seen[rank]) {
-        snprintf(note, ns, "refused a peer claiming rank %u of world size %u with a %u-byte blob%s", rank, world,
-                 length, rank && rank < r->world_size && seen[rank] ? " (that rank is served already)" : "");
-        return;
+    if (!has_magic(hello)) {
+        snprintf(note, ns, "a connection sent no rendezvous hello of this version");
+        return -1;
     }
-    uint8_t *nonce = put_magic(challenge);
+    if (world != r->world_size || length != size || !rank || rank >= r->world_size || served[rank]) {
+        snprintf(note, ns, "refused a peer claiming rank %u of world size %u with a %u-byte blob%s", rank, world,
+                 length, rank && rank < r->world_size && served[rank] ? " (that rank is served already)" : "");
+        return -1;
+    }
+    h->rank = rank;
+    uint8_t *nonce = put_magic(h->challenge);
     if (random_bytes(nonce, NONCE_BYTES)) {
         snprintf(note, ns, "%s", dcp_last_error());
-        return;
+        return -1;
     }
-    session_key(r, hello, nonce, key);
-    keyed(key, "rank 0", NULL, 0, nonce + NONCE_BYTES);
-    why = transfer_all(fd, challenge, sizeof(challenge), true, io_deadline);
-    if (!why)
-        why = transfer_all(fd, proof, sizeof(proof), false, io_deadline);
-    keyed(key, "peer", NULL, 0, want);
-    if (!why && !dcp_mac_equal(proof, want, MAC_BYTES))
-        why = "it does not know the job secret and tag";
-    uint8_t *msg = why ? NULL : malloc(size + MAC_BYTES);
-    if (!why && !msg)
-        why = "out of memory";
-    if (!why) {
+    session_key(r, hello, nonce, h->key);
+    return 0;
+}
+
+/* The peer's proof arrived: the verdict refuses a peer that does not know the job secret
+ * and tag (or whose rank was served meanwhile) and otherwise carries rank 0's proof and
+ * the blob, encrypted and MACed with the session key. */
+static int hs_proof(struct handshake *h, const void *blob, size_t size, const bool *served, char *note, size_t ns)
+{
+    uint8_t want[MAC_BYTES];
+    keyed(h->key, "peer", NULL, 0, want);
+    const bool proven = dcp_mac_equal(h->proof, want, MAC_BYTES);
+    const enum verdict v = !proven ? VERDICT_REFUSED : served[h->rank] ? VERDICT_SERVED : VERDICT_ACCEPTED;
+    h->accepted = v == VERDICT_ACCEPTED;
+    h->verdict_len = VERDICT_BYTES + (h->accepted ? MAC_BYTES + size + MAC_BYTES : 0);
+    h->verdict = malloc(h->verdict_len);
+    if (!h->verdict) {
+        snprintf(note, ns, "out of memory");
+        return -1;
+    }
+    uint8_t *p = put_magic(h->verdict);
+    put_u32(p, v);
+    if (h->accepted) {
+        uint8_t *msg = p + 4 + MAC_BYTES;
+        keyed(h->key, "rank 0", NULL, 0, p + 4);
         memcpy(msg, blob, size);
-        apply_keystream(key, msg, size);
-        keyed(key, "blob", msg, size, msg + size);
-        why = transfer_all(fd, msg, size + MAC_BYTES, true, io_deadline);
+        apply_keystream(h->key, msg, size);
+        keyed(h->key, "blob", msg, size, msg + size);
+    } else {
+        snprintf(note, ns, "a peer claiming rank %u %s: refused", h->rank,
+                 proven ? "came after that rank was served" : "does not know the job secret and tag");
     }
-    free(msg);
-    dcp_wipe(key, sizeof(key));
-    if (why)
-        snprintf(note, ns, "a peer claiming rank %u failed: %s", rank, why);
-    else
-        *served = rank;
+    dcp_wipe(h->key, sizeof(h->key));
+    return 0;
+}
+
+/* Advances h as far as its socket allows: 1 when the peer got the blob, -1 when the
+ * handshake ended otherwise (note says why), 0 to wait for the socket. */
+static int hs_step(struct dcp_rendezvous *r, struct handshake *h, const void *blob, size_t size, const bool *served,
+                   char *note, size_t ns)
+{
+    for (;;) {
+        uint8_t *const bufs[] = {h->hello, h->challenge, h->proof, h->verdict};
+        const size_t lens[] = {HELLO_BYTES, CHALLENGE_BYTES, MAC_BYTES, h->verdict_len};
+        const bool sending = h->phase == HS_CHALLENGE || h->phase == HS_VERDICT;
+        const char *why = hs_io(h->fd, bufs[h->phase], lens[h->phase], &h->done, sending);
+        if (why) {
+            if (h->phase == HS_HELLO)
+                snprintf(note, ns, "a connection sent no rendezvous hello (%s)", why);
+            else
+                snprintf(note, ns, "a peer claiming rank %u failed: %s", h->rank, why);
+            return -1;
+        }
+        if (h->done < lens[h->phase])
+            return 0;
+        h->done = 0;
+        int st = 0;
+        switch (h->phase) {
+        case HS_HELLO: st = hs_hello(r, h, size, served, note, ns); break;
+        case HS_CHALLENGE: break;
+        case HS_PROOF: st = hs_proof(h, blob, size, served, note, ns); break;
+        case HS_VERDICT: return h->accepted ? 1 : -1;
+        }
+        if (st)
+            return st;
+        h->phase++;
+    }
 }
 
 /* Lists up to a few ranks that have not arrived, for the timeout message. */
@@ -790,22 +930,82 @@ static void list_missing(const bool *seen, uint32_t world, char *out, size_t cap
     }
 }
 
-/* Rank 0: accepts peers until each of ranks 1..world-1 has the blob. */
+/* Accepts the waiting connections into free handshake slots. */
+static void accept_peers(struct dcp_rendezvous *r, int lfd, struct handshake *hs, double deadline)
+{
+    for (size_t i = 0; i < MAX_HANDSHAKES; i++) {
+        if (hs[i].fd >= 0)
+            continue;
+        const int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return; /* none left, or the peer gave up before we accepted it */
+        hs[i].fd = fd;
+        hs[i].deadline = DCP_MIN(deadline, dcp_now_seconds() + PEER_IO_LIMIT_S);
+    }
+    (void)r;
+}
+
+/* Rank 0: handshakes with every connection at once until each of ranks 1..world-1 has
+ * the blob. */
 static int tcp_serve(struct dcp_rendezvous *r, const void *blob, size_t size)
 {
     const double deadline = dcp_now_seconds() + r->timeout_s;
     bool *seen = calloc(r->world_size, sizeof(*seen));
-    if (!seen)
+    struct handshake *hs = calloc(MAX_HANDSHAKES, sizeof(*hs));
+    if (!seen || !hs) {
+        free(seen);
+        free(hs);
         return dcp_error(DCP_ENOMEM, "rendezvous");
+    }
+    for (size_t i = 0; i < MAX_HANDSHAKES; i++)
+        hs[i].fd = -1;
     char note[320] = "";
     uint32_t arrived = 0;
     int st = DCP_OK;
-    struct pollfd pfd[MAX_LISTEN];
+    struct pollfd pfd[MAX_LISTEN + MAX_HANDSHAKES];
+    struct handshake *polled[MAX_LISTEN + MAX_HANDSHAKES];
     while (arrived < r->world_size - 1) {
-        for (size_t i = 0; i < r->num_listen; i++)
-            pfd[i] = (struct pollfd){r->listen_fd[i], POLLIN, 0};
-        int n = poll(pfd, r->num_listen, ms_until(deadline));
-        if (n == 0) {
+        size_t n = 0, active = 0;
+        double wake = deadline;
+        for (size_t i = 0; i < MAX_HANDSHAKES; i++) {
+            if (hs[i].fd < 0)
+                continue;
+            const bool out = hs[i].phase == HS_CHALLENGE || hs[i].phase == HS_VERDICT;
+            polled[n] = &hs[i];
+            pfd[n++] = (struct pollfd){hs[i].fd, (short)(out ? POLLOUT : POLLIN), 0};
+            wake = DCP_MIN(wake, hs[i].deadline);
+            active++;
+        }
+        const size_t first_listen = n;
+        for (size_t i = 0; active < MAX_HANDSHAKES && i < r->num_listen; i++)
+            pfd[n++] = (struct pollfd){r->listen_fd[i], POLLIN, 0};
+        const int ready = poll(pfd, n, ms_until(wake));
+        if (ready < 0 && errno != EINTR) {
+            st = dcp_error(DCP_EIO, "rendezvous %s: poll: %s", r->text, strerror(errno));
+            break;
+        }
+        const double now = dcp_now_seconds();
+        for (size_t k = 0; k < first_listen; k++) {
+            struct handshake *h = polled[k];
+            int done = 0;
+            if (ready > 0 && pfd[k].revents)
+                done = hs_step(r, h, blob, size, seen, note, sizeof(note));
+            if (!done && now >= h->deadline) {
+                snprintf(note, sizeof(note), "a %s stalled for %.0f s: dropped", h->phase == HS_HELLO ? "connection"
+                         : "peer claiming a rank", PEER_IO_LIMIT_S);
+                done = -1;
+            }
+            if (done > 0 && !seen[h->rank]) {
+                seen[h->rank] = true;
+                arrived++;
+            }
+            if (done)
+                hs_close(h);
+        }
+        for (size_t k = first_listen; ready > 0 && k < n; k++)
+            if (pfd[k].revents & POLLIN)
+                accept_peers(r, pfd[k].fd, hs, deadline);
+        if (arrived < r->world_size - 1 && now >= deadline) {
             char missing[96];
             list_missing(seen, r->world_size, missing, sizeof(missing));
             st = dcp_error(DCP_ETIMEOUT, "rendezvous %s: %u of %u peers arrived within %.2f s (missing ranks:%s)%s%s",
@@ -813,25 +1013,10 @@ static int tcp_serve(struct dcp_rendezvous *r, const void *blob, size_t size)
                            note);
             break;
         }
-        if (n < 0 && errno != EINTR) {
-            st = dcp_error(DCP_EIO, "rendezvous %s: poll: %s", r->text, strerror(errno));
-            break;
-        }
-        for (size_t i = 0; n > 0 && i < r->num_listen; i++) {
-            if (!(pfd[i].revents & POLLIN))
-                continue;
-            int fd = accept4(r->listen_fd[i], NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-            if (fd < 0)
-                continue; /* interrupted, or the peer gave up before we accepted it */
-            uint32_t peer = 0;
-            serve_peer(r, fd, blob, size, seen, deadline, &peer, note, sizeof(note));
-            close(fd);
-            if (peer && !seen[peer]) {
-                seen[peer] = true;
-                arrived++;
-            }
-        }
     }
+    for (size_t i = 0; i < MAX_HANDSHAKES; i++)
+        hs_close(&hs[i]);
+    free(hs);
     free(seen);
     return st;
 }
@@ -860,12 +1045,13 @@ static int connect_before(const struct addrinfo *ai, double deadline)
     return -1;
 }
 
-/* A peer's handshake over one connection: hello out; challenge in and checked;
- * proof out; blob in, checked and decrypted. */
+/* A peer's handshake over one connection: hello out; challenge in; proof out; the
+ * verdict in, then rank 0's proof checked and the blob checked and decrypted. */
 static int tcp_request(struct dcp_rendezvous *r, int fd, void *blob, size_t size, double deadline, char *note,
                        size_t ns)
 {
-    uint8_t hello[HELLO_BYTES], challenge[CHALLENGE_BYTES], key[MAC_BYTES], want[MAC_BYTES];
+    uint8_t hello[HELLO_BYTES], challenge[CHALLENGE_BYTES], verdict[VERDICT_BYTES], key[MAC_BYTES],
+        want[MAC_BYTES];
     uint8_t *p = put_magic(hello);
     put_u32(p, r->rank);
     put_u32(p + 4, r->world_size);
@@ -877,33 +1063,56 @@ static int tcp_request(struct dcp_rendezvous *r, int fd, void *blob, size_t size
     if (!why)
         why = transfer_all(fd, challenge, sizeof(challenge), false, deadline);
     if (why && !strcmp(why, "connection closed")) {
-        snprintf(note, ns, "rank 0 at %s:%u closed the connection without a challenge: it refuses rank %u of world"
-                 " size %u with a %zu-byte blob (another process took that rank, or the sizes differ)",
-                 r->spec.host, r->spec.port, r->rank, r->world_size, size);
+        note_failure(r, note, ns, false, "rank 0 at %s:%u closed the connection without a challenge: it refuses "
+                     "rank %u of world size %u with a %zu-byte blob (another process took that rank, or the sizes "
+                     "differ)", r->spec.host, r->spec.port, r->rank, r->world_size, size);
         return RETRY;
     }
     if (why) {
-        note_failure(note, ns, why == reason_timed_out, "exchange with rank 0: %s", why);
+        note_failure(r, note, ns, why == reason_timed_out, "exchange with rank 0: %s", why);
         return RETRY;
     }
-    const uint8_t *nonce = challenge + 12;
-    session_key(r, hello, nonce, key);
-    keyed(key, "rank 0", NULL, 0, want);
-    if (!has_magic(challenge) || !dcp_mac_equal(nonce + NONCE_BYTES, want, MAC_BYTES)) {
-        snprintf(note, ns, "the server at %s:%u did not authenticate as rank 0 of this job (another job, a different"
-                 " job secret or tag, or a process squatting on the port): ignored", r->spec.host, r->spec.port);
+    if (!has_magic(challenge)) {
+        note_failure(r, note, ns, false, "the server at %s:%u is not a rendezvous rank 0 of this version: ignored",
+                     r->spec.host, r->spec.port);
+        return RETRY;
+    }
+    session_key(r, hello, challenge + 12, key);
+    keyed(key, "peer", NULL, 0, want);
+    why = transfer_all(fd, want, sizeof(want), true, deadline);
+    if (!why)
+        why = transfer_all(fd, verdict, sizeof(verdict), false, deadline);
+    const enum verdict v = why ? VERDICT_REFUSED : (enum verdict)get_u32(verdict + 12);
+    if (!why && (!has_magic(verdict) || v != VERDICT_ACCEPTED)) {
+        dcp_wipe(key, sizeof(key));
+        if (has_magic(verdict) && v == VERDICT_REFUSED)
+            note_failure(r, note, ns, false, "rank 0 at %s:%u refused this rank's proof: the job secret or tag "
+                         "('%s') of rank %u differs from rank 0's", r->spec.host, r->spec.port, r->tag, r->rank);
+        else if (has_magic(verdict) && v == VERDICT_SERVED)
+            note_failure(r, note, ns, false, "rank 0 at %s:%u served rank %u already (another process took that "
+                         "rank)", r->spec.host, r->spec.port, r->rank);
+        else
+            note_failure(r, note, ns, false, "the server at %s:%u sent no verdict of this version: ignored",
+                         r->spec.host, r->spec.port);
+        return RETRY;
+    }
+    if (!why)
+        why = transfer_all(fd, want, sizeof(want), false, deadline);
+    uint8_t proof[MAC_BYTES];
+    keyed(key, "rank 0", NULL, 0, proof);
+    if (!why && !dcp_mac_equal(want, proof, MAC_BYTES)) {
+        note_failure(r, note, ns, false, "the server at %s:%u did not authenticate as rank 0 of this job (a process "
+                     "squatting on the port, or rank 0 of another job): ignored", r->spec.host, r->spec.port);
         dcp_wipe(key, sizeof(key));
         return RETRY;
     }
-    keyed(key, "peer", NULL, 0, want);
-    why = transfer_all(fd, want, sizeof(want), true, deadline);
     if (!why)
         why = transfer_all(fd, blob, size, false, deadline);
     if (!why)
         why = transfer_all(fd, want, sizeof(want), false, deadline);
     if (why) {
         dcp_wipe(key, sizeof(key));
-        note_failure(note, ns, why == reason_timed_out, "receiving the blob: %s", why);
+        note_failure(r, note, ns, why == reason_timed_out, "exchange with rank 0: %s", why);
         return RETRY;
     }
     uint8_t mac[MAC_BYTES];
@@ -912,7 +1121,8 @@ static int tcp_request(struct dcp_rendezvous *r, int fd, void *blob, size_t size
     if (!st)
         apply_keystream(key, blob, size);
     else
-        snprintf(note, ns, "the blob from %s:%u failed its integrity check", r->spec.host, r->spec.port);
+        note_failure(r, note, ns, false, "the blob from %s:%u failed its integrity check", r->spec.host,
+                     r->spec.port);
     dcp_wipe(key, sizeof(key));
     return st;
 }
@@ -926,7 +1136,7 @@ static int tcp_try_fetch(struct dcp_rendezvous *r, void *blob, size_t size, doub
     struct addrinfo *list = NULL;
     int gai = getaddrinfo(r->spec.host, port, &hints, &list);
     if (gai == EAI_AGAIN) {
-        snprintf(note, ns, "resolving %s: %s", r->spec.host, gai_strerror(gai));
+        note_failure(r, note, ns, true, "resolving %s: %s", r->spec.host, gai_strerror(gai));
         return RETRY;
     }
     if (gai)
@@ -936,7 +1146,7 @@ static int tcp_try_fetch(struct dcp_rendezvous *r, void *blob, size_t size, doub
     for (const struct addrinfo *ai = list; ai && st == RETRY; ai = ai->ai_next) {
         int fd = connect_before(ai, deadline);
         if (fd < 0) {
-            note_failure(note, ns, errno == ETIMEDOUT, "connecting to %s:%s: %s", r->spec.host, port,
+            note_failure(r, note, ns, true, "connecting to %s:%s: %s", r->spec.host, port,
                          strerror(errno));
             continue;
         }

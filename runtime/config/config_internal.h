@@ -35,6 +35,8 @@ enum config_key_kind {
     CONFIG_BOOL,        ///< true/false/yes/no; a bool field.
     CONFIG_ENUM,        ///< One of the key's choices (any scalar style); an enum field.
     CONFIG_TOKEN_LIST,  ///< A list of token counts (k/K = 1024, M = 1048576); a uint64_t array + count.
+    CONFIG_LAYERS,      ///< model.layers: a layer count, or a list of layer kinds (with a count and a repeated
+                        ///< pattern); the uint32_t count field, and model.layer_pattern / num_layer_kinds (layers.c).
 };
 
 /** Bit of an attention kind in config_key.required / .applies. */
@@ -87,9 +89,13 @@ extern const size_t config_key_count;
 extern const char *const config_attention_names[3];
 extern const char *const config_dtype_names[DCPK_DTYPE_COUNT];
 extern const char *const config_weight_dtype_names[7];
+extern const char *const config_wire_dtype_names[4];
 extern const char *const config_backend_names[3];
 extern const char *const config_cuda_comm_names[3];
 extern const char *const config_cuda_precision_names[2];
+extern const char *const config_layer_type_names[4];
+extern const char *const config_window_kv_names[2];
+extern const char *const config_sparse_index_names[2];
 
 /** What is known about one key after loading or checking. */
 enum config_key_state {
@@ -213,6 +219,23 @@ void config_report_missing(struct config_report *r, const struct config_key *k,
  */
 void config_check_fields(struct config_report *r, const struct dcp_config *cfg,
                          unsigned char state[CONFIG_KEY_MAX]);
+
+/* ---- model.layers (layers.c) ------------------------------------------------ */
+
+/** Range of one integer of a layer entry (sliding_window, sparse_topk, repeat), for the messages. */
+extern const struct config_key config_layer_window_key, config_layer_topk_key, config_layer_repeat_key;
+
+/**
+ * Checks one entry of a layer pattern as written (path names it, pos locates it):
+ * one kind; a window for sliding_window only, a top-k for sparse_topk only, each
+ * in range; no sink on a none layer; repeat in range (0 read as 1). False when
+ * anything is wrong (every problem reported).
+ */
+bool config_check_layer_kind(struct config_report *r, const char *path, struct config_pos pos,
+                             const struct dcp_layer_kind *kind);
+
+/** Checks model.layers of a filled struct: the count and every pattern entry. */
+bool config_check_layers_field(struct config_report *r, const struct dcp_config *cfg, const struct config_key *k);
 
 /** Finds the source position to blame for a key in a rule error. */
 typedef struct config_pos (*config_locate_fn)(const void *user, const struct config_key *k);

@@ -101,6 +101,36 @@ static void buf_number(struct text_buf *b, const struct config_key *k, const str
     buf_add(b, "%s", text);
 }
 
+/* model.layers as the loader reads it: the count, or {count, pattern} with each entry a
+ * name (full, none) or a mapping of its kind, sink and repeat. */
+static void buf_layers(struct text_buf *b, const struct dcp_model_config *m)
+{
+    if (m->num_layer_kinds == 0) {
+        buf_add(b, "%u", m->num_layers);
+        return;
+    }
+    buf_add(b, "{\"count\": %u, \"pattern\": [", m->num_layers);
+    for (uint32_t i = 0; i < m->num_layer_kinds && i < DCP_MAX_LAYER_PATTERN; i++) {
+        const struct dcp_layer_kind *k = &m->layer_pattern[i];
+        const char *name = dcp_layer_type_name(k->type);
+        buf_add(b, "%s", i ? ", " : "");
+        if (!k->sink && k->repeat <= 1 && (k->type == DCP_LAYER_FULL || k->type == DCP_LAYER_NONE)) {
+            buf_string(b, name);
+            continue;
+        }
+        if (k->type == DCP_LAYER_SLIDING_WINDOW || k->type == DCP_LAYER_SPARSE_TOPK)
+            buf_add(b, "{\"%s\": %u", name, k->type == DCP_LAYER_SLIDING_WINDOW ? k->window : k->topk);
+        else
+            buf_add(b, "{\"%s\": true", name);
+        if (k->sink)
+            buf_add(b, ", \"sink\": true");
+        if (k->repeat > 1)
+            buf_add(b, ", \"repeat\": %u", k->repeat);
+        buf_add(b, "}");
+    }
+    buf_add(b, "]}");
+}
+
 /* Writes the value of key k (not a section). */
 static void buf_value(struct text_buf *b, const struct config_key *k, const struct dcp_config *cfg,
                       locale_t c_locale)
@@ -139,6 +169,7 @@ static void buf_value(struct text_buf *b, const struct config_key *k, const stru
         buf_add(b, "]");
         return;
     }
+    case CONFIG_LAYERS: buf_layers(b, &cfg->model); return;
     case CONFIG_SECTION: return;
     }
 }

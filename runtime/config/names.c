@@ -17,9 +17,16 @@ const char *const config_dtype_names[DCPK_DTYPE_COUNT] = {DCPK_DTYPES(DTYPE_NAME
                    "enum dcp_dtype differs from DCPK_DTYPES at " #name);
 DCPK_DTYPES(DTYPE_SAME_VALUE_)
 #undef DTYPE_SAME_VALUE_
+/* The wire dtypes (the first rows of DCPK_DTYPES, same values) and auto after them. */
+const char *const config_wire_dtype_names[4] = {"fp32", "bf16", "fp16", "auto"};
+_Static_assert(DCPK_WIRE_DTYPE_COUNT == 3 && (int)DCP_WIRE_AUTO == DCPK_WIRE_DTYPE_COUNT,
+               "config_wire_dtype_names: the wire rows of DCPK_DTYPES, then auto");
 const char *const config_weight_dtype_names[7] = {"fp32",  "bf16",  "fp16", "fp8",
                                                   "nvfp4", "mxfp4", "int4"};
 const char *const config_backend_names[3] = {"auto", "cuda", "host"};
+const char *const config_layer_type_names[4] = {"full", "sliding_window", "sparse_topk", "none"};
+const char *const config_window_kv_names[2] = {"replicated", "sharded"};
+const char *const config_sparse_index_names[2] = {"caller", "sharded"};
 const char *const config_cuda_comm_names[3] = {"auto", "nccl", "virtual"};
 const char *const config_cuda_precision_names[2] = {"fast", "exact"};
 
@@ -55,6 +62,16 @@ DCP_API int dcp_dtype_from_name(const char *name, enum dcp_dtype *out)
     return dcp_error(DCP_EINVAL, "dtype_from_name: unknown dtype \"%.64s\": one of %s", name, names);
 }
 
+DCP_API const char *dcp_wire_dtype_name(enum dcp_wire_dtype wire)
+{
+    return name_of(config_wire_dtype_names, DCP_ARRAY_SIZE(config_wire_dtype_names), (int)wire);
+}
+
+DCP_API enum dcp_dtype dcp_wire_dtype_of(enum dcp_wire_dtype wire, enum dcp_dtype act_dtype)
+{
+    return wire == DCP_WIRE_AUTO ? act_dtype : (enum dcp_dtype)wire;
+}
+
 DCP_API const char *dcp_weight_dtype_name(enum dcp_weight_dtype dtype)
 {
     return name_of(config_weight_dtype_names, DCP_ARRAY_SIZE(config_weight_dtype_names),
@@ -70,4 +87,9 @@ DCP_API const char *dcp_comm_scheme_name(enum dcp_comm_scheme scheme)
 DCP_API const char *dcp_backend_kind_name(enum dcp_backend_kind kind)
 {
     return name_of(config_backend_names, DCP_ARRAY_SIZE(config_backend_names), (int)kind);
+}
+
+DCP_API const char *dcp_layer_type_name(enum dcp_layer_type type)
+{
+    return name_of(config_layer_type_names, DCP_ARRAY_SIZE(config_layer_type_names), (int)type);
 }

@@ -14,6 +14,7 @@
 #include "config/config_internal.h"
 #include "dcp/geometry.h"
 #include "dcp/serve.h"
+#include "model/model.h"
 #include "util/file.h"
 
 struct rule_ctx {
@@ -349,6 +350,24 @@ static void rule_merge_after_uv(struct rule_ctx *c)
                     dcp_attention_kind_name(cfg->model.attention));
 }
 
+/* The layer kinds need attention somewhere, and the features they combine with. */
+static void rule_layer_kinds(struct rule_ctx *c)
+{
+    const struct dcp_config *cfg = c->cfg;
+    uint32_t count[DCP_LAYER_NONE + 1];
+    dcp_model_count_layers(&cfg->model, cfg->model.num_layers, count);
+    if (count[DCP_LAYER_NONE] == cfg->model.num_layers)
+        rule_report(c, DCP_DIAG_ERROR, "model.layers",
+                    "every one of the %u layers is none (KV-free): the deployment has no attention layer for "
+                    "DCP to shard", cfg->model.num_layers);
+    if (count[DCP_LAYER_SLIDING_WINDOW] && cfg->model.window_kv == DCP_WINDOW_KV_REPLICATED &&
+        cfg->parallel.merge_after_uv && cfg->parallel.dcp > 1)
+        rule_report(c, DCP_DIAG_ERROR, "parallel.merge_after_uv",
+                    "merge_after_uv with replicated sliding-window layers (model.window_kv: replicated): those "
+                    "layers are not merged, so nothing would project them; use window_kv: sharded or no "
+                    "merge_after_uv");
+}
+
 static const struct config_rule {
     void (*check)(struct rule_ctx *c);
     const char *keys[8]; ///< Keys the rule reads; it is skipped if any is bad.
@@ -367,6 +386,7 @@ static const struct config_rule {
     {rule_moe,
      {"model.experts", "model.experts_per_token", "model.active_parameters", "model.parameters", "model.hidden_size"}},
     {rule_context_window, {"model.context_window", "workload.context_lengths"}},
+    {rule_layer_kinds, {"model.layers", "model.window_kv", "parallel.merge_after_uv", "parallel.dcp"}},
 };
 
 static bool rule_inputs_ok(const struct rule_ctx *c, const struct config_rule *rule)

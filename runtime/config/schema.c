@@ -39,7 +39,9 @@ const struct config_key config_keys[] = {
     STRING("model.name", model.name, ALL),
     {.path = "model.attention", .kind = CONFIG_ENUM, FIELD(model.attention), .required = ALL,
      .applies = ALL, .choices = config_attention_names, .num_choices = DCP_ARRAY_SIZE(config_attention_names)},
-    INT("model.layers", model.num_layers, ALL, ALL, 0, 1, 4096),
+    {.path = "model.layers", .kind = CONFIG_LAYERS, FIELD(model.num_layers), .required = ALL, .applies = ALL,
+     .count_offset = offsetof(struct dcp_config, model.num_layer_kinds), .max_count = DCP_MAX_LAYER_PATTERN,
+     .imin = 1, .imax = 4096},
     INT("model.query_heads", model.num_q_heads, ALL, ALL, 0, 1, 65536),
     /* MLA: 1 and MHA: query_heads when not given (CONFIG_DERIVED); rules.c checks them. */
     INT("model.kv_heads", model.num_kv_heads, GQA, ALL, 0, 1, 65536, .flags = CONFIG_DERIVED),
@@ -62,6 +64,12 @@ const struct config_key config_keys[] = {
      .applies = ALL, .min = 0, .max = 1e16, .scale = 1},
     INT("model.hidden_size", model.hidden_size, 0, ALL, 0, 0, 1u << 20),
     INT("model.context_window", model.context_window, 0, ALL, 0, 0, DCP_MAX_CONTEXT_TOKENS),
+    ENUM("model.window_kv", model.window_kv, DCP_WINDOW_KV_REPLICATED, config_window_kv_names),
+    INT("model.index_heads", model.index_heads, 0, ALL, 64, 1, 1024),
+    INT("model.index_head_dim", model.index_head_dim, 0, ALL, 128, 1, 4096),
+    ENUM("model.index_dtype", model.index_dtype, DCP_DTYPE_FP8_E4M3, config_dtype_names),
+    NUMBER("model.index_scale", model.index_scale, 0, 1, 0, 1e9, 1, .flags = CONFIG_MIN_OPEN),
+    NUMBER("model.linear_state_mb", model.linear_state_bytes, 0, 0, 0, 1e6, 1e6),
 
     SECTION("hardware", ALL),
     STRING("hardware.gpu", hardware.gpu, ALL),
@@ -87,9 +95,8 @@ const struct config_key config_keys[] = {
     ENUM_N("parallel.comm", parallel.comm, DCP_COMM_A2A, dcp_merge_scheme_names, DCP_MERGE_SCHEME_COUNT),
     BOOL("parallel.replicate_q", parallel.replicate_q, 0),
     BOOL("parallel.merge_after_uv", parallel.merge_after_uv, 0),
-    /* The first three dtype names: fp8 is not a wire type. */
-    ENUM_N("parallel.comm_dtype", parallel.comm_dtype, DCP_DTYPE_BF16, config_dtype_names,
-           DCPK_WIRE_DTYPE_COUNT),
+    ENUM("parallel.comm_dtype", parallel.comm_dtype, DCP_WIRE_AUTO, config_wire_dtype_names),
+    ENUM("parallel.sparse_index", parallel.sparse_index, DCP_SPARSE_INDEX_CALLER, config_sparse_index_names),
 
     SECTION("memory", 0),
     NUMBER("memory.gpu_fraction", memory.gpu_fraction, 0, 0.9, 0, 1, 1, .flags = CONFIG_MIN_OPEN),
@@ -346,6 +353,7 @@ DCP_API void dcp_config_defaults(struct dcp_config *cfg)
         const struct config_key *k = &config_keys[i];
         switch (k->kind) {
         case CONFIG_INT:
+        case CONFIG_LAYERS: /* the count; no pattern (every layer full) */
         case CONFIG_ENUM:
         case CONFIG_BOOL: config_store_int(cfg, k, (uint64_t)k->def); break;
         case CONFIG_NUMBER:
@@ -381,7 +389,7 @@ static void describe_powers_of_two(struct config_text *t, const struct config_ke
 /* The valid values of a key in words: "1..1024", "> 0 and <= 1", "1, 2, 4, ..., 1024". */
 static void describe_range(struct config_text *t, const struct config_key *k)
 {
-    if (k->kind == CONFIG_INT || k->kind == CONFIG_TOKEN_LIST) {
+    if (k->kind == CONFIG_INT || k->kind == CONFIG_TOKEN_LIST || k->kind == CONFIG_LAYERS) {
         if (k->flags & CONFIG_POW2)
             describe_powers_of_two(t, k);
         else
@@ -487,7 +495,8 @@ static bool field_unset(const struct dcp_config *cfg, const struct config_key *k
     switch (k->kind) {
     case CONFIG_STRING:
     case CONFIG_PATH: return config_load_string(cfg, k) == NULL;
-    case CONFIG_INT: return config_load_uint(cfg, k) == 0;
+    case CONFIG_INT:
+    case CONFIG_LAYERS: return config_load_uint(cfg, k) == 0;
     case CONFIG_NUMBER:
     case CONFIG_PARAM_COUNT: return config_load_number(cfg, k) == 0.0;
     case CONFIG_TOKEN_LIST: {
@@ -560,6 +569,7 @@ static bool check_field_value(struct config_report *r, const struct dcp_config *
         return false;
     }
     case CONFIG_TOKEN_LIST: return check_token_list_field(r, cfg, k);
+    case CONFIG_LAYERS: return config_check_layers_field(r, cfg, k);
     case CONFIG_BOOL:
     case CONFIG_SECTION: return true;
     }

@@ -133,6 +133,10 @@ static void describe_expected(const struct config_key *k, struct config_text *t)
     case CONFIG_PARAM_COUNT: config_text_add(t, "a parameter count such as 671B or 1.04T"); return;
     case CONFIG_BOOL: config_text_add(t, "true or false"); return;
     case CONFIG_TOKEN_LIST: config_text_add(t, "a list of token counts such as [32k, 128k]"); return;
+    case CONFIG_LAYERS:
+        config_text_add(t, "a layer count, a list of layer kinds such as [{sliding_window: 128}, full], or "
+                           "{count: N, pattern: [...]}");
+        return;
     case CONFIG_ENUM:
         config_text_add(t, "one of ");
         for (unsigned i = 0; i < k->num_choices; i++)
@@ -416,6 +420,241 @@ static bool load_token_list(struct yaml_loader *L, const struct config_key *k, c
     return ok;
 }
 
+/* ---- model.layers -------------------------------------------------------- */
+
+/* The value of key name (len bytes) in mapping map, or NULL; duplicates and aliases are reported. */
+static const yaml_node_t *mapping_value(struct yaml_loader *L, const yaml_node_t *map, const char *path,
+                                        const char *name)
+{
+    const yaml_node_t *found = NULL;
+    const yaml_node_pair_t *pairs = map->data.mapping.pairs.start;
+    for (const yaml_node_pair_t *p = pairs; p < map->data.mapping.pairs.top; p++) {
+        const yaml_node_t *key = node_at(L, p->key), *value = node_at(L, p->value);
+        if (!key || !value || key->type != YAML_SCALAR_NODE || strlen(name) != scalar_len(key) ||
+            strncmp(name, scalar_text(key), scalar_len(key)) != 0)
+            continue;
+        if (found)
+            config_report_add(L->report, DCP_DIAG_ERROR, pos_of(key), path, "duplicate key '%s'", name);
+        found = is_alias(L, map, 2 * (size_t)(p - pairs) + 1, p->value) ? NULL : value;
+    }
+    return found;
+}
+
+/* Reports keys of map not among names (count of them). */
+static bool only_keys(struct yaml_loader *L, const yaml_node_t *map, const char *path, const char *const *names,
+                      size_t count)
+{
+    bool ok = true;
+    for (const yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+        const yaml_node_t *key = node_at(L, p->key);
+        if (!key || key->type != YAML_SCALAR_NODE) {
+            if (key)
+                type_error_as(L, path, "a key name", key, false);
+            ok = false;
+            continue;
+        }
+        bool known = false;
+        for (size_t i = 0; i < count && !known; i++)
+            known = strlen(names[i]) == scalar_len(key) && strncmp(names[i], scalar_text(key), scalar_len(key)) == 0;
+        if (!known) {
+            struct config_text allowed = {0};
+            for (size_t i = 0; i < count; i++)
+                config_text_add(&allowed, "%s%s", i ? ", " : "", names[i]);
+            char shown[SHOW_BUF];
+            show_text(scalar_text(key), scalar_len(key), 0, shown);
+            config_report_add(L->report, DCP_DIAG_ERROR, pos_of(key), path, "unknown key '%s'; allowed: %s", shown,
+                              allowed.buf);
+            ok = false;
+        }
+    }
+    return ok;
+}
+
+/* An integer of a layer entry (range from its pseudo key) into *out. */
+static bool layer_int(struct yaml_loader *L, const struct config_key *k, const yaml_node_t *n, const char *path,
+                      uint32_t *out)
+{
+    uint64_t u = 0;
+    char sub[128];
+    snprintf(sub, sizeof(sub), "%s.%s", path, config_key_name(k));
+    if (n->type != YAML_SCALAR_NODE) {
+        type_error_as(L, sub, "an integer", n, true);
+        return false;
+    }
+    if (!load_int_node(L, k, n, config_key_name(k), sub, &u))
+        return false;
+    *out = (uint32_t)u;
+    return true;
+}
+
+/* A boolean of a layer entry into *out. */
+static bool layer_bool(struct yaml_loader *L, const yaml_node_t *n, const char *path, const char *name, bool *out)
+{
+    char sub[128];
+    snprintf(sub, sizeof(sub), "%s.%s", path, name);
+    if (is_plain(n) && parse_bool(scalar_text(n), scalar_len(n), out))
+        return true;
+    type_error_as(L, sub, "true or false", n, true);
+    return false;
+}
+
+/*
+ * One entry of a layer list: a scalar kind without parameters (full, none), or a
+ * mapping {sliding_window: W | sparse_topk: K | full: true | none: true, sink: bool,
+ * repeat: n} (no kind key: full).
+ */
+static bool load_layer_entry(struct yaml_loader *L, const yaml_node_t *n, const char *path, struct dcp_layer_kind *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->repeat = 1;
+    if (n->type == YAML_SCALAR_NODE) {
+        const char *s = scalar_text(n);
+        const size_t len = scalar_len(n);
+        for (int t = 0; t < (int)DCP_ARRAY_SIZE(config_layer_type_names); t++)
+            if (strlen(config_layer_type_names[t]) == len && strncasecmp(s, config_layer_type_names[t], len) == 0) {
+                if (t == DCP_LAYER_SLIDING_WINDOW || t == DCP_LAYER_SPARSE_TOPK) {
+                    config_report_add(L->report, DCP_DIAG_ERROR, pos_of(n), path, "%s needs its size: write "
+                                      "{%s: %s}", config_layer_type_names[t], config_layer_type_names[t],
+                                      t == DCP_LAYER_SLIDING_WINDOW ? "128" : "2048");
+                    return false;
+                }
+                out->type = (enum dcp_layer_type)t;
+                return true;
+            }
+        char shown[SHOW_BUF];
+        show_text(s, len, '"', shown);
+        config_report_add(L->report, DCP_DIAG_ERROR, pos_of(n), path, "unknown layer kind %s; valid: full, none, "
+                          "{sliding_window: W}, {sparse_topk: K} (each mapping may add sink: true and repeat: n)",
+                          shown);
+        return false;
+    }
+    if (n->type != YAML_MAPPING_NODE) {
+        type_error_as(L, path, "a layer kind (full, none, or a mapping such as {sliding_window: 128})", n, false);
+        return false;
+    }
+    static const char *const keys[] = {"full", "none", "sliding_window", "sparse_topk", "sink", "repeat"};
+    bool ok = only_keys(L, n, path, keys, DCP_ARRAY_SIZE(keys));
+    const yaml_node_t *full = mapping_value(L, n, path, "full"), *none = mapping_value(L, n, path, "none");
+    const yaml_node_t *window = mapping_value(L, n, path, "sliding_window");
+    const yaml_node_t *topk = mapping_value(L, n, path, "sparse_topk");
+    const yaml_node_t *sink = mapping_value(L, n, path, "sink"), *repeat = mapping_value(L, n, path, "repeat");
+    const int kinds = (full != NULL) + (none != NULL) + (window != NULL) + (topk != NULL);
+    if (kinds > 1) {
+        config_report_add(L->report, DCP_DIAG_ERROR, pos_of(n), path, "one layer kind per entry: give one of full, "
+                          "none, sliding_window, sparse_topk");
+        return false;
+    }
+    bool flag = true;
+    if (full && (ok &= layer_bool(L, full, path, "full", &flag)) && !flag) {
+        config_report_add(L->report, DCP_DIAG_ERROR, pos_of(full), path, "full: false names no kind; write the "
+                          "layer's kind instead");
+        ok = false;
+    }
+    if (none && (ok &= layer_bool(L, none, path, "none", &flag))) {
+        if (!flag) {
+            config_report_add(L->report, DCP_DIAG_ERROR, pos_of(none), path, "none: false names no kind; write the "
+                              "layer's kind instead");
+            ok = false;
+        }
+        out->type = DCP_LAYER_NONE;
+    }
+    if (window) {
+        out->type = DCP_LAYER_SLIDING_WINDOW;
+        ok &= layer_int(L, &config_layer_window_key, window, path, &out->window);
+    }
+    if (topk) {
+        out->type = DCP_LAYER_SPARSE_TOPK;
+        ok &= layer_int(L, &config_layer_topk_key, topk, path, &out->topk);
+    }
+    if (sink)
+        ok &= layer_bool(L, sink, path, "sink", &out->sink);
+    if (repeat)
+        ok &= layer_int(L, &config_layer_repeat_key, repeat, path, &out->repeat);
+    return ok && config_check_layer_kind(L->report, path, pos_of(n), out);
+}
+
+/*
+ * model.layers: a count (every layer full); a list of entries, one per layer or
+ * per run of `repeat` layers; or {count: N, pattern: [entries]}, the pattern
+ * repeated from layer 0 until N layers.
+ */
+static bool load_layers(struct yaml_loader *L, const struct config_key *k, const yaml_node_t *n)
+{
+    struct dcp_model_config *m = &L->cfg.model;
+    m->num_layer_kinds = 0;
+    if (n->type == YAML_SCALAR_NODE) {
+        uint64_t u;
+        if (!is_plain(n)) {
+            type_error(L, k, n);
+            return false;
+        }
+        if (!load_int_node(L, k, n, config_key_name(k), k->path, &u))
+            return false;
+        m->num_layers = (uint32_t)u;
+        return true;
+    }
+    const yaml_node_t *list = n, *count = NULL;
+    char path[96];
+    snprintf(path, sizeof(path), "%s", k->path);
+    if (n->type == YAML_MAPPING_NODE) {
+        static const char *const keys[] = {"count", "pattern"};
+        if (!only_keys(L, n, k->path, keys, DCP_ARRAY_SIZE(keys)))
+            return false;
+        count = mapping_value(L, n, k->path, "count");
+        list = mapping_value(L, n, k->path, "pattern");
+        if (!list) {
+            config_report_add(L->report, DCP_DIAG_ERROR, pos_of(n), k->path, "missing 'pattern': the list of layer "
+                              "kinds the count repeats");
+            return false;
+        }
+        snprintf(path, sizeof(path), "%s.pattern", k->path);
+    }
+    if (list->type != YAML_SEQUENCE_NODE) {
+        type_error(L, k, list);
+        return false;
+    }
+    const yaml_node_item_t *items = list->data.sequence.items.start;
+    const size_t entries = (size_t)(list->data.sequence.items.top - items);
+    if (entries == 0) {
+        config_report_add(L->report, DCP_DIAG_ERROR, pos_of(list), path, "empty list; give at least one layer kind");
+        return false;
+    }
+    if (entries > DCP_MAX_LAYER_PATTERN) {
+        config_report_too_many(L->report, k, path, pos_of(list), entries);
+        return false;
+    }
+    bool ok = true;
+    uint64_t layers = 0;
+    for (size_t i = 0; i < entries; i++) {
+        char entry_path[160];
+        snprintf(entry_path, sizeof(entry_path), "%s[%zu]", path, i);
+        const yaml_node_t *item = node_at(L, items[i]);
+        if (is_alias(L, list, i, items[i]) || !item) {
+            ok = false;
+            continue;
+        }
+        ok &= load_layer_entry(L, item, entry_path, &m->layer_pattern[i]);
+        layers += m->layer_pattern[i].repeat;
+    }
+    m->num_layer_kinds = (uint32_t)entries;
+    if (count) {
+        uint64_t u;
+        if (count->type != YAML_SCALAR_NODE || !is_plain(count)) {
+            type_error_as(L, k->path, "an integer count", count, true);
+            return false;
+        }
+        if (!load_int_node(L, k, count, "count", k->path, &u))
+            return false;
+        layers = u;
+    } else {
+        char shown[24];
+        snprintf(shown, sizeof(shown), "%llu", (unsigned long long)layers);
+        ok = ok && config_check_int(L->report, k, "layers (the entries' repeats)", k->path, pos_of(list), layers, shown);
+    }
+    m->num_layers = (uint32_t)layers;
+    return ok;
+}
+
 /* A relative path names a file next to the deployment file. */
 static bool load_path(struct yaml_loader *L, const struct config_key *k, const char *s)
 {
@@ -474,6 +713,8 @@ static bool load_value(struct yaml_loader *L, const struct config_key *k, const 
 {
     if (k->kind == CONFIG_TOKEN_LIST)
         return load_token_list(L, k, n);
+    if (k->kind == CONFIG_LAYERS)
+        return load_layers(L, k, n);
     const bool text = k->kind == CONFIG_STRING || k->kind == CONFIG_PATH || k->kind == CONFIG_ENUM;
     /* Numbers and booleans must be plain scalars: a quoted one is a string in YAML. */
     if (n->type != YAML_SCALAR_NODE || (!text && !is_plain(n))) {
@@ -485,6 +726,11 @@ static bool load_value(struct yaml_loader *L, const struct config_key *k, const 
     case CONFIG_PATH:
         if (scalar_len(n) == 0 || scalar_text(n)[0] == '\0') {
             config_report_add(L->report, DCP_DIAG_ERROR, pos_of(n), k->path, "must not be empty");
+            return false;
+        }
+        if (memchr(scalar_text(n), '\0', scalar_len(n))) { /* a "\0" escape: C strings would end there */
+            config_report_add(L->report, DCP_DIAG_ERROR, pos_of(n), k->path,
+                              "holds a NUL byte (\\0), which a name or path cannot");
             return false;
         }
         if (k->kind == CONFIG_PATH)
@@ -511,7 +757,8 @@ static bool load_value(struct yaml_loader *L, const struct config_key *k, const 
         return true;
     }
     case CONFIG_SECTION:
-    case CONFIG_TOKEN_LIST: break;
+    case CONFIG_TOKEN_LIST:
+    case CONFIG_LAYERS: break;
     }
     return false;
 }

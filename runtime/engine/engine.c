@@ -96,6 +96,9 @@ static int resolve_shape(struct dcp_engine *e)
         return err;
     e->interleave = cfg->parallel.interleave;
     e->block_size = cfg->memory.block_size;
+    if (e->params.num_layers > m->num_layers)
+        return dcp_error(DCP_EINVAL, "params.num_layers=%u: the model (%s) has %u layers", e->params.num_layers,
+                         m->name, m->num_layers);
     e->num_layers = e->params.num_layers ? e->params.num_layers : m->num_layers;
     e->mla = m->attention == DCP_ATTN_MLA;
     e->v_row_stride = e->mla ? e->geo.qk_dim : e->geo.v_dim;
@@ -105,16 +108,24 @@ static int resolve_shape(struct dcp_engine *e)
                          dcp_dtype_name(e->params.act_dtype), (int)e->params.act_dtype);
     e->act_dtype = (uint32_t)e->params.act_dtype;
     /* parallel.comm_dtype: the wire type of the gathered queries and the partial outputs
-     * (the LSEs stay fp32). The config rules accept fp32, bf16 and fp16 only; enum
-     * dcp_dtype and enum dcpk_dtype share their values. */
-    e->part_dtype = (uint32_t)cfg->parallel.comm_dtype;
+     * (the LSEs stay fp32); auto: the activations' own. The config rules accept fp32,
+     * bf16, fp16 and auto only; enum dcp_dtype and enum dcpk_dtype share their values. */
+    e->part_dtype = (uint32_t)dcp_wire_dtype_of(cfg->parallel.comm_dtype, e->params.act_dtype);
     if (!dcpk_act_dtype_ok(e->part_dtype))
         return dcp_error(DCP_EINVAL, "parallel.comm_dtype=%s (%d): the wire carries fp32, bf16 or fp16",
-                         dcp_dtype_name(cfg->parallel.comm_dtype), (int)cfg->parallel.comm_dtype);
+                         dcp_wire_dtype_name(cfg->parallel.comm_dtype), (int)cfg->parallel.comm_dtype);
     e->scale = (float)m->softmax_scale;
     e->kv_scale = (float)m->kv_scale;
     e->comm = cfg->parallel.comm;
     e->replicate_q = cfg->parallel.replicate_q && e->geo.dcp > 1;
+    if (e->geo.dcp > 1 && e->replicate_q != e->params.replicate_q)
+        return dcp_error(DCP_EINVAL, e->replicate_q
+                         ? "the deployment sets parallel.replicate_q, which makes q every gathered head, "
+                           "[dcp][T][H_l][qk], not [T][H_l][qk]: an engine reading that from a q buffer of the "
+                           "smaller layout reads past it. Set dcp_engine_params.replicate_q = true if your code "
+                           "passes that layout, or remove the key"
+                         : "dcp_engine_params.replicate_q is true but the deployment does not set "
+                           "parallel.replicate_q: the engine would read q as [T][H_l][qk] and gather the queries");
     e->merge_uv = cfg->parallel.merge_after_uv && e->mla;
     e->out_dim = dcp_merged_v_dim(cfg, e->geo.v_dim);
     if (e->merge_uv != (e->params.w_uv != NULL))
@@ -130,6 +141,8 @@ static int resolve_shape(struct dcp_engine *e)
     if (e->interleave == 0 || e->block_size % e->interleave)
         return dcp_error(DCP_EINVAL, "block_size=%u is not a multiple of interleave=%u",
                          e->block_size, e->interleave);
+    if ((err = dcp_engine_layers_resolve(e))) /* each layer's kind (layers.c) */
+        return err;
     int lerr = adopt_launcher_rank(e);
     if (lerr)
         return lerr;
@@ -174,30 +187,33 @@ static int kv_budget(const struct dcp_engine *e, bool host, double *out)
     return DCP_OK;
 }
 
-/* Pages: bytes of one page per layer, and how many pages the budget holds. */
+/* Pages: bytes of one page per layer, how many pages the budget holds once the
+ * sliding-window rings (a fixed arena per sequence slot) are taken from it, and
+ * where each layer's pages go (layers.c). */
 static int size_pages(struct dcp_engine *e, bool host)
 {
     bool ovf = false;
     e->k_page_bytes = dcp_mul_u64(e->geo.k_token_bytes, e->block_size, &ovf);
     e->v_page_bytes = dcp_mul_u64(e->geo.v_token_bytes, e->block_size, &ovf);
-    const uint64_t page_all_layers =
-        dcp_mul_u64(dcp_add_u64(e->k_page_bytes, e->v_page_bytes, &ovf), e->num_layers, &ovf);
-    if (ovf || page_all_layers == 0)
-        return dcp_error(DCP_EINVAL, "a KV page of %u layers x %u tokens has no representable size",
-                         e->num_layers, e->block_size);
-    double budget = 0;
-    int err = kv_budget(e, host, &budget);
+    uint64_t page_all_layers = 0, rings = 0;
+    int err = ovf ? dcp_error(DCP_EINVAL, "a KV page of %u tokens has no representable size", e->block_size)
+                  : dcp_engine_layers_size(e, &page_all_layers, &rings);
     if (err)
         return err;
-    if (budget < (double)page_all_layers)
+    double budget = 0;
+    if ((err = kv_budget(e, host, &budget)))
+        return err;
+    if (budget < (double)rings + (double)page_all_layers)
         return dcp_error(DCP_ENOSPC, "KV budget of %.0f bytes per rank holds no page of %llu bytes "
-                         "(%u layers x %u tokens)", budget, (unsigned long long)page_all_layers,
-                         e->num_layers, e->block_size);
+                         "(%u layers x %u tokens)%s", budget, (unsigned long long)page_all_layers,
+                         e->num_layers, e->block_size, rings ? " after the sliding-window rings" : "");
     /* budget <= 2^53, so the quotient is below 2^53 and converts exactly. */
-    e->num_blocks = DCP_MIN((uint64_t)(budget / (double)page_all_layers), (uint64_t)INT32_MAX);
-    /* num_blocks * page_all_layers <= budget: these products cannot overflow. */
-    e->layer_bytes = (e->k_page_bytes + e->v_page_bytes) * e->num_blocks;
-    e->kv_bytes = e->layer_bytes * e->num_layers;
+    e->num_blocks = DCP_MIN((uint64_t)((budget - (double)rings) / (double)page_all_layers), (uint64_t)INT32_MAX);
+    /* A block table holds distinct blocks, so it never needs more than num_blocks entries. */
+    const uint64_t per_block = (uint64_t)e->block_size * e->geo.dcp;
+    e->max_blocks_per_seq = (uint32_t)DCP_MIN(dcp_div_ceil_u64(e->max_context, per_block), e->num_blocks);
+    /* num_blocks * page_all_layers <= budget: the arena's products cannot overflow. */
+    dcp_engine_layers_place(e);
     return DCP_OK;
 }
 
@@ -215,9 +231,6 @@ static int size_limits(struct dcp_engine *e)
         return dcp_error(DCP_EINVAL, "max_context=%llu%s: positions are 32-bit on the device, at most %d tokens",
                          (unsigned long long)e->max_context, ovf ? " (longest workload context + 1024)" : "",
                          INT32_MAX);
-    /* A block table holds distinct blocks, so it never needs more than num_blocks entries. */
-    const uint64_t per_block = (uint64_t)e->block_size * e->geo.dcp;
-    e->max_blocks_per_seq = (uint32_t)DCP_MIN(dcp_div_ceil_u64(e->max_context, per_block), e->num_blocks);
     e->max_seqs = e->params.max_seqs ? e->params.max_seqs : 4096;
     if (e->max_seqs > DCP_KV_MAX_SEQS)
         return dcp_error(DCP_EINVAL, "max_seqs=%u: at most %u live sequences", e->max_seqs, DCP_KV_MAX_SEQS);
@@ -235,10 +248,11 @@ static int size_limits(struct dcp_engine *e)
     return DCP_OK;
 }
 
+/* The step limits first: the rings' size depends on max_seqs and max_query_tokens. */
 static int size_pools(struct dcp_engine *e, bool host)
 {
-    int err = size_pages(e, host);
-    return err ? err : size_limits(e);
+    int err = size_limits(e);
+    return err ? err : size_pages(e, host);
 }
 
 /* ---- per-rank buffers --------------------------------------------------- */
@@ -256,6 +270,7 @@ static void plan_rank_buffers(struct dcp_engine *e, struct dcp_rank_buffers *b, 
     dcp_buffer_plan_add(bp, &b->slots, e->max_tokens, sizeof(int64_t), 1, 1);
     dcp_buffer_plan_add(bp, &b->token_keys, e->max_tokens, sizeof(uint64_t), 1, 1);
     dcp_buffer_plan_add(bp, &b->lse_scratch, T, H, f, 1);
+    dcp_engine_layers_plan_buffers(e, &b->kinds, bp);
     if (e->merge_uv) {
         dcp_buffer_plan_add(bp, &b->latent, N * T, H, v, f);
         dcp_buffer_plan_add(bp, &b->w_uv, (uint64_t)e->num_layers * Hg, v, o, f);
@@ -274,6 +289,11 @@ static int alloc_rank_buffers(struct dcp_rank *r)
     plan_rank_buffers(e, &r->buf, &bp);
     for (int i = 0; i < bp.n; i++) {
         int err = e->ops->alloc(r, bp.bytes[i], bp.dst[i]);
+        if (err)
+            return err;
+    }
+    if (e->ring_bytes) { /* the sliding-window rings */
+        int err = e->ops->alloc(r, e->ring_bytes, &r->ring_arena);
         if (err)
             return err;
     }
@@ -309,8 +329,13 @@ static void free_rank_buffers(struct dcp_rank *r)
     for (int i = 0; i < bp.n; i++)
         e->ops->free(r, *bp.dst[i]);
     e->ops->free(r, r->kv_arena);
+    e->ops->free(r, r->ring_arena);
     memset(&r->buf, 0, sizeof(r->buf));
     r->kv_arena = 0;
+    r->ring_arena = 0;
+    free(r->user_bufs); /* the table; buffers the caller did not free stay the caller's leak */
+    r->user_bufs = NULL;
+    r->num_user_bufs = r->cap_user_bufs = 0;
 }
 
 /* Sizes the workspace once; every size is checked, so later plans cannot
@@ -358,6 +383,13 @@ static int alloc_step(struct dcp_engine *e)
     s->seen = calloc(e->max_seqs, sizeof(uint32_t));
     if (!s->block_table || !s->seq_lens || !s->q_start || !s->token_keys || !s->slots || !s->seen)
         return dcp_error(DCP_ENOMEM, "step metadata");
+    if (e->ring_pages) { /* the sliding-window rings (layers.c) */
+        s->ring_table = calloc((size_t)e->max_batch * e->ring_pages, sizeof(int32_t));
+        s->ring_slots = calloc((size_t)e->geo.dcp * e->max_tokens, sizeof(int64_t));
+        e->ring_hi = calloc(e->max_seqs, sizeof(uint64_t));
+        if (!s->ring_table || !s->ring_slots || !e->ring_hi)
+            return dcp_error(DCP_ENOMEM, "step metadata of the rings");
+    }
     return DCP_OK;
 }
 
@@ -369,6 +401,8 @@ static void free_step(struct dcp_step *s)
     free(s->token_keys);
     free(s->slots);
     free(s->seen);
+    free(s->ring_table);
+    free(s->ring_slots);
     memset(s, 0, sizeof(*s));
 }
 
@@ -438,11 +472,25 @@ static size_t kernel_scratch(const struct dcp_engine *e)
         .num_tokens = e->max_qtokens, .num_heads = e->geo.gathered_heads, .heads_per_chunk = e->geo.q_heads_per_rank,
         .in_dim = e->geo.v_dim, .out_dim = e->out_dim, .dst_dtype = e->act_dtype,
     };
-    /* Every family the engine launches is sized here: a new one in DCPK_KERNEL_FAMILIES must be
-     * added. The layer-kind families (sink, sparse_attn, index_score, topk: the last four) are
-     * not launched by the engine yet. */
-    _Static_assert(DCPK_KERNEL_COUNT == 7 + 4, "kernel_scratch: size the scratch of every kernel family");
+    /* The layer kinds' (layers.c): the sink needs none. */
+    const struct dcpk_sink_params sink = {.rows = rows, .num_heads = e->geo.q_heads_per_rank, .v_dim = e->out_dim};
+    const struct dcpk_sparse_attn_params sparse = {
+        .num_heads = e->geo.gathered_heads, .num_kv_heads = e->geo.kv_heads_per_rank, .head_tile = heads_per_kv,
+        .qk_dim = e->geo.qk_dim, .v_dim = e->geo.v_dim,
+    };
+    const struct dcpk_index_score_params index = {
+        .num_index_heads = e->cfg->model.index_heads, .index_dim = e->cfg->model.index_head_dim,
+    };
+    const struct dcpk_topk_params topk = {.k = e->max_topk};
+    /* Every family is sized here: a new one in DCPK_KERNEL_FAMILIES must be added. */
+    _Static_assert(DCPK_KERNEL_COUNT == 11, "kernel_scratch: size the scratch of every kernel family");
     size_t need = dcpk_kernels[DCPK_KERNEL_attn].scratch(&attn);
+    need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_sink].scratch(&sink));
+    if (e->max_topk) {
+        need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_sparse_attn].scratch(&sparse));
+        need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_index_score].scratch(&index));
+        need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_topk].scratch(&topk));
+    }
     need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_merge].scratch(&merge));
     need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_lse_scale].scratch(&scale));
     need = DCP_MAX(need, dcpk_kernels[DCPK_KERNEL_kv_append].scratch(&append));
@@ -472,7 +520,7 @@ DCP_API int dcp_engine_create(const struct dcp_engine_params *params, dcp_engine
     if (err)
         goto fail;
     err = open_backend(e);
-    if (err)
+    if (err || (err = dcp_engine_layers_check_backend(e)))
         goto fail;
     err = size_pools(e, e->caps.host_memory);
     if (err)
@@ -515,6 +563,8 @@ DCP_API int dcp_engine_create(const struct dcp_engine_params *params, dcp_engine
             err = upload_w_uv(r);
         if (!err)
             err = dcp_merge_rank_init(r);
+        if (!err)
+            err = dcp_engine_layers_rank_init(r);
         if (err)
             goto fail;
     }
@@ -548,6 +598,8 @@ DCP_API void dcp_engine_destroy(dcp_engine **engine)
     if (e->ops)
         e->ops->engine_fini(e->backend);
     free_step(&e->step);
+    free(e->ring_hi);
+    dcp_engine_layers_free(e);
     dcp_kv_manager_destroy(&e->kv);
     free(e);
     *engine = NULL;
@@ -577,7 +629,7 @@ DCP_API void dcp_engine_get_info(const dcp_engine *e, struct dcp_engine_info *in
         .block_size = e->block_size,
         .num_blocks = e->num_blocks,
         .tokens_per_block = (uint64_t)e->block_size * e->geo.dcp,
-        .kv_bytes_per_rank = e->kv_bytes,
+        .kv_bytes_per_rank = e->kv_bytes + e->ring_bytes,
         .workspace_bytes_per_rank = e->workspace_bytes,
         .max_batch = e->max_batch,
         .max_query_tokens = e->max_qtokens,
@@ -586,6 +638,8 @@ DCP_API void dcp_engine_get_info(const dcp_engine *e, struct dcp_engine_info *in
         .max_context = e->max_context,
         .act_dtype = (enum dcp_dtype)e->act_dtype,
         .comm_dtype = (enum dcp_dtype)e->part_dtype,
+        .layers = e->layer_kinds,
+        .ring_pages = e->ring_pages,
     };
 }
 
@@ -613,21 +667,37 @@ DCP_API void dcp_engine_abort(dcp_engine *e)
 /* Called between steps (no rank function runs): an engine whose step was aborted
  * is made usable again when the backend can restart its collectives; otherwise,
  * or when it failed before, every call from now on is refused. */
+/* Forgets which thread made the ranks' step calls (check_group_threads, rank.c): a
+ * step run again after an abort, or by new threads (whose ids may be those of the
+ * last run's), starts afresh. */
+static void forget_step_threads(struct dcp_engine *e)
+{
+    for (uint32_t i = 0; i < e->num_ranks; i++)
+        atomic_store(&e->ranks[i].step_thread, 0);
+}
+
 static int settle(struct dcp_engine *e)
 {
     if (!atomic_load(&e->failed) && atomic_exchange(&e->aborted, 0)) {
+        forget_step_threads(e);
         int err = e->ops->recover ? e->ops->recover(e)
                                   : dcp_error(DCP_EABORTED, "the %s backend cannot restart its collectives",
                                               e->ops->name);
-        if (err) {
-            snprintf(e->failure, sizeof(e->failure), "%s", dcp_last_error()[0] ? dcp_last_error()
-                                                                               : dcp_strerror(err));
-            atomic_store(&e->failed, 1);
-        }
+        if (err)
+            dcp_engine_fail(e, dcp_last_error()[0] ? dcp_last_error() : dcp_strerror(err));
     }
     if (atomic_load(&e->failed))
         return dcp_error(DCP_EABORTED, "the engine failed after an abort (%s): destroy it", e->failure);
     return DCP_OK;
+}
+
+void dcp_engine_fail(struct dcp_engine *e, const char *why)
+{
+    int first = 0;
+    if (atomic_compare_exchange_strong(&e->failing, &first, 1)) {
+        snprintf(e->failure, sizeof(e->failure), "%s", why);
+        atomic_store(&e->failed, 1);
+    }
 }
 
 int dcp_engine_check_usable(const struct dcp_engine *e)
@@ -644,7 +714,10 @@ DCP_API int dcp_seq_create(dcp_engine *e, uint32_t *seq_id)
     int err = need_idle_engine(e, "seq_create");
     if (!err && !seq_id)
         err = dcp_error(DCP_EINVAL, "seq_create: seq_id is NULL");
-    return err ? err : dcp_kv_seq_create(e->kv, seq_id);
+    if (err || (err = dcp_kv_seq_create(e->kv, seq_id)))
+        return err;
+    dcp_engine_layers_seq_reset(e, *seq_id, UINT32_MAX); /* its rings start empty */
+    return DCP_OK;
 }
 
 /* Changing a sequence invalidates the step (its block tables and slots). */
@@ -662,8 +735,15 @@ DCP_API int dcp_seq_truncate(dcp_engine *e, uint32_t seq_id, uint64_t len)
     int err = need_idle_engine(e, "seq_truncate");
     if (err)
         return err;
+    if ((err = dcp_kv_seq_check(e->kv, seq_id, "seq_truncate")) ||
+        (err = dcp_engine_layers_check_truncate(e, seq_id, len)))
+        return err;
     e->step.valid = false;
-    return dcp_kv_seq_truncate(e->kv, seq_id, len);
+    if ((err = dcp_kv_seq_truncate(e->kv, seq_id, len)))
+        return err;
+    if (len == 0)
+        dcp_engine_layers_seq_reset(e, seq_id, UINT32_MAX);
+    return DCP_OK;
 }
 
 DCP_API int dcp_seq_fork(dcp_engine *e, uint32_t src, uint32_t *seq_id)
@@ -671,7 +751,11 @@ DCP_API int dcp_seq_fork(dcp_engine *e, uint32_t src, uint32_t *seq_id)
     int err = need_idle_engine(e, "seq_fork");
     if (!err && !seq_id)
         err = dcp_error(DCP_EINVAL, "seq_fork: seq_id is NULL");
-    return err ? err : dcp_kv_seq_fork(e->kv, src, seq_id);
+    if (err || (err = dcp_kv_seq_fork(e->kv, src, seq_id)))
+        return err;
+    /* The child's window rings are copies of the parent's. */
+    dcp_engine_layers_seq_reset(e, *seq_id, src);
+    return dcp_engine_layers_fork(e, src, *seq_id);
 }
 
 DCP_API int dcp_seq_release(dcp_engine *e, uint32_t seq_id)
@@ -843,6 +927,8 @@ DCP_API int dcp_engine_begin_step(dcp_engine *e, const struct dcp_batch *b)
     if ((err = settle(e)) || (err = check_batch(e, b)))
         return err;
     build_step(e, b);
+    dcp_engine_layers_build_step(e, b);
+    e->step_id++;
     struct dcp_step *s = &e->step;
     s->num_splits = choose_splits(e);
     for (uint32_t i = 0; i < e->num_ranks; i++) {
@@ -856,7 +942,8 @@ DCP_API int dcp_engine_begin_step(dcp_engine *e, const struct dcp_batch *b)
             (err = ops->upload(r, r->buf.seq_lens, s->seq_lens, s->batch * sizeof(int32_t))) ||
             (err = ops->upload(r, r->buf.q_start, s->q_start, (s->batch + 1) * sizeof(int32_t))) ||
             (err = ops->upload(r, r->buf.slots, slots, s->tokens * sizeof(int64_t))) ||
-            (err = ops->upload(r, r->buf.token_keys, s->token_keys, s->tokens * sizeof(uint64_t))))
+            (err = ops->upload(r, r->buf.token_keys, s->token_keys, s->tokens * sizeof(uint64_t))) ||
+            (err = dcp_engine_layers_upload_step(r)))
             return err;
     }
     s->valid = true;
@@ -1048,6 +1135,7 @@ DCP_API int dcp_engine_run(dcp_engine *e, dcp_rank_fn fn, void *arg)
         atomic_store(&e->running, 0);
         return err;
     }
+    forget_step_threads(e);
     struct rank_job *jobs = calloc(e->num_ranks, sizeof(*jobs));
     if (!jobs) {
         atomic_store(&e->running, 0);

@@ -21,6 +21,8 @@
 struct dcp_engine;
 struct dcp_rank;
 struct dcp_backend_caps;
+struct dcp_buffer_plan;
+struct dcp_attn_target;
 
 /** Profile categories (struct dcp_profile's fields, in order). */
 enum dcp_prof_cat { PROF_APPEND, PROF_ATTENTION, PROF_MERGE, PROF_COMM, PROF_OTHER, PROF_COUNT };
@@ -119,6 +121,37 @@ struct dcp_backend_caps {
                             ///< runtime.host.memory_bytes instead of the GPU's.
     char detail[512];       ///< What it runs on, for dcp_engine_info.backend_detail.
     char libraries[512];    ///< Files it loaded and their versions, for dcp_engine_info.backend_libraries.
+    uint32_t layer_types;   ///< Bit 1 << enum dcp_layer_type per layer kind it runs (its kernels have entries).
+    bool sinks;             ///< It runs the sink kernel (layers with sink: true).
+};
+
+/** Per-rank buffers of the layer kinds (runtime/engine/layers.c); 0 where the engine has no such layer. */
+struct dcp_layer_buffers {
+    uint64_t ring_table;    ///< int32 [max_batch][ring_pages]: each sequence's ring pages (sliding windows)
+    uint64_t ring_slots;    ///< int64 [max_step_tokens]: this rank's ring write slots, or -1
+    uint64_t sinks;         ///< fp32 [layers][H_l]: the sink logits of this rank's heads (dcp_engine_params.sinks)
+    uint64_t topk;          ///< int32 [T][max_topk]: the selected positions (sparse_index sharded)
+    uint64_t topk_scores;   ///< fp32 [T][max_topk]: their scores
+    uint64_t scores;        ///< fp32 [T][score_stride]: the indexer's scores of this rank's keys
+    uint64_t score_lens;    ///< int32 [T]: keys scored per token
+    uint64_t cand;          ///< 4-byte words [2][T][max_topk]: this rank's candidates (scores, then positions)
+    uint64_t cand_recv;     ///< 4-byte words [dcp][2][T][max_topk]: the group's, gathered
+};
+
+/** One layer of the engine: its kind and where its KV lives (runtime/engine/layers.c). */
+struct dcp_engine_layer {
+    struct dcp_layer_kind kind; ///< From the deployment (repeat 1).
+    uint64_t kv_offset;         ///< Bytes from the rank's arena to the layer's K pages (V pages follow them): the KV
+                                ///< arena for full and sparse_topk layers, the ring arena for sliding_window ones.
+    uint64_t index_offset;      ///< sparse_topk with sparse_index sharded: bytes from the KV arena to its index-key
+                                ///< pages (0: none).
+};
+
+/** Where one layer's pages are on a rank. */
+struct dcp_layer_pages {
+    uint64_t k, v;              ///< K and V pages (v == k for MLA).
+    uint64_t index;             ///< Index-key pages, or 0.
+    bool ring;                  ///< The pages are rings: block table ring_table, ring_pages per sequence.
 };
 /** Per-rank backend buffers holding one step's metadata and the collective workspace. */
 struct dcp_rank_buffers {
@@ -134,13 +167,19 @@ struct dcp_rank_buffers {
     uint64_t ws_o;          ///< fp32 split-KV partial outputs [splits][T][Hg][v], split_rows x Hg x v in all
     uint64_t ws_lse;        ///< fp32 split-KV partial LSEs [splits][T][Hg], split_rows x Hg in all
     uint64_t w_uv;          ///< fp32 [layers][Hg][v][o]: W_UV of the gathered heads (merge_after_uv)
+    struct dcp_layer_buffers kinds; ///< The layer kinds' (layers.c).
 };
 
-/** Bytes begin_step uploads to each rank at most (block_table .. token_keys above). */
-static inline size_t dcp_step_upload_bytes(uint32_t max_batch, uint32_t max_blocks_per_seq, uint32_t max_tokens)
+/** Arrays begin_step uploads to each rank at most (block_table .. token_keys, ring_table, ring_slots). */
+#define DCP_STEP_UPLOADS 7
+
+/** Bytes begin_step uploads to each rank at most (block_table .. token_keys above, and the rings'). */
+static inline size_t dcp_step_upload_bytes(uint32_t max_batch, uint32_t max_blocks_per_seq, uint32_t max_tokens,
+                                           uint32_t ring_pages)
 {
     return ((size_t)max_batch * max_blocks_per_seq + max_batch + max_batch + 1) * sizeof(int32_t) +
-           (size_t)max_tokens * (sizeof(int64_t) + sizeof(uint64_t));
+           (size_t)max_tokens * (sizeof(int64_t) + sizeof(uint64_t)) +
+           (ring_pages ? (size_t)max_batch * ring_pages * sizeof(int32_t) + (size_t)max_tokens * sizeof(int64_t) : 0);
 }
 
 /** One rank. */
@@ -150,13 +189,19 @@ struct dcp_rank {
     uint32_t tp_rank;       ///< TP rank.
     uint32_t group_rank;    ///< Rank within the DCP group.
     uint32_t group_id;      ///< Which DCP group (tp_rank / dcp).
-    uint64_t kv_arena;      ///< All layers' K and V pages.
+    uint64_t kv_arena;      ///< The paged layers' K and V pages (and sparse layers' index keys).
+    uint64_t ring_arena;    ///< The sliding-window layers' rings (0: none).
     struct dcp_rank_buffers buf;
     void *backend;          ///< Backend-private state.
     double prof_seconds[PROF_COUNT];   ///< Collected profile (engine params.profile).
     uint64_t prof_calls[PROF_COUNT];
     struct dcp_graph_shape capture_shape; ///< Shape of the step dcp_rank_capture_begin() began with.
     bool capturing;                       ///< Between dcp_rank_capture_begin() and _end().
+    atomic_int in_call;                   ///< A public entry runs on the rank (DCP_RANK_ENTRY): one at a time.
+    _Atomic uint64_t step_thread;         ///< Thread of the rank's last append_kv or attention ...
+    _Atomic uint64_t step_thread_step;    ///< ... and the step (dcp_engine.step_id) it was in.
+    uint64_t *user_bufs;                  ///< Live buffers of dcp_rank_alloc(), sorted (a double free is refused).
+    size_t num_user_bufs, cap_user_bufs;
 };
 
 /** The current step, on the host. */
@@ -170,6 +215,8 @@ struct dcp_step {
     int32_t *q_start;       ///< [max_batch + 1]
     uint64_t *token_keys;   ///< [max_step_tokens]
     int64_t *slots;         ///< [dcp][max_step_tokens] write slot per group rank
+    int32_t *ring_table;    ///< [max_batch * ring_pages] each sequence's ring pages (sliding windows)
+    int64_t *ring_slots;    ///< [dcp][max_step_tokens] ring write slot per group rank
     uint32_t *seen;         ///< [max_seqs] step stamp per sequence (duplicate check)
     uint32_t stamp;
     bool valid;             ///< begin_step succeeded.
@@ -188,6 +235,13 @@ struct dcp_engine {
                                     ///< runtime/model): heads, dims and bytes are read from here, never copied.
     uint32_t interleave, block_size, num_layers;
     uint32_t v_row_stride;          ///< Elements between V rows of a page (v_dim; MLA: the K row, qk_dim).
+    struct dcp_engine_layer *layers; ///< [num_layers]: each layer's kind and pages (layers.c).
+    struct dcp_layer_kind *layer_kinds; ///< [num_layers]: the kinds, for dcp_engine_info.layers.
+    uint32_t max_window;            ///< Largest sliding window (0: no window layer).
+    uint32_t max_topk;              ///< Largest top-k of the sparse_topk layers (0: none).
+    bool window_sharded;            ///< model.window_kv sharded.
+    bool sharded_index;             ///< parallel.sparse_index sharded (mode b).
+    bool has_sink_params;           ///< dcp_engine_params.sinks gives some layer's logits.
     uint32_t out_dim;               ///< Values per head on the merge's wire and in out (v_dim, or v_head_dim).
     bool replicate_q;               ///< The caller passes all gathered heads' queries (dcp > 1): no Q gather.
     bool merge_uv;                  ///< Partial latent outputs are projected by W_UV before the merge.
@@ -208,8 +262,12 @@ struct dcp_engine {
     uint32_t max_qtokens;           ///< Query tokens one attention call may handle.
     uint64_t max_context;
     uint64_t k_page_bytes, v_page_bytes; ///< One page of one layer.
-    uint64_t layer_bytes;           ///< All pages of one layer, K then V.
-    uint64_t kv_bytes;              ///< Arena bytes per rank.
+    uint64_t kv_bytes;              ///< KV arena bytes per rank (every paged layer's pages).
+    uint32_t ring_pages;            ///< Pages of one sequence's ring per sliding-window layer (0: none).
+    uint64_t ring_bytes;            ///< Ring arena bytes per rank.
+    uint64_t *ring_hi;              ///< [max_seqs] longest length each sequence slot's rings were written for.
+    uint64_t index_page_bytes;      ///< One page of a sparse layer's index keys (sparse_index sharded; else 0).
+    uint64_t score_stride;          ///< Local keys one row of indexer scores holds (max_blocks_per_seq x block_size).
     uint64_t workspace_bytes;       ///< Workspace bytes per rank.
     size_t kernel_scratch_bytes;    ///< Worst-case scratch of one kernel work item (CPU kernels).
     uint64_t split_rows;            ///< (split, query token) rows the split-KV workspace holds (0: no split-KV).
@@ -221,19 +279,58 @@ struct dcp_engine {
     uint32_t num_ranks;
     uint32_t ranks_initialised;
 
+    uint64_t step_id;               ///< Counts successful begin_steps (a rank's step_thread_step refers to it).
     atomic_int running;             ///< dcp_engine_run is running rank functions: entries that change the
                                     ///< engine's steps, sequences or life refuse (dcp_engine_check_idle).
     atomic_int aborted;             ///< The step was aborted; recover at the next begin_step or run.
     atomic_int failed;              ///< Recovery failed: the engine refuses every step (destroy it).
+    atomic_int failing;             ///< dcp_engine_fail claimed the failure message (set once).
     char failure[256];              ///< Why it failed.
     char notice[512];               ///< Why auto fell back to host ("" if it did not).
 };
 
-/** Address of layer l's K pages (V pages follow the K pages of the same layer). */
-static inline uint64_t dcp_layer_k(const struct dcp_rank *r, uint32_t layer)
-{
-    return r->kv_arena + (uint64_t)layer * r->engine->layer_bytes;
-}
+/* ---- the layer kinds (layers.c) ----------------------------------------------- */
+
+/** Resolves each layer's kind (from the deployment; params.num_layers may cut or repeat the pattern). */
+int dcp_engine_layers_resolve(struct dcp_engine *e);
+/** Frees what dcp_engine_layers_resolve allocated. */
+void dcp_engine_layers_free(struct dcp_engine *e);
+/** DCP_ENOTSUP when the backend's capabilities miss a layer's kind or sink. */
+int dcp_engine_layers_check_backend(const struct dcp_engine *e);
+/** Ring pages and index page size; *paged_bytes_per_block: all paged layers' bytes per block; *ring_arena_bytes. */
+int dcp_engine_layers_size(struct dcp_engine *e, uint64_t *paged_bytes_per_block, uint64_t *ring_arena_bytes);
+/** Places every layer's pages once num_blocks and max_blocks_per_seq are final; sets kv_bytes and ring_bytes. */
+void dcp_engine_layers_place(struct dcp_engine *e);
+/** The per-rank buffers of the layer kinds. */
+void dcp_engine_layers_plan_buffers(const struct dcp_engine *e, struct dcp_layer_buffers *b, struct dcp_buffer_plan *bp);
+/** After the rank's buffers are allocated: its heads' sink logits from dcp_engine_params.sinks. */
+int dcp_engine_layers_rank_init(struct dcp_rank *r);
+/** begin_step: the ring tables and ring slots of the batch (host side). */
+void dcp_engine_layers_build_step(struct dcp_engine *e, const struct dcp_batch *b);
+/** begin_step: uploads them to a rank. */
+int dcp_engine_layers_upload_step(struct dcp_rank *r);
+/** dcp_seq_fork: the child's rings become copies of the parent's. */
+int dcp_engine_layers_fork(struct dcp_engine *e, uint32_t src, uint32_t child);
+/** dcp_seq_truncate: refuses a cut the rings cannot serve. */
+int dcp_engine_layers_check_truncate(const struct dcp_engine *e, uint32_t seq, uint64_t len);
+/** A new sequence's rings are empty (from = UINT32_MAX), or a fork's are its parent's. */
+void dcp_engine_layers_seq_reset(struct dcp_engine *e, uint32_t seq, uint32_t from);
+
+/** Where layer l's pages are on rank r. */
+struct dcp_layer_pages dcp_layer_pages(const struct dcp_rank *r, uint32_t layer);
+/** The write slots of layer l's appends on rank r (the rings' for sliding windows). */
+uint64_t dcp_rank_layer_slots(const struct dcp_rank *r, uint32_t layer);
+/** Argument checks of a rank function on layer l by its kind (x: the attention's extra inputs, or NULL). */
+int dcp_rank_layer_check(const struct dcp_rank *r, const char *op, uint32_t layer, const struct dcp_attention_extra *x);
+/** A sparse_topk layer's partial outputs into t: the top-k (given, or selected: mode b), then dcpk_sparse_attn
+ *  over heads query heads (gathered_heads with the chunked q, or q_heads_per_rank). */
+int dcp_rank_sparse_partials(struct dcp_rank *r, uint32_t layer, uint64_t q, uint32_t q_dtype, uint64_t q_chunk_stride,
+                             uint32_t heads, const struct dcp_attn_target *t, const struct dcp_attention_extra *x);
+/** The sink of layer l on the merged rows out (act_dtype) and lse, once. */
+int dcp_rank_apply_sink(struct dcp_rank *r, uint32_t layer, uint64_t out, uint64_t lse,
+                        const struct dcp_attention_extra *x);
+/** Argument checks of a step's rank function (rank.c). */
+int dcp_rank_check_step(const struct dcp_rank *r, const char *op, uint32_t layer);
 
 /** Query heads per attention work item (the backend's head_tile, within one KV head's heads). */
 static inline uint32_t dcp_engine_head_tile(const struct dcp_engine *e)
@@ -259,6 +356,29 @@ uint64_t dcp_rank_wire_bytes(const struct dcp_rank *r);
  *  (op was called from one of them, or from another thread meanwhile). For entries outside engine.c
  *  that change sequences (the engine scheduler). */
 int dcp_engine_check_idle(const struct dcp_engine *e, const char *op);
+
+/**
+ * Claims rank r for one public entry named op: r, or NULL with DCP_EBUSY and a message
+ * when another call is inside the rank (engine.h: one thread drives a rank at a time).
+ * Use DCP_RANK_ENTRY, which releases the claim when the entry returns.
+ */
+struct dcp_rank *dcp_rank_claim(struct dcp_rank *r, const char *op);
+/** Releases a claim (the cleanup of DCP_RANK_ENTRY's variable). */
+void dcp_rank_release(struct dcp_rank *const *claim);
+/** In a public rank entry after its NULL check: claims the rank until the entry returns,
+ *  or returns fail (DCP_EBUSY) at once. DCP_RANK_ENTRY_VOID for entries without a result. */
+#define DCP_RANK_ENTRY(r, op, fail)                                                                  \
+    struct dcp_rank *const rank_claim_ __attribute__((cleanup(dcp_rank_release))) = dcp_rank_claim(r, op); \
+    if (!rank_claim_)                                                                                \
+    return fail
+#define DCP_RANK_ENTRY_VOID(r, op)                                                                   \
+    struct dcp_rank *const rank_claim_ __attribute__((cleanup(dcp_rank_release))) = dcp_rank_claim(r, op); \
+    if (!rank_claim_)                                                                                \
+    return
+
+/** Marks the engine failed for good (engine.h, Errors) with why as the reason every later
+ *  step and rank function gives with DCP_EABORTED; the first reason stays. Any thread. */
+void dcp_engine_fail(struct dcp_engine *e, const char *why);
 
 /** DCP_OK, or DCP_EABORTED with a message when the engine failed for good. */
 int dcp_engine_check_usable(const struct dcp_engine *e);

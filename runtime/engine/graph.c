@@ -33,7 +33,10 @@ static int abort_on_error(struct dcp_rank *r, int err)
 DCP_API int dcp_rank_set_stream(dcp_rank *r, void *stream)
 {
     int err = need_rank(r, "rank_set_stream");
-    if (err || (err = dcp_engine_check_usable(r->engine)))
+    if (err)
+        return err;
+    DCP_RANK_ENTRY(r, "rank_set_stream", DCP_EBUSY);
+    if ((err = dcp_engine_check_usable(r->engine)))
         return err;
     const struct dcp_backend_ops *ops = r->engine->ops;
     if (!ops->set_stream)
@@ -53,7 +56,10 @@ DCP_API void *dcp_rank_stream(const dcp_rank *r)
 DCP_API int dcp_rank_capture_begin(dcp_rank *r)
 {
     int err = need_rank(r, "capture_begin");
-    if (err || (err = dcp_engine_check_usable(r->engine)))
+    if (err)
+        return err;
+    DCP_RANK_ENTRY(r, "capture_begin", DCP_EBUSY);
+    if ((err = dcp_engine_check_usable(r->engine)))
         return err;
     struct dcp_engine *e = r->engine;
     if (!e->ops->capture_begin)
@@ -82,6 +88,7 @@ DCP_API int dcp_rank_capture_end(dcp_rank *r, dcp_graph **out)
         err = dcp_error(DCP_EINVAL, "capture_end: graph is NULL");
     if (err)
         return err;
+    DCP_RANK_ENTRY(r, "capture_end", DCP_EBUSY);
     *out = NULL;
     struct dcp_engine *e = r->engine;
     if (!e->ops->capture_end)
@@ -112,6 +119,7 @@ DCP_API int dcp_graph_launch(dcp_graph *g)
     if (!g)
         return dcp_error(DCP_EINVAL, "graph_launch: graph is NULL");
     struct dcp_rank *r = g->rank;
+    DCP_RANK_ENTRY(r, "graph_launch", DCP_EBUSY);
     int err = dcp_engine_check_usable(r->engine);
     if (err || (err = dcp_engine_graph_check(r->engine, &g->shape)))
         return err;

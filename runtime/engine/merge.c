@@ -379,7 +379,7 @@ void dcp_merge_plan_comm(const struct dcp_config *cfg, struct dcp_plan_comm *out
         .heads = g.q_heads_per_rank,
         .qk = g.qk_dim,
         .v = dcp_merged_v_dim(cfg, g.v_dim),
-        .wire = dcp_dtype_size(cfg->parallel.comm_dtype),
+        .wire = dcp_dtype_size(dcp_wire_dtype_of(cfg->parallel.comm_dtype, DCP_PLAN_ACT_DTYPE)),
         .replicate_q = cfg->parallel.replicate_q,
     };
     scheme_of(cfg->parallel.comm)->plan_rows(&d, out);

@@ -37,8 +37,8 @@ struct dcp_merge_buffers {
 
 /** Buffers to allocate per rank: sizes and where each address goes. */
 struct dcp_buffer_plan {
-    size_t bytes[24];
-    uint64_t *dst[24];
+    size_t bytes[32];
+    uint64_t *dst[32];
     int n;
     bool overflow; ///< Some size did not fit 64 bits.
 };

@@ -64,3 +64,35 @@ DCP_API uint64_t dcp_model_kv_bytes_per_token_layer(const struct dcp_model_confi
     dcp_model_token_bytes(model, model->attention == DCP_ATTN_MLA ? 1 : model->num_kv_heads, &k, &v);
     return k + v;
 }
+
+DCP_API struct dcp_layer_kind dcp_model_layer_kind(const struct dcp_model_config *m, uint32_t layer)
+{
+    struct dcp_layer_kind k = {.type = DCP_LAYER_FULL, .repeat = 1};
+    if (!m || m->num_layer_kinds == 0 || m->num_layer_kinds > DCP_MAX_LAYER_PATTERN)
+        return k;
+    uint64_t period = 0;
+    for (uint32_t i = 0; i < m->num_layer_kinds; i++)
+        period += m->layer_pattern[i].repeat ? m->layer_pattern[i].repeat : 1;
+    uint64_t at = layer % period;
+    for (uint32_t i = 0; i < m->num_layer_kinds; i++) {
+        const uint64_t n = m->layer_pattern[i].repeat ? m->layer_pattern[i].repeat : 1;
+        if (at < n) {
+            k = m->layer_pattern[i];
+            k.repeat = 1;
+            return k;
+        }
+        at -= n;
+    }
+    return k; /* not reached */
+}
+
+void dcp_model_count_layers(const struct dcp_model_config *m, uint32_t num_layers, uint32_t count[DCP_LAYER_NONE + 1])
+{
+    for (int t = 0; t <= DCP_LAYER_NONE; t++)
+        count[t] = 0;
+    for (uint32_t l = 0; l < num_layers; l++) {
+        const struct dcp_layer_kind k = dcp_model_layer_kind(m, l);
+        if ((unsigned)k.type <= DCP_LAYER_NONE)
+            count[k.type]++;
+    }
+}

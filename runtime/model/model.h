@@ -22,4 +22,20 @@
  */
 void dcp_model_token_bytes(const struct dcp_model_config *m, uint32_t kv_heads, uint64_t *k, uint64_t *v);
 
+/**
+ * Layers of each kind among the first num_layers of model m (its pattern repeated;
+ * no pattern: all full): count[t] for every enum dcp_layer_type t.
+ */
+void dcp_model_count_layers(const struct dcp_model_config *m, uint32_t num_layers, uint32_t count[DCP_LAYER_NONE + 1]);
+
+/**
+ * Tokens of one sequence a rank keeps for a sliding window of `window` tokens when
+ * a step attends up to `queries` query tokens of it: the positions those queries
+ * see, n = window + queries - 1, all of them when replicated, else the most any
+ * rank owns of n consecutive positions under dcp and interleave,
+ * floor(n / (dcp x I)) x I + min(n mod (dcp x I), I). A ring of at least this many
+ * local slots never overwrites a key a query still sees.
+ */
+uint64_t dcp_window_ring_tokens(uint32_t window, uint32_t queries, bool sharded, uint32_t dcp, uint32_t interleave);
+
 #endif /* DCP_MODEL_MODEL_H */

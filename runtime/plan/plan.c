@@ -57,76 +57,123 @@ static bool pages_in_budget(double budget, uint64_t page_bytes, uint64_t *pages)
 }
 
 /*
- * One layout with DCP size dcp (1 = baseline). token_layer_bytes is the
- * baseline's per-GPU bytes per token per layer: a page holds block_size local
- * tokens either way, so page size and page count do not depend on dcp.
+ * One layout with DCP size dcp (1 = baseline), from the model layer's figures of
+ * its layer kinds (kv): a page holds block_size local tokens of every paged layer
+ * either way, so page size and page count do not depend on dcp; sliding-window
+ * rings and KV-free state are per request, whatever its length.
  */
-static bool plan_layout(const struct dcp_config *cfg, uint32_t dcp, uint64_t token_layer_bytes,
-                        double kv_budget, struct dcp_plan_layout *out)
+static bool plan_layout(const struct dcp_config *cfg, const struct dcp_model_kv *kv, double kv_budget,
+                        struct dcp_plan_layout *out)
 {
     const struct dcp_model_config *model = &cfg->model;
-    const uint32_t layers = model->num_layers;
     const uint32_t block = cfg->memory.block_size;
+    /* The whole model's KV per token of the layers that grow, index keys once. */
     const double model_token_bytes =
-        (double)dcp_model_kv_bytes_per_token_layer(model) * (double)layers;
+        (double)dcp_model_kv_bytes_per_token_layer(model) * (kv->layers[DCP_LAYER_FULL] + kv->layers[DCP_LAYER_SPARSE_TOPK]) +
+        (double)kv->layers[DCP_LAYER_SPARSE_TOPK] * model->index_head_dim * dcp_dtype_size(model->index_dtype);
 
-    out->dcp = dcp;
+    out->dcp = kv->dcp;
     out->kv_heads_per_gpu = baseline_geometry(cfg).kv_heads_per_rank;
-    out->kv_bytes_per_token = (double)token_layer_bytes * layers / dcp;
-    out->replication = out->kv_bytes_per_token * cfg->parallel.tp / model_token_bytes;
+    out->kv_bytes_per_token = (double)kv->page_token_bytes / kv->dcp + (double)kv->replicated_token_bytes;
+    out->replication = model_token_bytes > 0 ? out->kv_bytes_per_token * cfg->parallel.tp / model_token_bytes : 0.0;
+    out->fixed_bytes = (double)kv->window_bytes + kv->state_bytes;
     /* Checked: a figure that does not fit 64 bits is an error, never a wrapped count. */
-    bool ok = !__builtin_mul_overflow((uint64_t)block, token_layer_bytes, &out->page_bytes) &&
-              !__builtin_mul_overflow(out->page_bytes, (uint64_t)layers, &out->page_bytes);
-    ok = ok && pages_in_budget(kv_budget, out->page_bytes, &out->pages);
+    bool ok = !__builtin_mul_overflow((uint64_t)block, kv->page_token_bytes, &out->page_bytes);
+    ok = ok && (out->page_bytes == 0 || pages_in_budget(kv_budget, out->page_bytes, &out->pages));
+    const uint32_t dcp = kv->dcp;
     ok = ok && !__builtin_mul_overflow(out->pages, (uint64_t)block, &out->local_tokens);
     ok = ok && !__builtin_mul_overflow(out->local_tokens, (uint64_t)dcp, &out->context_tokens);
     return ok;
 }
 
-/* Requests of pages_per_request pages that fit in pages (none for a 0-token request). */
-static uint64_t requests_that_fit(uint64_t pages, uint64_t pages_per_request)
+/* Requests of request_bytes each that fit in budget: the largest c with c * request_bytes <= budget
+ * (none for a budget of 0 or less, or a request of no bytes). */
+static uint64_t requests_that_fit(double budget, double request_bytes)
 {
-    return pages_per_request ? pages / pages_per_request : 0;
+    if (!(budget > 0.0) || !(request_bytes > 0.0))
+        return 0;
+    double c = floor(budget / request_bytes);
+    if (!(c < 9007199254740992.0)) /* 2^53: past exact integers (and NaN) */
+        return 0;
+    while (c > 0 && c * request_bytes > budget) /* the quotient's rounding, corrected exactly */
+        c--;
+    while ((c + 1) * request_bytes <= budget)
+        c++;
+    return (uint64_t)c;
 }
 
-static void plan_context(const struct dcp_config *cfg, uint64_t len, uint64_t pages,
-                         uint64_t token_layer_bytes, struct dcp_plan_context *out)
+/* Capacity and reads at one context length; base and dcp are the model's figures of both layouts. */
+static void plan_context(const struct dcp_config *cfg, uint64_t len, const struct dcp_model_kv *base,
+                         const struct dcp_model_kv *dcp, double budget, struct dcp_plan_context *out)
 {
     const uint32_t block = cfg->memory.block_size;
-    const uint32_t dcp = cfg->parallel.dcp;
-    /* Rank 0 holds the largest share: local lengths differ by at most I and
-     * the leftover runs are dealt from rank 0 up. */
-    const uint64_t largest_shard = dcp_kv_local_length(len, 0, dcp, cfg->parallel.interleave);
-
+    const double layers = cfg->model.num_layers;
     out->context_len = len;
     out->baseline_pages = dcp_kv_blocks_for_length(len, block, 1);
-    out->dcp_pages = dcp_kv_blocks_for_length(len, block, dcp);
-    out->baseline_concurrency = requests_that_fit(pages, out->baseline_pages);
-    out->dcp_concurrency = requests_that_fit(pages, out->dcp_pages);
-    out->baseline_kv_read_bytes = (double)len * (double)token_layer_bytes;
-    out->dcp_kv_read_bytes = (double)largest_shard * (double)token_layer_bytes;
+    out->dcp_pages = dcp_kv_blocks_for_length(len, block, dcp->dcp);
+    out->baseline_concurrency = requests_that_fit(budget, dcp_model_kv_request_bytes(cfg, base, len));
+    out->dcp_concurrency = requests_that_fit(budget, dcp_model_kv_request_bytes(cfg, dcp, len));
+    out->baseline_kv_read_bytes = dcp_model_kv_read_bytes(cfg, base, len) / layers;
+    out->dcp_kv_read_bytes = dcp_model_kv_read_bytes(cfg, dcp, len) / layers;
+}
+
+/*
+ * The exchanges of a step: every merged layer runs the merge scheme's (Q gather
+ * unless replicate_q, then the merge), and with parallel.sparse_index sharded each
+ * sparse_topk layer gathers its ranks' (score, position) top-k candidates first:
+ * K of them per query token, 8 bytes each, to each of the n - 1 others.
+ */
+static void plan_comm(const struct dcp_config *cfg, const struct dcp_model_kv *kv, struct dcp_plan_comm *comm)
+{
+    dcp_merge_plan_comm(cfg, comm); /* the merge scheme's rows (engine/merge.c, which also moves them) */
+    const uint32_t merged = kv->layers[DCP_LAYER_FULL] + kv->layers[DCP_LAYER_SPARSE_TOPK] +
+                            (cfg->model.window_kv == DCP_WINDOW_KV_SHARDED ? kv->layers[DCP_LAYER_SLIDING_WINDOW] : 0);
+    for (uint32_t i = 0; i < comm->num_rows; i++)
+        comm->rows[i].layers = merged;
+    const uint32_t n = cfg->parallel.dcp;
+    if (n <= 1 || !kv->layers[DCP_LAYER_SPARSE_TOPK] || cfg->parallel.sparse_index != DCP_SPARSE_INDEX_SHARDED ||
+        comm->num_rows >= DCP_PLAN_COMM_MAX_ROWS)
+        return;
+    uint32_t k = 0;
+    for (uint32_t l = 0; l < cfg->model.num_layers; l++) {
+        const struct dcp_layer_kind lk = dcp_model_layer_kind(&cfg->model, l);
+        k = lk.type == DCP_LAYER_SPARSE_TOPK && lk.topk > k ? lk.topk : k;
+    }
+    const double bytes = (double)(n - 1) * k * (sizeof(float) + sizeof(int32_t));
+    /* Before the merge's rows: the selection precedes the attention. */
+    memmove(&comm->rows[1], &comm->rows[0], comm->num_rows * sizeof(comm->rows[0]));
+    comm->rows[0] = (struct dcp_plan_comm_row){
+        .kind = DCP_PLAN_COMM_ALL_GATHER, .what = "top-k candidates", .ranks = n, .send_bytes = bytes,
+        .recv_bytes = bytes, .layers = kv->layers[DCP_LAYER_SPARSE_TOPK],
+    };
+    comm->num_rows++;
+    comm->collectives = comm->num_rows;
+    comm->total_send += bytes;
+    comm->total_recv += bytes;
 }
 
 bool dcp_plan_from_config(const struct dcp_config *cfg, struct dcp_plan *plan)
 {
     const uint32_t tp = cfg->parallel.tp;
-    const uint64_t token_layer_bytes = baseline_geometry(cfg).token_layer_bytes;
+    /* The layer kinds' KV on one GPU, both layouts (the model layer, runtime/model/kinds.c);
+     * the deployment was validated, so both geometries exist. */
+    struct dcp_model_kv base, dcp;
+    dcp_model_kv_init(cfg, 1, &base);
+    dcp_model_kv_init(cfg, cfg->parallel.dcp, &dcp);
 
     memset(plan, 0, sizeof(*plan));
     plan_memory(cfg, &plan->memory);
     const double budget = plan->memory.kv_budget_bytes;
-    bool ok = plan_layout(cfg, 1, token_layer_bytes, budget, &plan->baseline);
-    ok = plan_layout(cfg, cfg->parallel.dcp, token_layer_bytes, budget, &plan->dcp) && ok;
+    bool ok = plan_layout(cfg, &base, budget, &plan->baseline);
+    ok = plan_layout(cfg, &dcp, budget, &plan->dcp) && ok;
 
     plan->num_contexts = cfg->workload.num_context_lengths;
     for (uint32_t i = 0; i < plan->num_contexts; i++)
-        plan_context(cfg, cfg->workload.context_lengths[i], plan->dcp.pages, token_layer_bytes,
-                     &plan->contexts[i]);
+        plan_context(cfg, cfg->workload.context_lengths[i], &base, &dcp, budget, &plan->contexts[i]);
 
-    /* The merge scheme's exchanges (engine/merge.c, which also moves them). */
-    dcp_merge_plan_comm(cfg, &plan->comm);
-    plan->baseline_kv_read_per_token = (double)token_layer_bytes;
-    plan->dcp_kv_read_per_token = (double)token_layer_bytes / cfg->parallel.dcp;
+    plan_comm(cfg, &dcp, &plan->comm);
+    plan->baseline_kv_read_per_token = base.read_token_bytes / cfg->model.num_layers;
+    plan->dcp_kv_read_per_token = dcp.read_token_bytes / cfg->model.num_layers;
 
     plan->instances = (uint32_t)((uint64_t)cfg->hardware.gpus_per_node * cfg->hardware.nodes / tp);
     return ok;

@@ -142,6 +142,10 @@ int dcp_sched_create_for_engine(dcp_engine *engine, const struct dcp_sched_param
     int st = check_params(p);
     if (st)
         return st;
+    if (p->prefix_caching && engine->ring_pages)
+        return dcp_error(DCP_ENOTSUP, "sched_create_for_engine: prefix caching with sliding-window layers: a cached "
+                         "prefix's blocks hold the paged layers' KV, but the windows' rings of a new sequence would "
+                         "be empty (docs/design.md §13)");
     if (p->prompts_loaded)
         return dcp_error(DCP_EINVAL, "sched_create_for_engine: prompts_loaded is for simulated decode instances");
     if (dcp_kv_live_seqs(engine->kv))

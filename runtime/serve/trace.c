@@ -455,6 +455,12 @@ int dcp_trace_parse(const char *name, const char *text, size_t len, const struct
     if (st)
         return st;
     name = name ? name : "<trace>";
+    /* A UTF-8 byte order mark (editors on Windows write one) is not content: skipped, so
+     * that a JSONL trace is not taken for the lengths format. */
+    if (len >= 3 && !memcmp(text, "\xef\xbb\xbf", 3)) {
+        text += 3;
+        len -= 3;
+    }
     size_t first = 0;
     while (first < len && strchr(" \t\r\n", text[first]))
         first++;

@@ -31,6 +31,7 @@ DCP_API const char *dcp_strerror(int status)
     case DCP_ENOENT: return "no such object";
     case DCP_EDEVMEM: return "out of device memory";
     case DCP_EABORTED: return "aborted because another rank failed";
+    case DCP_EBUSY: return "rank busy in another call";
     default: return "unknown error";
     }
 }

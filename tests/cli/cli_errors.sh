@@ -5,6 +5,8 @@
 #   a FIFO or /dev/zero as the deployment: exit 1 at once, "not a regular file"
 #   DCP_DEFAULT_DEPLOYMENT naming no file: the message names the variable
 #   over 100 errors: the summary gives the true total, not 101
+#   replay --plot to a path it cannot write: refused before the run
+#   replay executed: an over-long request is rejected, not fatal; nothing run is said so
 #   replay --synthetic at its maximum: --limit applies first; without it, a clear error
 #     when the trace would pass the memory cap, instead of the OOM killer
 set -u
@@ -51,6 +53,30 @@ status=$?
 [ "$status" -eq 1 ] || fail "replay --synthetic $max exited $status, expected 1 with a message"
 grep -q 'a trace may take in memory (max_memory_bytes); generate fewer' "$tmp/err" ||
     fail "replay --synthetic $max: $(cat "$tmp/err")"
+
+# An executed replay with one request longer than the engine can hold (positions are
+# 32-bit): that request is rejected (context), the others run; it used to fail the run.
+printf '100\n200\n3000000000\n150\n' >"$tmp/long.txt"
+"$dcp_run" replay --quiet --trace "$tmp/long.txt" --output-tokens 4 --json "$config" >"$tmp/out" 2>"$tmp/err" ||
+    fail "replay with one over-long request failed: $(cat "$tmp/err")"
+grep -q '"rejected_context": 1' "$tmp/out" || fail "the over-long request was not rejected for its context: $(cat "$tmp/out")"
+# Every request rejected: nothing ran, which is said as such, not as a failed check.
+printf '100\n200\n' >"$tmp/short.txt"
+"$dcp_run" replay --quiet --trace "$tmp/short.txt" --output-tokens 4 --length-scale 10000 "$config" >"$tmp/out" 2>"$tmp/err"
+[ $? -eq 1 ] || fail "replay with every request rejected did not exit 1"
+grep -q 'no request ran (2 rejected' "$tmp/err" || fail "replay with every request rejected: $(cat "$tmp/err")"
+grep -q 'correctness check FAILED' "$tmp/err" && fail "replay with nothing run reports a failed check"
+
+# --plot names a file the replay cannot write: refused before the replay runs (it ran to the
+# end and then failed to write the plot).
+for plot in "$tmp/no-such-dir/plot.svg" "$tmp"; do
+    timeout 20 "$dcp_run" replay --quiet --simulate --synthetic 50 --plot "$plot" "$gpu_config" >"$tmp/out" 2>"$tmp/err"
+    status=$?
+    [ "$status" -eq 2 ] || fail "replay --plot $plot exited $status, expected 2"
+    grep -q -- "--plot $plot: \(its directory .* does not exist\|is a directory\)" "$tmp/err" ||
+        fail "replay --plot $plot: $(cat "$tmp/err")"
+    [ -s "$tmp/out" ] && fail "replay --plot $plot replayed before refusing"
+done
 
 mkfifo "$tmp/fifo" || fail "mkfifo"
 for f in "$tmp/fifo" /dev/zero; do

@@ -43,6 +43,7 @@ if (ulimit -v 1500000 && "$dcp_run" --version) >/dev/null 2>&1; then
     [ "$status" -eq 1 ] || fail "run in 1.5 GB of address space exited $status: $(cat "$tmp/err")"
     mb=$(sed -n 's/.*e\.g\. --kv-mb \([0-9][0-9]*\).*/\1/p' "$tmp/err")
     [ -n "$mb" ] || fail "out of memory: no --kv-mb suggestion: $(cat "$tmp/err")"
+    grep -q 'runtime.host.memory_mb' "$tmp/err" || fail "out of memory: runtime.host.memory_mb not named: $(cat "$tmp/err")"
     grep -q 'TP baseline (dcp=1): ' "$tmp/err" || fail "the layout is not named in words: $(cat "$tmp/err")"
     (ulimit -v 1500000; exec "$dcp_run" run --quiet --backend host --kv-mb "$mb" --steps 1 --requests 1 \
         "$tmp/big.yaml") >"$tmp/out" 2>"$tmp/err" || fail "the suggested --kv-mb $mb does not run: $(cat "$tmp/err")"

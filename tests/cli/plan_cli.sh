@@ -27,7 +27,7 @@ with open(sys.argv[1]) as f:
     d = json.load(f)
 assert d["schema"] == "dcp-plan/4", d["schema"]
 for key in ("source", "config", "instances", "memory", "layouts", "contexts", "kv_read_per_token", "comm",
-            "verdict", "dcp_sizes", "modelled", "decode", "cluster", "warnings", "recommendation"):
+            "verdict", "dcp_sizes", "modelled", "decode", "cluster", "warnings", "recommendation", "dense"):
     assert key in d, "missing key " + key
 # The deployment file's vocabulary: sections and key names as in YAML.
 cfg = d["config"]
@@ -65,6 +65,7 @@ if n == 1:
 else:
     assert d["comm"]["collectives"] >= 1
 assert d["verdict"] and d["recommendation"]
+assert d["dense"] == (cfg["model"].get("experts", 0) == 0), (d["dense"], cfg["model"])
 # The valid DCP sizes are those the validity rules accept, the configured one among them.
 valid = [x["dcp"] for x in d["dcp_sizes"] if x["valid"]]
 assert 1 in valid and n in valid, valid

@@ -532,7 +532,7 @@ static void test_tcp_foreign_tag(void **state)
     char spec[64];
     const struct peer_job stranger = {.spec = tcp_spec(root.port, spec, sizeof(spec)), .rank = 1, .world_size = 2,
                                       .tag = "theirs", .timeout_s = SHORT_TIMEOUT_S, .expect = DCP_ETIMEOUT,
-                                      .mention = "did not authenticate"};
+                                      .mention = "refused this rank's proof"};
     expect_peer_ok(spawn_peer(&stranger));
     struct peer_job other_secret = stranger;
     other_secret.tag = "ours";
@@ -558,12 +558,12 @@ static size_t v1_hello(uint8_t *buf, uint32_t rank, uint32_t world, const char *
     return 88;
 }
 
-/* The hello of the current protocol (docs/rendezvous.md): magic, version 2, rank,
+/* The hello of the current protocol (docs/rendezvous.md): magic, version 3, rank,
  * world, blob length, a 32-byte nonce. */
-static size_t v2_hello(uint8_t *buf, uint32_t rank, uint32_t world, uint32_t length)
+static size_t v3_hello(uint8_t *buf, uint32_t rank, uint32_t world, uint32_t length)
 {
     memcpy(buf, "DCP-RDZV", 8);
-    const uint32_t fields[4] = {htonl(2), htonl(rank), htonl(world), htonl(length)};
+    const uint32_t fields[4] = {htonl(3), htonl(rank), htonl(world), htonl(length)};
     memcpy(buf + 8, fields, sizeof(fields));
     memset(buf + 24, 0x5a, 32);
     return 56;
@@ -610,13 +610,17 @@ static void test_tcp_stranger_learns_nothing(void **state)
         if (contains(reply, n, blob, 16))
             fail_msg("rank 0 handed a stranger (guess '%s') the blob", guesses[g]);
     }
-    /* The current protocol without the secret: a challenge, then nothing. */
-    size_t n = v2_hello(msg, 1, 2, BLOB_BYTES);
-    memset(msg + n, 0, 32); /* a made-up proof */
+    /* The current protocol: the challenge is a bare nonce (nothing keyed with the secret
+     * that a stranger could test guesses of a weak secret against offline)... */
+    size_t n = v3_hello(msg, 1, 2, BLOB_BYTES);
+    assert_int_equal(raw_exchange(root.port, msg, n, reply, sizeof(reply)), 12 + 32);
+    /* ...and a made-up proof gets only the refusal (magic, version, status 1). */
+    memset(msg + n, 0, 32);
     n = raw_exchange(root.port, msg, n + 32, reply, sizeof(reply));
     assert_false(contains(reply, n, tag, strlen(tag)));
     assert_false(contains(reply, n, blob, 16));
-    assert_true(n <= 76); /* the challenge at most */
+    assert_int_equal(n, 12 + 32 + 16);
+    assert_memory_equal(reply + 44, "DCP-RDZV\0\0\0\3\0\0\0\1", 16);
     char spec[64];
     const struct peer_job member = {.spec = tcp_spec(root.port, spec, sizeof(spec)), .rank = 1, .world_size = 2,
                                     .tag = tag, .timeout_s = LONG_TIMEOUT_S, .expect = DCP_OK, .seed = 33};
@@ -640,7 +644,7 @@ static void test_tcp_fake_ranks_do_not_block_peers(void **state)
     for (uint32_t k = 1; k < 4; k++) {
         const struct peer_job impostor = {.spec = spec, .rank = k, .world_size = 4, .tag = tag,
                                           .secret = "guessed-secret-of-16+", .timeout_s = SHORT_TIMEOUT_S,
-                                          .expect = DCP_ETIMEOUT, .mention = "did not authenticate"};
+                                          .expect = DCP_ETIMEOUT, .mention = "refused this rank's proof"};
         expect_peer_ok(spawn_peer(&impostor));
     }
     pid_t pids[3];
@@ -654,6 +658,62 @@ static void test_tcp_fake_ranks_do_not_block_peers(void **state)
     expect_peer_ok(root.pid);
 }
 
+/* A connection that stalls (no hello, or half of one) does not hold up the real peers:
+ * rank 0 handshakes with every connection at once (it served one at a time, so each
+ * stalled client cost every peer 5 s). */
+static void test_tcp_stalled_client_does_not_block(void **state)
+{
+    (void)state;
+    const struct root_child root = start_root(3, "job-s", LONG_TIMEOUT_S, 66, DCP_OK);
+    int stalled[2];
+    for (int i = 0; i < 2; i++) {
+        stalled[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(root.port)};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        assert_int_equal(connect(stalled[i], (struct sockaddr *)&a, sizeof(a)), 0);
+    }
+    uint8_t msg[64];
+    assert_int_equal(send(stalled[1], msg, v3_hello(msg, 1, 3, BLOB_BYTES) / 2, MSG_NOSIGNAL), 28);
+    sleep_ms(50); /* both accepted before the peers come */
+    char spec[64];
+    tcp_spec(root.port, spec, sizeof(spec));
+    const double t0 = dcp_now_seconds();
+    pid_t pids[2];
+    for (uint32_t k = 1; k <= 2; k++) {
+        const struct peer_job job = {.spec = spec, .rank = k, .world_size = 3, .tag = "job-s",
+                                     .timeout_s = LONG_TIMEOUT_S, .expect = DCP_OK, .seed = 66};
+        pids[k - 1] = spawn_peer(&job);
+    }
+    for (int k = 0; k < 2; k++)
+        expect_peer_ok(pids[k]);
+    expect_peer_ok(root.pid);
+    const double took = dcp_now_seconds() - t0;
+    if (took > 2.5)
+        fail_msg("the peers waited %.1f s behind stalled connections", took);
+    close(stalled[0]);
+    close(stalled[1]);
+}
+
+/* A peer with the wrong secret learns why: rank 0 refuses its proof, and the timeout
+ * message keeps that cause even after rank 0 is gone and later connects are refused. */
+static void test_tcp_wrong_secret_keeps_cause(void **state)
+{
+    (void)state;
+    const struct root_child root = start_root(2, "job-w", LONG_TIMEOUT_S, 77, DCP_OK);
+    char spec[64];
+    tcp_spec(root.port, spec, sizeof(spec));
+    const struct peer_job wrong = {.spec = spec, .rank = 1, .world_size = 2, .tag = "job-w",
+                                   .secret = "not the job's secret, 16+ bytes", .timeout_s = 1.0,
+                                   .expect = DCP_ETIMEOUT, .mention = "refused this rank's proof: the job secret"};
+    const pid_t impostor = spawn_peer(&wrong);
+    sleep_ms(200);
+    const struct peer_job member = {.spec = spec, .rank = 1, .world_size = 2, .tag = "job-w",
+                                    .timeout_s = LONG_TIMEOUT_S, .expect = DCP_OK, .seed = 77};
+    expect_peer_ok(spawn_peer(&member));
+    expect_peer_ok(root.pid); /* gone: the impostor's later connects are refused */
+    expect_peer_ok(impostor);
+}
+
 /* Rank 0 checks the claimed rank and sizes before it sends a byte: out of range,
  * another world size, another blob size, or a rank already served get nothing. */
 static void test_tcp_rank_checked_before_reply(void **state)
@@ -663,18 +723,18 @@ static void test_tcp_rank_checked_before_reply(void **state)
     const struct root_child root = start_root(3, tag, LONG_TIMEOUT_S, 55, DCP_OK);
     uint8_t msg[128], reply[4096];
     assert_int_equal(raw_exchange(root.port, msg, v1_hello(msg, 7, 3, tag), reply, sizeof(reply)), 0);
-    assert_int_equal(raw_exchange(root.port, msg, v2_hello(msg, 7, 3, BLOB_BYTES), reply, sizeof(reply)), 0);
-    assert_int_equal(raw_exchange(root.port, msg, v2_hello(msg, 0, 3, BLOB_BYTES), reply, sizeof(reply)), 0);
-    assert_int_equal(raw_exchange(root.port, msg, v2_hello(msg, 1, 5, BLOB_BYTES), reply, sizeof(reply)), 0);
-    assert_int_equal(raw_exchange(root.port, msg, v2_hello(msg, 1, 3, 64), reply, sizeof(reply)), 0);
+    assert_int_equal(raw_exchange(root.port, msg, v3_hello(msg, 7, 3, BLOB_BYTES), reply, sizeof(reply)), 0);
+    assert_int_equal(raw_exchange(root.port, msg, v3_hello(msg, 0, 3, BLOB_BYTES), reply, sizeof(reply)), 0);
+    assert_int_equal(raw_exchange(root.port, msg, v3_hello(msg, 1, 5, BLOB_BYTES), reply, sizeof(reply)), 0);
+    assert_int_equal(raw_exchange(root.port, msg, v3_hello(msg, 1, 3, 64), reply, sizeof(reply)), 0);
     /* A well-formed hello does get the challenge (so the checks above are the cause). */
-    assert_int_equal(raw_exchange(root.port, msg, v2_hello(msg, 1, 3, BLOB_BYTES), reply, sizeof(reply)), 76);
+    assert_int_equal(raw_exchange(root.port, msg, v3_hello(msg, 1, 3, BLOB_BYTES), reply, sizeof(reply)), 44);
     char spec[64];
     const struct peer_job one = {.spec = tcp_spec(root.port, spec, sizeof(spec)), .rank = 1, .world_size = 3,
                                  .tag = tag, .timeout_s = LONG_TIMEOUT_S, .expect = DCP_OK, .seed = 55};
     expect_peer_ok(spawn_peer(&one));
     /* Rank 1 is taken now. */
-    assert_int_equal(raw_exchange(root.port, msg, v2_hello(msg, 1, 3, BLOB_BYTES), reply, sizeof(reply)), 0);
+    assert_int_equal(raw_exchange(root.port, msg, v3_hello(msg, 1, 3, BLOB_BYTES), reply, sizeof(reply)), 0);
     struct peer_job again = one;
     again.timeout_s = SHORT_TIMEOUT_S;
     again.expect = DCP_ETIMEOUT;
@@ -720,11 +780,13 @@ static void test_tcp_port_squatter_rejected(void **state)
                 memcpy(out + 20, &length, 4);
                 memset(out + 88, 0xee, BLOB_BYTES);
                 len_out = 88 + BLOB_BYTES;
-            } else { /* current protocol: a challenge with a made-up proof, then a forged blob */
-                memcpy(out, "DCP-RDZV\0\0\0\2", 12);
-                memset(out + 12, 0x11, 64);
-                memset(out + 76, 0xee, BLOB_BYTES + 32);
-                len_out = 76 + BLOB_BYTES + 32;
+            } else { /* current protocol: a challenge, an accepting verdict with a made-up
+                      * proof of rank 0, and a forged blob */
+                memcpy(out, "DCP-RDZV\0\0\0\3", 12);
+                memset(out + 12, 0x11, 32);
+                memcpy(out + 44, "DCP-RDZV\0\0\0\3\0\0\0\0", 16);
+                memset(out + 60, 0xee, 32 + BLOB_BYTES + 32);
+                len_out = 60 + 32 + BLOB_BYTES + 32;
             }
             if (send(fd, out, len_out, MSG_NOSIGNAL) < 0) {
                 close(fd);
@@ -891,6 +953,62 @@ static void test_file_directory_links(void **state)
     assert_int_equal(run_peer(&ok), 0);
     assert_int_equal(unlink(job), 0);
     scratch_remove(&victim);
+    scratch_remove(&s);
+}
+
+/* Two jobs with one tag and no secret: the second rank 0 refuses to replace the file of
+ * the first while its writer runs (their peers could not tell the files apart), and
+ * replaces it once that writer has exited. */
+static void test_file_tag_collision_without_secret(void **state)
+{
+    (void)state;
+    struct scratch s;
+    scratch_make(&s);
+    int ready[2], go[2];
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(go), 0);
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t first = fork();
+    assert_true(first >= 0);
+    if (first == 0) {
+        alarm(30);
+        run_root_keyed(s.spec, 2, "shared-tag", "", 10, 1, DCP_OK);
+        char c = 1;
+        if (write(ready[1], &c, 1) != 1 || read(go[0], &c, 1) != 1)
+            _exit(1);
+        _exit(0);
+    }
+    char c;
+    assert_int_equal(read(ready[0], &c, 1), 1);
+    run_root_keyed(s.spec, 2, "shared-tag", "", 10, 2, DCP_EIO);
+    if (!strstr(dcp_last_error(), "holds a file of job tag 'shared-tag'") ||
+        !strstr(dcp_last_error(), "DCP_RENDEZVOUS_SECRET"))
+        fail_msg("unexpected message: %s", dcp_last_error());
+    assert_int_equal(write(go[1], &c, 1), 1);
+    expect_peer_ok(first);
+    run_root_keyed(s.spec, 2, "shared-tag", "", 10, 3, DCP_OK); /* its writer has exited */
+    /* Another process, while this one (the file's writer) runs: refused without a secret;
+     * with one, the jobs' files tell themselves apart (a MAC each) and nothing is refused. */
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t second = fork();
+    assert_true(second >= 0);
+    if (second == 0) {
+        uint8_t blob[BLOB_BYTES];
+        fill_blob(blob, 4);
+        struct dcp_rendezvous_params p = {.spec = s.spec, .world_size = 2, .tag = "shared-tag", .timeout_s = 10};
+        if (dcp_rendezvous_broadcast(&p, blob, sizeof(blob)) != DCP_EIO)
+            _exit(1);
+        p.secret = SECRET;
+        p.secret_len = SECRET_LEN;
+        _exit(dcp_rendezvous_broadcast(&p, blob, sizeof(blob)) == DCP_OK ? 0 : 2);
+    }
+    expect_peer_ok(second);
+    for (int i = 0; i < 2; i++) {
+        close(ready[i]);
+        close(go[i]);
+    }
     scratch_remove(&s);
 }
 
@@ -1131,11 +1249,14 @@ int main(void)
         cmocka_unit_test(test_tcp_stranger_learns_nothing),
         cmocka_unit_test(test_tcp_fake_ranks_do_not_block_peers),
         cmocka_unit_test(test_tcp_rank_checked_before_reply),
+        cmocka_unit_test(test_tcp_stalled_client_does_not_block),
+        cmocka_unit_test(test_tcp_wrong_secret_keeps_cause),
         cmocka_unit_test(test_tcp_port_squatter_rejected),
         cmocka_unit_test(test_tcp_listens_on_given_host_only),
         cmocka_unit_test(test_tcp_requires_secret),
         cmocka_unit_test(test_file_private_and_exclusive),
         cmocka_unit_test(test_file_directory_links),
+        cmocka_unit_test(test_file_tag_collision_without_secret),
         cmocka_unit_test(test_file_requires_tag),
         cmocka_unit_test(test_file_untrusted_waited_past),
         cmocka_unit_test(test_file_fifo_bounded),

@@ -93,7 +93,7 @@ static void test_every_key_round_trips(void **state)
     c.parallel.interleave = 8;
     c.parallel.comm = DCP_COMM_AG_RS;
     c.parallel.replicate_q = true;
-    c.parallel.comm_dtype = DCP_DTYPE_FP16;
+    c.parallel.comm_dtype = DCP_WIRE_FP16;
     c.memory.gpu_fraction = 0.85;
     c.memory.block_size = 32;
     c.memory.reserve_bytes = 3.3e9;

@@ -53,7 +53,7 @@ static void test_valid_mla_with_defaults(void **state)
     assert_int_equal(c->parallel.interleave, 1);
     assert_int_equal(c->parallel.comm, DCP_COMM_A2A);
     assert_false(c->parallel.replicate_q);
-    assert_int_equal(c->parallel.comm_dtype, DCP_DTYPE_BF16);
+    assert_int_equal(c->parallel.comm_dtype, DCP_WIRE_AUTO);
 
     assert_float_equal(c->memory.gpu_fraction, 0.9, 0);
     assert_int_equal(c->memory.block_size, 64);
@@ -165,7 +165,7 @@ static void test_valid_gqa_every_key(void **state)
     assert_int_equal(c->parallel.interleave, 16);
     assert_int_equal(c->parallel.comm, DCP_COMM_AG_RS);
     assert_true(c->parallel.replicate_q);
-    assert_int_equal(c->parallel.comm_dtype, DCP_DTYPE_FP32);
+    assert_int_equal(c->parallel.comm_dtype, DCP_WIRE_FP32);
     assert_float_equal(c->memory.gpu_fraction, 0.85, 0);
     assert_int_equal(c->memory.block_size, 128);
     assert_float_equal(c->memory.reserve_bytes, 6e9, 1);
@@ -396,6 +396,10 @@ static void test_wrong_types(void **state)
     expect_one_error(MLA_MODEL "hardware:\n  gpu: ''\n  memory_gb: 141\n  hbm_gbps: 4800\n"
                                "  link_gbps: 450\n" TP8_DCP8 WORKLOAD,
                      "t.yaml:9:8: hardware.gpu: must not be empty");
+    /* "\0" in a double-quoted scalar: the name was cut there silently. */
+    expect_one_error(MLA_MODEL "hardware:\n  gpu: \"H200\\0evil\"\n  memory_gb: 141\n  hbm_gbps: 4800\n"
+                               "  link_gbps: 450\n" TP8_DCP8 WORKLOAD,
+                     "t.yaml:9:8: hardware.gpu: holds a NUL byte (\\0), which a name or path cannot");
     expect_one_error(MLA_MODEL H200 TP8_DCP8 WORKLOAD "runtime:\n  backend: [cuda]\n",
                      "t.yaml:19:12: runtime.backend: expected one of auto, cuda, host, got a list");
     expect_one_error("model:\n  name: DeepSeek-V3\n  attention: mla\n  layers: 61\n  query_heads: 128\n"
@@ -465,7 +469,7 @@ static void test_bad_enum(void **state)
                      "mla, gqa, mha");
     expect_one_error(MLA_MODEL H200 "parallel:\n  tp: 8\n  comm_dtype: fp8_e4m3\n" WORKLOAD,
                      "t.yaml:15:15: parallel.comm_dtype: invalid value \"fp8_e4m3\"; valid: fp32, bf16, "
-                     "fp16");
+                     "fp16, auto");
     expect_one_error(MLA_MODEL H200 TP8_DCP8 WORKLOAD "runtime:\n  cuda:\n    comm: mpi\n",
                      "t.yaml:20:11: runtime.cuda.comm: invalid value \"mpi\"; valid: auto, nccl, virtual");
 }
@@ -827,6 +831,114 @@ static void test_arguments(void **state)
 }
 
 /* Every ```yaml block of docs/configuration.md is a deployment that loads. */
+/* A model of `layers` (line 4 holds it; lines 1-7 in all), then H200, TP8_DCP8 and WORKLOAD. */
+#define LAYERS_MODEL(layers)                                                                  \
+    "model:\n  name: m\n  attention: mla\n  layers: " layers "\n  query_heads: 128\n"          \
+    "  parameters: 671B\n  weight_dtype: fp8\n" H200 TP8_DCP8 WORKLOAD
+
+/* model.layers as a count, a list with repeats, and {count, pattern}; every kind and its errors. */
+static void test_layer_kinds(void **state)
+{
+    (void)state;
+    dcp_deployment *dep = expect_load(LAYERS_MODEL("[{sparse_topk: 2048, repeat: 61}]"));
+    const struct dcp_model_config *m = &dcp_deployment_config(dep)->model;
+    assert_int_equal(m->num_layers, 61);
+    assert_int_equal(m->num_layer_kinds, 1);
+    assert_int_equal(m->layer_pattern[0].type, DCP_LAYER_SPARSE_TOPK);
+    assert_int_equal(m->layer_pattern[0].topk, 2048);
+    assert_int_equal(dcp_model_layer_kind(m, 60).type, DCP_LAYER_SPARSE_TOPK);
+    assert_int_equal(m->index_heads, 64); /* the defaults */
+    assert_int_equal(m->index_head_dim, 128);
+    assert_int_equal(m->index_dtype, DCP_DTYPE_FP8_E4M3);
+    assert_int_equal(m->window_kv, DCP_WINDOW_KV_REPLICATED);
+    assert_int_equal(dcp_deployment_config(dep)->parallel.sparse_index, DCP_SPARSE_INDEX_CALLER);
+    dcp_deployment_destroy(&dep);
+    dep = expect_load(LAYERS_MODEL("{count: 7, pattern: [{sliding_window: 128, sink: true}, {full: true, sink: true}]}"));
+    m = &dcp_deployment_config(dep)->model;
+    assert_int_equal(m->num_layers, 7);
+    for (uint32_t l = 0; l < 7; l++) {
+        const struct dcp_layer_kind k = dcp_model_layer_kind(m, l);
+        assert_int_equal(k.type, l % 2 ? DCP_LAYER_FULL : DCP_LAYER_SLIDING_WINDOW);
+        assert_int_equal(k.window, l % 2 ? 0 : 128);
+        assert_true(k.sink);
+    }
+    dcp_deployment_destroy(&dep);
+    dep = expect_load(LAYERS_MODEL("{count: 48, pattern: [{none: true, repeat: 3}, full]}"));
+    m = &dcp_deployment_config(dep)->model;
+    assert_int_equal(dcp_model_layer_kind(m, 2).type, DCP_LAYER_NONE);
+    assert_int_equal(dcp_model_layer_kind(m, 3).type, DCP_LAYER_FULL);
+    assert_int_equal(dcp_model_layer_kind(m, 47).type, DCP_LAYER_FULL);
+    assert_int_equal(dcp_model_layer_kind(m, 44).type, DCP_LAYER_NONE);
+    assert_string_equal(dcp_layer_type_name(DCP_LAYER_SLIDING_WINDOW), "sliding_window");
+    assert_string_equal(dcp_layer_type_name((enum dcp_layer_type)9), "unknown");
+    dcp_deployment_destroy(&dep);
+
+    expect_one_error(LAYERS_MODEL("[full, sliding_window]"),
+                     "t.yaml:4:18: model.layers[1]: sliding_window needs its size: write {sliding_window: 128}");
+    expect_one_error(LAYERS_MODEL("[full, dense]"),
+                     "t.yaml:4:18: model.layers[1]: unknown layer kind \"dense\"; valid: full, none, "
+                     "{sliding_window: W}, {sparse_topk: K} (each mapping may add sink: true and repeat: n)");
+    expect_one_error(LAYERS_MODEL("[{sliding_window: 128, sparse_topk: 64}]"),
+                     "t.yaml:4:12: model.layers[0]: one layer kind per entry: give one of full, none, "
+                     "sliding_window, sparse_topk");
+    expect_one_error(LAYERS_MODEL("[{none: true, sink: true}, full]"),
+                     "t.yaml:4:12: model.layers[0]: sink on a none layer: a KV-free layer has no softmax to add a "
+                     "sink to");
+    expect_one_error(LAYERS_MODEL("[{sliding_window: 0}]"),
+                     "t.yaml:4:29: model.layers[0].sliding_window: sliding_window=0 is out of range; valid: "
+                     "1..16777216");
+    expect_one_error(LAYERS_MODEL("[{sink: yes, windows: 3}]"),
+                     "t.yaml:4:24: model.layers[0]: unknown key 'windows'; allowed: full, none, sliding_window, "
+                     "sparse_topk, sink, repeat");
+    expect_one_error(LAYERS_MODEL("{count: 8}"),
+                     "t.yaml:4:11: model.layers: missing 'pattern': the list of layer kinds the count repeats");
+    expect_one_error(LAYERS_MODEL("[]"), "t.yaml:4:11: model.layers: empty list; give at least one layer kind");
+    expect_one_error(LAYERS_MODEL("[{full: true, repeat: 4000}, {none: true, repeat: 100}]"),
+                     "t.yaml:4:11: model.layers: layers (the entries' repeats)=4100 is out of range; valid: 1..4096");
+    expect_one_error(LAYERS_MODEL("[none, none]"),
+                     "t.yaml:4:11: model.layers: every one of the 2 layers is none (KV-free): the deployment has no "
+                     "attention layer for DCP to shard");
+    expect_one_error(LAYERS_MODEL("{count: 4, pattern: full}"),
+                     "t.yaml:4:31: model.layers: expected a layer count, a list of layer kinds such as "
+                     "[{sliding_window: 128}, full], or {count: N, pattern: [...]}, got \"full\"");
+}
+
+/* model.layers round-trips through dcp_deployment_to_json(), and a filled struct is checked the same way. */
+static void test_layer_kinds_export_and_struct(void **state)
+{
+    (void)state;
+    dcp_deployment *dep =
+        expect_load(LAYERS_MODEL("{count: 9, pattern: [{sliding_window: 64, sink: true, repeat: 2}, none, "
+                                 "{sparse_topk: 16}, full]}"));
+    char *json = NULL;
+    assert_int_equal(dcp_deployment_to_json(dep, &json), DCP_OK);
+    assert_non_null(strstr(json, "\"layers\": {\"count\": 9, \"pattern\": [{\"sliding_window\": 64, \"sink\": true, "
+                                 "\"repeat\": 2}, \"none\", {\"sparse_topk\": 16}, \"full\"]}"));
+    dcp_deployment *back = expect_load(json);
+    const struct dcp_model_config *a = &dcp_deployment_config(dep)->model, *b = &dcp_deployment_config(back)->model;
+    assert_int_equal(a->num_layers, b->num_layers);
+    assert_int_equal(a->num_layer_kinds, b->num_layer_kinds);
+    assert_memory_equal(a->layer_pattern, b->layer_pattern, sizeof(a->layer_pattern));
+    free(json);
+    dcp_deployment_destroy(&back);
+
+    struct dcp_config c = *dcp_deployment_config(dep);
+    c.model.name = "m";
+    c.hardware.gpu = "H200";
+    c.model.layer_pattern[1].sink = true; /* on a none layer */
+    c.model.layer_pattern[2].window = 5;  /* on a sparse layer */
+    dcp_diag *diag = NULL;
+    assert_int_equal(dcp_diag_create(&diag), DCP_OK);
+    dcp_deployment *bad = NULL;
+    assert_int_equal(dcp_deployment_from_config(&c, diag, &bad), DCP_ECONFIG);
+    diag_dump(diag);
+    assert_int_equal(dcp_diag_count(diag), 2);
+    assert_non_null(strstr(diag_text(diag, 0), "model.layers[1]: sink on a none layer"));
+    assert_non_null(strstr(diag_text(diag, 1), "model.layers[2]: a window of 5 tokens on a sparse_topk layer"));
+    dcp_diag_destroy(&diag);
+    dcp_deployment_destroy(&dep);
+}
+
 static void test_documentation_examples_load(void **state)
 {
     (void)state;
@@ -882,6 +994,8 @@ int main(void)
         cmocka_unit_test(test_error_cap),
         cmocka_unit_test(test_nesting_depth_cap),
         cmocka_unit_test(test_arguments),
+        cmocka_unit_test(test_layer_kinds),
+        cmocka_unit_test(test_layer_kinds_export_and_struct),
         cmocka_unit_test(test_documentation_examples_load),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

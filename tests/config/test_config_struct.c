@@ -40,7 +40,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.parallel.interleave, 1);
     assert_int_equal(c.parallel.comm, DCP_COMM_A2A);
     assert_false(c.parallel.replicate_q);
-    assert_int_equal(c.parallel.comm_dtype, DCP_DTYPE_BF16);
+    assert_int_equal(c.parallel.comm_dtype, DCP_WIRE_AUTO);
     assert_float_equal(c.memory.gpu_fraction, 0.9, 0);
     assert_int_equal(c.memory.block_size, 64);
     assert_float_equal(c.memory.reserve_bytes, 4e9, 1);
@@ -130,6 +130,11 @@ static void test_yaml_and_struct_agree(void **state)
             assert_memory_equal((const char *)a + k->count_offset, (const char *)b + k->count_offset,
                                 sizeof(uint32_t));
             break;
+        case CONFIG_LAYERS: /* the count, then the pattern */
+            assert_memory_equal(fa, fb, k->size);
+            assert_memory_equal(&a->model.layer_pattern, &b->model.layer_pattern, sizeof(a->model.layer_pattern));
+            assert_int_equal(a->model.num_layer_kinds, b->model.num_layer_kinds);
+            break;
         case CONFIG_INT:
         case CONFIG_BOOL:
         case CONFIG_ENUM: assert_memory_equal(fa, fb, k->size); break;
@@ -168,8 +173,8 @@ static void test_from_config_rejects_bad_fields(void **state)
     c.model.kv_scale = NAN;
     expect_config_error(&c, "model.kv_scale: kv_scale=nan is out of range; valid: > 0 and <= 1e+09");
     c = deepseek_v3_h200();
-    c.parallel.comm_dtype = DCP_DTYPE_FP8_E4M3;
-    expect_config_error(&c, "parallel.comm_dtype: invalid value 3; valid: fp32, bf16, fp16");
+    c.parallel.comm_dtype = (enum dcp_wire_dtype)4;
+    expect_config_error(&c, "parallel.comm_dtype: invalid value 4; valid: fp32, bf16, fp16, auto");
     c = deepseek_v3_h200();
     c.runtime.cuda.device = -1;
     expect_config_error(&c, "runtime.cuda.device: device=-1 is out of range; valid: 0..4095");

@@ -43,7 +43,7 @@ static dcp_deployment *deployment(const struct shape *s, enum dcp_backend_kind b
     c.parallel.tp = s->tp;
     c.parallel.dcp = s->dcp;
     c.parallel.comm = s->comm;
-    c.parallel.comm_dtype = DCP_DTYPE_FP32; /* CUDA vs host within 1e-5: a 16-bit wire would round their tiny differences to whole ulps */
+    c.parallel.comm_dtype = DCP_WIRE_FP32; /* CUDA vs host within 1e-5: a 16-bit wire would round their tiny differences to whole ulps */
     c.memory.block_size = 16;
     c.memory.reserve_bytes = 0;
     c.workload.context_lengths[0] = 256;
@@ -912,6 +912,16 @@ static void test_hung_kernel_teardown_bounded(void **state)
         struct run_io io = {0};
         assert_int_equal(run_engine(e, &io), DCP_ETIMEOUT);
         assert_contains(dcp_last_error(), devices == 2 ? "did not complete within" : "did not finish within");
+        /* The engine failed with it (engine.h, Errors): a rank function returns DCP_EABORTED
+         * at once, naming the cause (it queued more work behind the hung kernel). */
+        if (devices == 1) {
+            const double t_failed = dcp_now_seconds();
+            for (uint32_t i = 0; i < 2; i++) {
+                assert_int_equal(dcp_rank_append_kv(dcp_engine_rank(e, i), 0, io.k[i], NULL), DCP_EABORTED);
+                assert_contains(dcp_last_error(), "did not finish within");
+            }
+            assert_true(dcp_now_seconds() - t_failed < 0.5);
+        }
         /* The next step is refused: the device still runs the hung work. */
         uint32_t id = 0, one = 1;
         assert_int_equal(dcp_seq_create(e, &id), DCP_OK);

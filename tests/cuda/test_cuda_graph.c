@@ -378,6 +378,18 @@ static void test_replay_equals_eager(void **state)
 
 /* What capture refuses: an engine without params.graphs, profiling, a second
  * begin, begin_step while capturing; and the host backend has no streams. */
+/* io's buffers on e, one sequence of 20 tokens prefilled and extended by one, and the
+ * step over that token begun (*b): where a capture starts from. */
+static void one_decode_step(struct io *io, dcp_engine *e, uint32_t *id, struct dcp_batch *b)
+{
+    static const uint32_t len = 20, one = 1;
+    io_alloc(io, e);
+    prefill(io, id, &len, 1);
+    assert_int_equal(dcp_seq_extend(e, *id, 1), DCP_OK);
+    *b = (struct dcp_batch){.num_seqs = 1, .seq_ids = id, .q_lens = &one};
+    assert_int_equal(dcp_engine_begin_step(e, b), DCP_OK);
+}
+
 static void test_capture_refusals(void **state)
 {
     (void)state;
@@ -388,13 +400,9 @@ static void test_capture_refusals(void **state)
     fake_env_set("FAKE_CUDA_DEVICES", "2");
     dcp_engine *e = make_engine(dep, false);
     struct io io;
-    io_alloc(&io, e);
     uint32_t ids[1];
-    const uint32_t len = 20, one = 1;
-    prefill(&io, ids, &len, 1);
-    assert_int_equal(dcp_seq_extend(e, ids[0], 1), DCP_OK);
-    const struct dcp_batch b = {.num_seqs = 1, .seq_ids = ids, .q_lens = &one};
-    assert_int_equal(dcp_engine_begin_step(e, &b), DCP_OK);
+    struct dcp_batch b;
+    one_decode_step(&io, e, ids, &b);
     assert_int_equal(dcp_rank_capture_begin(dcp_engine_rank(e, 0)), DCP_ENOTSUP);
     assert_contains(dcp_last_error(), "params.graphs = true");
     struct dcp_graph_shape shape;
@@ -405,10 +413,7 @@ static void test_capture_refusals(void **state)
     dcp_engine_destroy(&e);
 
     e = make_engine(dep, true);
-    io_alloc(&io, e);
-    prefill(&io, ids, &len, 1);
-    assert_int_equal(dcp_seq_extend(e, ids[0], 1), DCP_OK);
-    assert_int_equal(dcp_engine_begin_step(e, &b), DCP_OK);
+    one_decode_step(&io, e, ids, &b);
     dcp_rank *r0 = dcp_engine_rank(e, 0);
     assert_int_equal(dcp_rank_capture_begin(r0), DCP_OK);
     assert_int_equal(dcp_rank_capture_begin(r0), DCP_EINVAL);
@@ -421,6 +426,41 @@ static void test_capture_refusals(void **state)
     dcp_graph_destroy(&g);
     assert_null(g);
     assert_int_equal(dcp_engine_begin_step(e, &b), DCP_OK);
+    io_free(&io);
+    dcp_engine_destroy(&e);
+    dcp_deployment_destroy(&dep);
+    fake_env_reset();
+}
+
+/* A capture_begin that fails after the group's leader began capturing (here the step
+ * was aborted, so the group's barrier fails) leaves no capture open: the leader's stream
+ * stayed capturing, no capture_end could close it (the rank was not capturing for the
+ * engine), every later capture was refused and eager work was recorded instead of run.
+ * Virtual ranks, where the leader captures for its group. */
+static void test_failed_capture_closes(void **state)
+{
+    (void)state;
+    if (dcp_embedded_module_count == 0)
+        skip();
+    fake_env_reset();
+    fake_env_set("FAKE_CUDA_DEVICES", "1");
+    dcp_deployment *dep = make_deployment(&cases[0]);
+    dcp_engine *e = make_engine(dep, true);
+    struct io io;
+    uint32_t ids[1];
+    struct dcp_batch b;
+    one_decode_step(&io, e, ids, &b);
+    dcp_engine_abort(e);
+    assert_int_equal(dcp_rank_capture_begin(dcp_engine_rank(e, 0)), DCP_EABORTED);
+    dcp_graph *none = NULL;
+    assert_int_equal(dcp_rank_capture_end(dcp_engine_rank(e, 0), &none), DCP_EINVAL); /* nothing to close */
+    /* The next step (it restarts the collectives) captures and runs its graph. */
+    io.mode = CAPTURE;
+    io.attend = true;
+    io.download = true;
+    run_step(&io, ids, b.q_lens, 1);
+    for (uint32_t i = 0; i < TP; i++)
+        assert_non_null(io.graph[i]);
     io_free(&io);
     dcp_engine_destroy(&e);
     dcp_deployment_destroy(&dep);
@@ -644,6 +684,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_replay_equals_eager),
         cmocka_unit_test(test_capture_refusals),
+        cmocka_unit_test(test_failed_capture_closes),
         cmocka_unit_test(test_caller_stream_ordering),
         cmocka_unit_test(test_no_host_wait_in_step),
         cmocka_unit_test(test_host_backend),

@@ -344,7 +344,7 @@ struct harness *harness_create(const struct harness_config *cfg, uint64_t seed, 
      * made representable in the wire dtype (generate_step), so the oracle sees exactly
      * what the DCP engine attends and the LSE bound is unchanged. */
     const struct dcp_config *dc = dcp_deployment_config(h->dep);
-    h->wire = N > 1 ? (uint32_t)dc->parallel.comm_dtype : h->act;
+    h->wire = N > 1 ? (uint32_t)dcp_wire_dtype_of(dc->parallel.comm_dtype, (enum dcp_dtype)h->act) : h->act;
     h->q_on_wire = N > 1 && !dc->parallel.replicate_q;
     const double rounds = dc->parallel.comm == DCP_COMM_AG_RS ? 3.0 : 1.0;
     h->wire_tol = N > 1 ? rounds * sqrt((double)N) * act_roundoff(h->wire) : 0.0;

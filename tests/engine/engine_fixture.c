@@ -146,7 +146,7 @@ void fixture_config(const struct fixture_shape *s, struct dcp_config *cfg)
     cfg->parallel.comm = s->comm;
     cfg->parallel.replicate_q = s->replicate_q;
     cfg->parallel.merge_after_uv = s->merge_after_uv;
-    cfg->parallel.comm_dtype = s->comm_dtype;
+    cfg->parallel.comm_dtype = (enum dcp_wire_dtype)s->comm_dtype; /* fp32, bf16, fp16: the same values */
     cfg->runtime.cuda.comm = s->cuda_comm;
     cfg->memory.block_size = s->block_size;
     cfg->memory.reserve_bytes = 0;
@@ -195,6 +195,7 @@ dcp_engine *fixture_engine_with(const dcp_deployment *dep, const struct fixture_
     p.w_uv = lim->w_uv;
     p.profile = lim->profile;
     p.act_dtype = lim->act_dtype;
+    p.replicate_q = dcp_deployment_config(dep)->parallel.replicate_q; /* the harness passes either layout */
     dcp_engine *e = NULL;
     int err = dcp_engine_create(&p, &e);
     if (err)

@@ -169,6 +169,7 @@ static void set_max_seqs(struct dcp_engine_params *p, uint64_t v) { p->max_seqs 
 static void set_max_step_tokens(struct dcp_engine_params *p, uint64_t v) { p->max_step_tokens = (uint32_t)v; }
 static void set_max_query_tokens(struct dcp_engine_params *p, uint64_t v) { p->max_query_tokens = (uint32_t)v; }
 static void set_act_dtype(struct dcp_engine_params *p, uint64_t v) { p->act_dtype = (enum dcp_dtype)v; }
+static void set_num_layers(struct dcp_engine_params *p, uint64_t v) { p->num_layers = (uint32_t)v; }
 
 static void expect_refused(const dcp_deployment *dep, void (*edit)(struct dcp_engine_params *p, uint64_t v),
                            uint64_t v, const char *needle)
@@ -194,6 +195,12 @@ static void test_absurd_sizes(void **state)
     expect_refused(dep, set_max_seqs, UINT32_MAX, "max_seqs");
     expect_refused(dep, set_max_step_tokens, UINT32_MAX, "max_step_tokens");
     expect_refused(dep, set_max_query_tokens, UINT32_MAX, "max_query_tokens");
+    /* More layers than the model has: the KV arena would hold layers no model runs. */
+    const uint32_t layers = dcp_deployment_config(dep)->model.num_layers;
+    expect_refused(dep, set_num_layers, layers + 1, "num_layers");
+    dcp_engine *all = NULL;
+    assert_int_equal(create_with(dep, set_num_layers, layers, &all), DCP_OK);
+    dcp_engine_destroy(&all);
 
     /* The largest accepted max_context works: a sequence can grow to it block by block
      * (here limited by the 8 blocks of the budget) and a step over it is in bounds. */
@@ -421,6 +428,62 @@ static void test_act_dtype_validated(void **state)
         assert_int_equal(in.act_dtype, ok[i]);
         dcp_engine_destroy(&e);
     }
+    dcp_deployment_destroy(&dep);
+}
+
+/* parallel.comm_dtype auto (the default) puts the activations' own dtype on the wire: an
+ * fp32 engine moves fp32 (the default used to round fp32 activations to bf16, so DCP was
+ * 1000x less exact than TP and an embedder's fp32 check failed); a bf16 one moves bf16. */
+static void test_comm_dtype_auto(void **state)
+{
+    (void)state;
+    struct fixture_shape s = default_shape();
+    struct dcp_config cfg;
+    fixture_config(&s, &cfg);
+    struct dcp_config defaults;
+    dcp_config_defaults(&defaults);
+    assert_int_equal(defaults.parallel.comm_dtype, DCP_WIRE_AUTO);
+    cfg.parallel.comm_dtype = DCP_WIRE_AUTO;
+    dcp_deployment *dep = NULL;
+    assert_int_equal(dcp_deployment_from_config(&cfg, NULL, &dep), DCP_OK);
+    const enum dcp_dtype act[] = {DCP_DTYPE_FP32, DCP_DTYPE_BF16, DCP_DTYPE_FP16};
+    for (size_t i = 0; i < 3; i++) {
+        dcp_engine *e = NULL;
+        assert_int_equal(create_with(dep, set_act_dtype, act[i], &e), DCP_OK);
+        struct dcp_engine_info in;
+        dcp_engine_get_info(e, &in);
+        assert_int_equal(in.comm_dtype, act[i]);
+        dcp_engine_destroy(&e);
+    }
+    assert_string_equal(dcp_wire_dtype_name(DCP_WIRE_AUTO), "auto");
+    assert_int_equal(dcp_wire_dtype_of(DCP_WIRE_AUTO, DCP_PLAN_ACT_DTYPE), DCP_DTYPE_BF16);
+    assert_int_equal(dcp_wire_dtype_of(DCP_WIRE_FP16, DCP_DTYPE_FP32), DCP_DTYPE_FP16);
+    dcp_deployment_destroy(&dep);
+}
+
+static void set_replicate_q(struct dcp_engine_params *p, uint64_t v) { p->replicate_q = v != 0; }
+
+/* parallel.replicate_q changes the layout of q ([dcp][T][H_l][qk] instead of [T][H_l][qk]):
+ * a deployment file flipping it made an engine read past the caller's q buffers. The
+ * caller opts in through dcp_engine_params.replicate_q; a mismatch either way is refused. */
+static void test_replicate_q_opt_in(void **state)
+{
+    (void)state;
+    struct fixture_shape s = default_shape();
+    assert_true(s.dcp > 1);
+    s.replicate_q = true;
+    dcp_deployment *dep = fixture_deployment(&s);
+    expect_refused(dep, set_replicate_q, 0, "dcp_engine_params.replicate_q = true if your code passes that layout");
+    dcp_engine *e = NULL;
+    assert_int_equal(create_with(dep, set_replicate_q, 1, &e), DCP_OK);
+    struct dcp_engine_info in;
+    dcp_engine_get_info(e, &in);
+    assert_true(in.replicate_q);
+    dcp_engine_destroy(&e);
+    dcp_deployment_destroy(&dep);
+    s.replicate_q = false;
+    dep = fixture_deployment(&s);
+    expect_refused(dep, set_replicate_q, 1, "the deployment does not set parallel.replicate_q");
     dcp_deployment_destroy(&dep);
 }
 
@@ -806,6 +869,26 @@ static void rig_with_timeout(struct rig *g, double timeout_s)
     rig_buffers(g);
 }
 
+/* After a failed or aborted step: the next step over sequence a runs; then g is destroyed. */
+static void next_step_runs(struct rig *g, uint32_t a)
+{
+    assert_int_equal(begin(g->e, a, 1), DCP_OK);
+    struct step_job job = {.g = g, .seed = 5, .attend = true};
+    assert_int_equal(dcp_engine_run(g->e, step_fn, &job), DCP_OK);
+    rig_destroy(g);
+}
+
+/* Rank 0 of a new rig (comm timeout 600 s) on its own thread, waiting in its first
+ * collective for rank 1; returns the step's sequence. */
+static uint32_t rank0_waiting(struct rig *g, struct own_thread *o)
+{
+    rig_with_timeout(g, 600);
+    const uint32_t a = three_tokens(g, 1);
+    *o = (struct own_thread){.r = dcp_engine_rank(g->e, 0), .g = g, .layer = 0};
+    assert_int_equal(pthread_create(&o->t, NULL, own_attention, o), 0);
+    return a;
+}
+
 /* One rank fails its argument check; the peer gives up after the comm timeout
  * instead of waiting in the host barrier forever. Then the engine works again. */
 static void test_barrier_timeout(void **state)
@@ -824,11 +907,7 @@ static void test_barrier_timeout(void **state)
     assert_int_equal(o[0].result, DCP_ETIMEOUT);
     assert_non_null(strstr(o[0].message, "waited"));
     assert_true(o[0].seconds >= 0.25);
-    /* The next step restarts the collectives. */
-    assert_int_equal(begin(g.e, a, 1), DCP_OK);
-    struct step_job job = {.g = &g, .seed = 5, .attend = true};
-    assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_OK);
-    rig_destroy(&g);
+    next_step_runs(&g, a); /* it restarts the collectives */
 }
 
 /* dcp_engine_abort() releases a rank blocked in a collective at once. */
@@ -836,17 +915,80 @@ static void test_abort_call(void **state)
 {
     (void)state;
     struct rig g;
-    rig_with_timeout(&g, 600);
-    const uint32_t a = three_tokens(&g, 1);
-    struct own_thread o = {.r = dcp_engine_rank(g.e, 0), .g = &g, .layer = 0};
-    assert_int_equal(pthread_create(&o.t, NULL, own_attention, &o), 0);
+    struct own_thread o;
+    const uint32_t a = rank0_waiting(&g, &o);
     nanosleep(&(struct timespec){.tv_nsec = 50 * 1000 * 1000}, NULL);
     dcp_engine_abort(g.e);
     join_within(&o, 20);
     assert_int_equal(o.result, DCP_EABORTED);
     assert_true(o.seconds < 10);
     dcp_engine_abort(NULL); /* ignored */
-    assert_int_equal(begin(g.e, a, 1), DCP_OK);
+    next_step_runs(&g, a);
+}
+
+/* Two threads on one rank (forbidden by engine.h) are detected, not raced: a call on a
+ * rank that is inside another call returns DCP_EBUSY at once and does nothing. */
+static void test_rank_busy(void **state)
+{
+    (void)state;
+    struct rig g;
+    struct own_thread o;
+    const uint32_t a = rank0_waiting(&g, &o);
+    float host[4];
+    int err = DCP_OK;
+    for (int i = 0; i < 2000 && (err = dcp_rank_download(o.r, host, g.q[0], sizeof(host))) == DCP_OK; i++)
+        nanosleep(&(struct timespec){.tv_nsec = 1000 * 1000}, NULL);
+    assert_int_equal(err, DCP_EBUSY);
+    assert_non_null(strstr(dcp_last_error(), "rank_download: rank 0 is inside another call"));
+    assert_int_equal(dcp_rank_attention(o.r, 0, g.q[0], g.out[0], NULL), DCP_EBUSY);
+    dcp_engine_abort(g.e);
+    join_within(&o, 20);
+    assert_int_equal(o.result, DCP_EABORTED);
+    next_step_runs(&g, a);
+}
+
+/* One thread driving every rank of a group: rank 0's collective would wait for rank 1,
+ * which only this thread calls (it waited for the comm timeout, 120 s by default). The
+ * collective refuses at once; the step is aborted and the next one runs. */
+static void test_one_thread_for_every_rank(void **state)
+{
+    (void)state;
+    struct rig g;
+    rig_with_timeout(&g, 60);
+    const uint32_t a = three_tokens(&g, 1);
+    struct step_job job = {.g = &g, .seed = 5, .attend = false};
+    for (uint32_t i = 0; i < g.info.num_local_ranks; i++)
+        assert_int_equal(step_fn(dcp_engine_rank(g.e, i), &job), DCP_OK); /* the appends */
+    const double t0 = now_s();
+    assert_int_equal(dcp_rank_attention(dcp_engine_rank(g.e, 0), 0, g.q[0], g.out[0], NULL), DCP_EINVAL);
+    assert_true(now_s() - t0 < 5);
+    assert_non_null(strstr(dcp_last_error(), "which this same thread drives"));
+    assert_int_equal(dcp_rank_attention(dcp_engine_rank(g.e, 1), 0, g.q[1], g.out[1], NULL), DCP_EINVAL); /* alike */
+    next_step_runs(&g, a);
+}
+
+/* A buffer freed twice (or a pointer not from dcp_rank_alloc) is refused with a message;
+ * the host backend aborted the process in free(). */
+static void test_double_free(void **state)
+{
+    (void)state;
+    struct fixture_shape s = default_shape();
+    struct rig g;
+    rig_create(&g, &s);
+    dcp_rank *r = dcp_engine_rank(g.e, 0);
+    void *p = NULL, *q = NULL;
+    assert_int_equal(dcp_rank_alloc(r, 256, &p), DCP_OK);
+    assert_int_equal(dcp_rank_alloc(r, 256, &q), DCP_OK);
+    dcp_rank_free(r, p);
+    assert_string_equal(dcp_last_error(), "");
+    dcp_rank_free(r, p);
+    assert_non_null(strstr(dcp_last_error(), "rank_free"));
+    assert_non_null(strstr(dcp_last_error(), "no live buffer of rank 0"));
+    dcp_rank_free(dcp_engine_rank(g.e, 1), q); /* another rank's */
+    assert_non_null(strstr(dcp_last_error(), "no live buffer of rank 1"));
+    dcp_rank_free(r, q);
+    assert_string_equal(dcp_last_error(), "");
+    three_tokens(&g, 1);
     struct step_job job = {.g = &g, .seed = 5, .attend = true};
     assert_int_equal(dcp_engine_run(g.e, step_fn, &job), DCP_OK);
     rig_destroy(&g);
@@ -1021,6 +1163,8 @@ int main(void)
         cmocka_unit_test(test_kv_budget_validated),
         cmocka_unit_test(test_w_uv_matches_deployment),
         cmocka_unit_test(test_act_dtype_validated),
+        cmocka_unit_test(test_comm_dtype_auto),
+        cmocka_unit_test(test_replicate_q_opt_in),
         cmocka_unit_test(test_fill_synthetic_dtypes),
         cmocka_unit_test(test_fork_prefix_read_only),
         cmocka_unit_test(test_stale_ids),
@@ -1031,6 +1175,9 @@ int main(void)
         cmocka_unit_test(test_sched_in_rank_function),
         cmocka_unit_test(test_barrier_timeout),
         cmocka_unit_test(test_abort_call),
+        cmocka_unit_test(test_rank_busy),
+        cmocka_unit_test(test_one_thread_for_every_rank),
+        cmocka_unit_test(test_double_free),
         cmocka_unit_test(test_last_error),
         cmocka_unit_test(test_last_error_other_entries),
     };

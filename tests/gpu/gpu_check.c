@@ -112,7 +112,7 @@ static dcp_deployment *make_deployment(const struct sweep_case *c, const struct 
     cfg.parallel.dcp = c->n;
     cfg.parallel.interleave = c->interleave;
     cfg.parallel.comm = c->comm;
-    cfg.parallel.comm_dtype = DCP_DTYPE_FP32; /* the 1e-4 tolerance below is for an fp32 wire (a 16-bit one rounds each partial output) */
+    cfg.parallel.comm_dtype = DCP_WIRE_FP32; /* the 1e-4 tolerance below is for an fp32 wire (a 16-bit one rounds each partial output) */
     cfg.memory.block_size = 16;
     cfg.memory.reserve_bytes = 0;
     cfg.workload.context_lengths[0] = 4096;

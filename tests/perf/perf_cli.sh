@@ -93,6 +93,39 @@ python3 -c 'import json,sys; l=json.load(open(sys.argv[1]))["layouts"]; assert [
 [ $? -eq 1 ] || fail "--dcp 3: exit status"
 grep -q "dcp=3 does not divide tp=8" "$tmp/err" || fail "--dcp 3: $(cat "$tmp/err")"
 
+# Two prefill instances of 4 GPUs each (Kimi K2 in nvfp4 fits 4 B200s).
+kimi=$root/configs/kimi-k2-8xb200.yaml
+"$dcp_run" replay "$kimi" --trace "$tmp/len32k.txt" --clients 8 --output-tokens 16 --limit 16 --simulate --pd \
+    --prefill-instances 2 --prefill-tp 4 --json --quiet >"$tmp/pd2.json" 2>"$tmp/err" || fail "pd 2x4: $(cat "$tmp/err")"
+python3 - "$tmp/pd2.json" <<'PY' || fail "pd 2x4 output"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["pd"]["prefill_instances"] == 2 and d["pd"]["prefill_tp"] == 4, d["pd"]
+assert all(x["gpus"] == 16 and x["prefill_gpus"] == 8 and x["completed"] == 16 for x in d["layouts"]), d["layouts"]
+PY
+"$dcp_run" replay "$ds" --trace "$tmp/len32k.txt" --output-tokens 4 --prefill-tp 4 --simulate --quiet >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] || fail "--prefill-tp without --pd: exit status"
+
+# plan: --dcp sizes in the decode table, a refused size, options over the model's inputs.
+"$dcp_run" plan "$ds" --dcp 2,4 --kv-efficiency 0.5 --gemm-efficiency 0.3 --no-cuda-graphs --json >"$tmp/p24.json" \
+    2>"$tmp/err" || fail "plan --dcp 2,4: $(cat "$tmp/err")"
+"$dcp_run" plan "$ds" --json >"$tmp/pdef.json" 2>"$tmp/err" || fail "plan: $(cat "$tmp/err")"
+python3 - "$tmp/p24.json" "$tmp/pdef.json" <<'PY' || fail "plan --dcp and model options"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+for c in a["decode"]:
+    assert [x["dcp"] for x in c["layouts"]] == [1, 2, 4], c
+for k in ("kv_efficiency", "gemm_efficiency", "cuda_graphs"):
+    assert a["perf_inputs"][k]["source"] == "option" and b["perf_inputs"][k]["source"] == "default", k
+assert a["perf_inputs"]["kv_efficiency"]["value"] == 0.5 and a["perf_inputs"]["cuda_graphs"]["value"] == 0
+# A slower attention kernel and eager launches: TP decodes slower at every context.
+for x, y in zip(a["decode"], b["decode"]):
+    assert x["layouts"][0]["tok_s_per_gpu"] < y["layouts"][0]["tok_s_per_gpu"], (x, y)
+PY
+"$dcp_run" plan "$ds" --dcp 6 >/dev/null 2>"$tmp/err"
+[ $? -eq 1 ] || fail "plan --dcp 6: exit status"
+grep -q "dcp=6 does not divide tp=8" "$tmp/err" || fail "plan --dcp 6: $(cat "$tmp/err")"
+
 # The sweep: one closed loop per number of clients for each layout, the Pareto plot.
 "$dcp_run" replay "$ds" --trace "$tmp/len32k.txt" --sweep-clients 1,8,64 --output-tokens 1024 --limit 128 --simulate --json \
     --quiet --plot "$tmp/pareto.svg" >"$tmp/sweep.json" 2>"$tmp/err" || fail "sweep: $(cat "$tmp/err")"
@@ -120,6 +153,12 @@ PY
 # calibrate on the host backend, then replay and plan read the file.
 "$dcp_run" calibrate "$root/configs/default.yaml" --backend host --out "$tmp/cal.yaml" --quick --json \
     >"$tmp/cal.json" 2>"$tmp/err" || fail "calibrate: $(cat "$tmp/err")"
+"$dcp_run" calibrate "$root/configs/default.yaml" --backend host --out "$tmp/cal2.yaml" --repeats 2 --max-bytes 16384 \
+    --max-context 1024 --kv-mb 8 --json >"$tmp/cal2.json" 2>"$tmp/err" || fail "calibrate small: $(cat "$tmp/err")"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert sorted({x["bytes"] for x in d["collectives"]}) == [4096, 16384], d["collectives"]; assert max(x["context"] for x in d["attention"]) <= 1024' \
+    "$tmp/cal2.json" || fail "calibrate --max-bytes / --max-context"
+"$dcp_run" calibrate "$root/configs/default.yaml" --backend host --quick >/dev/null 2>"$tmp/err"
+[ $? -eq 2 ] || fail "calibrate without --out: exit status"
 python3 - "$tmp/cal.json" <<'PY' || fail "calibrate output"
 import json, sys
 d = json.load(open(sys.argv[1]))

@@ -378,7 +378,14 @@ static void test_comm_schemes(void **state)
     struct dcp_config cfg;
     struct dcp_plan plan;
     deepseek_v3_h200(&cfg);
+    /* comm_dtype auto (the default) is priced as bf16, what GPU engines run. */
+    assert_int_equal(cfg.parallel.comm_dtype, DCP_WIRE_AUTO);
+    cfg.parallel.comm_dtype = DCP_WIRE_BF16;
     compute_plan(&cfg, &plan);
+    const double bf16_total = plan.comm.total_send;
+    cfg.parallel.comm_dtype = DCP_WIRE_AUTO;
+    compute_plan(&cfg, &plan);
+    check_near(plan.comm.total_send, bf16_total, 0, "auto priced as bf16");
     assert_int_equal(plan.comm.num_rows, 2);
     assert_int_equal(plan.comm.scheme, DCP_COMM_A2A);
     assert_string_equal(plan.comm.rows[0].what, "queries"); /* the step's order */
@@ -407,7 +414,7 @@ static void test_comm_schemes(void **state)
      * 7 * 16 * 576 * 4 + 7 * 16 * (512 * 4 + 4) = 258,048 + 229,824. */
     cfg.parallel.replicate_q = false;
     cfg.parallel.comm = DCP_COMM_A2A;
-    cfg.parallel.comm_dtype = DCP_DTYPE_FP32;
+    cfg.parallel.comm_dtype = DCP_WIRE_FP32;
     compute_plan(&cfg, &plan);
     check_near(plan.comm.total_send, 487872, 0, "fp32 wire");
 
@@ -564,6 +571,108 @@ static void test_null_arguments(void **state)
     dcp_deployment_destroy(&dep);
 }
 
+/* ---- layer kinds (docs/design.md §13) ---------------------------------------------- */
+
+/*
+ * A hybrid GQA model, figures by hand: 2 KV heads of 128 at tp 8 (one per GPU, 4
+ * replicas: dcp 4), 8 layers [sliding_window 100, full, none, none] twice, q_len 1.
+ * Per GPU a layer's KV is 2 x 1 x 128 x 2 B = 512 B per token. Paged (full): 2 x 512 =
+ * 1,024 B per owned token, 64 KiB pages. Windows: a ring of ceil(100 / 64) = 2 pages
+ * (128 tokens) replicated, 2 x 128 x 512 = 131,072 B per request; sharded over 4 it is
+ * floor(100 / 4) = 25 tokens, one page: 65,536 B. None: 8 MB per layer / tp 8 = 1 MB,
+ * 4 MB per request. Budget 141 GB x 0.9 - 4 GB = 122.9 GB.
+ */
+static void hybrid(struct dcp_config *cfg, enum dcp_window_kv window_kv)
+{
+    gqa(cfg, "hybrid", 8, 2);
+    cfg->parallel.tp = 8;
+    cfg->parallel.dcp = 4;
+    cfg->model.layer_pattern[0] = (struct dcp_layer_kind){.type = DCP_LAYER_SLIDING_WINDOW, .window = 100};
+    cfg->model.layer_pattern[1] = (struct dcp_layer_kind){.type = DCP_LAYER_FULL};
+    cfg->model.layer_pattern[2] = (struct dcp_layer_kind){.type = DCP_LAYER_NONE, .repeat = 2};
+    cfg->model.num_layer_kinds = 3;
+    cfg->model.window_kv = window_kv;
+    cfg->model.linear_state_bytes = 8e6;
+    const uint64_t lens[] = {32 * K};
+    set_contexts(cfg, lens, 1);
+}
+
+static void test_layer_kinds_hybrid(void **state)
+{
+    (void)state;
+    struct dcp_config cfg;
+    struct dcp_plan plan;
+    hybrid(&cfg, DCP_WINDOW_KV_REPLICATED);
+    compute_plan(&cfg, &plan);
+    assert_int_equal(plan.dcp.page_bytes, 65536);
+    check_near(plan.baseline.kv_bytes_per_token, 1024, 0, "baseline bytes per token (full layers only)");
+    check_near(plan.dcp.kv_bytes_per_token, 256, 0, "dcp 4 bytes per token");
+    check_near(plan.dcp.fixed_bytes, 131072 + 4e6, 0, "rings + state per request");
+    check_near(plan.baseline.fixed_bytes, 131072 + 4e6, 0, "a replicated window costs dcp 1 the same");
+    /* 32k tokens: dcp 4 needs 128 pages (8,388,608 B) + 4,131,072 B; tp only 512 pages + the same. */
+    assert_int_equal(plan.contexts[0].dcp_pages, 128);
+    assert_int_equal(plan.contexts[0].dcp_concurrency, (uint64_t)(122.9e9 / 12519680.0));
+    assert_int_equal(plan.contexts[0].baseline_concurrency, (uint64_t)(122.9e9 / 37685504.0));
+    /* Only the 2 full layers and the merged windows exchange; replicated windows do not. */
+    for (uint32_t i = 0; i < plan.comm.num_rows; i++)
+        assert_int_equal(plan.comm.rows[i].layers, 2);
+    /* Reads per layer at 32k: 2 full layers read 32,768 (tp only) or 8,192 tokens x 512 B, the
+     * 2 windows 100 tokens x 512 B either way, averaged over the 8 layers. */
+    check_near(plan.contexts[0].baseline_kv_read_bytes, (2.0 * 32768 * 512 + 2.0 * 100 * 512) / 8, 1e-15, "read, tp only");
+    check_near(plan.contexts[0].dcp_kv_read_bytes, (2.0 * 8192 * 512 + 2.0 * 100 * 512) / 8, 1e-15, "read, dcp 4");
+    check_near(plan.baseline_kv_read_per_token - plan.dcp_kv_read_per_token, 2.0 * 512 * 0.75 / 8, 1e-15,
+               "read saved per context token: the full layers' only");
+
+    hybrid(&cfg, DCP_WINDOW_KV_SHARDED);
+    compute_plan(&cfg, &plan);
+    check_near(plan.dcp.fixed_bytes, 65536 + 4e6, 0, "sharded rings (25 tokens, one page) + state");
+    check_near(plan.baseline.fixed_bytes, 131072 + 4e6, 0, "dcp 1 keeps the whole window");
+    for (uint32_t i = 0; i < plan.comm.num_rows; i++)
+        assert_int_equal(plan.comm.rows[i].layers, 4);
+    /* 25 of each window's last 100 tokens on the largest shard. */
+    check_near(plan.contexts[0].dcp_kv_read_bytes, (2.0 * 8192 * 512 + 2.0 * 25 * 512) / 8, 1e-15, "read, dcp 4");
+}
+
+/*
+ * DeepSeek Sparse Attention, 61 layers of top-2048 over MLA (1,152 B per token per layer,
+ * bf16) with 128 fp8 index-key bytes per token per layer. Mode (a): the caller's index keys
+ * stay on every rank (7,808 B per token whatever dcp); mode (b) shards them with the KV
+ * (78,080 B per owned token) and adds the top-k gather: 2,048 candidates of 8 B to each
+ * of the 7 others, on all 61 layers.
+ */
+static void test_layer_kinds_sparse(void **state)
+{
+    (void)state;
+    struct dcp_config cfg;
+    struct dcp_plan plan;
+    deepseek_v3_h200(&cfg);
+    cfg.model.layer_pattern[0] = (struct dcp_layer_kind){.type = DCP_LAYER_SPARSE_TOPK, .topk = 2048, .repeat = 61};
+    cfg.model.num_layer_kinds = 1;
+    compute_plan(&cfg, &plan);
+    check_near(plan.baseline.kv_bytes_per_token, 70272 + 7808, 0, "tp only, mode (a)");
+    check_near(plan.dcp.kv_bytes_per_token, 70272 / 8.0 + 7808, 0, "dcp 8, mode (a): the index keys replicated");
+    assert_int_equal(plan.dcp.page_bytes, 64 * 70272);
+    assert_true(row_send(&plan, "top-k candidates") == 0);
+    /* Reads at 8k per layer: 2,048 selected rows (256 per rank) and every index key the indexer scores. */
+    check_near(plan.contexts[0].baseline_kv_read_bytes, 2048.0 * 1152 + 8192.0 * 128, 1e-15, "read, tp only");
+    check_near(plan.contexts[0].dcp_kv_read_bytes, 256.0 * 1152 + 8192.0 * 128, 1e-15, "read, dcp 8 (a)");
+    check_near(plan.baseline_kv_read_per_token, plan.dcp_kv_read_per_token, 0,
+               "mode (a): DCP saves no read that grows with the context");
+
+    cfg.parallel.sparse_index = DCP_SPARSE_INDEX_SHARDED;
+    compute_plan(&cfg, &plan);
+    check_near(plan.dcp.kv_bytes_per_token, 78080 / 8.0, 0, "dcp 8, mode (b): everything sharded");
+    assert_int_equal(plan.dcp.page_bytes, 64 * 78080);
+    const struct dcp_plan_comm_row *row = comm_row(&plan, "top-k candidates", DCP_PLAN_COMM_ALL_GATHER);
+    check_near(row->send_bytes, 7.0 * 2048 * 8, 0, "top-k gather");
+    assert_int_equal(row->layers, 61);
+    assert_ptr_equal(row, &plan.comm.rows[0]); /* before the attention's exchanges */
+    assert_int_equal(plan.comm.collectives, 3);
+    check_near(plan.contexts[0].dcp_kv_read_bytes, 256.0 * 1152 + 1024.0 * 128, 1e-15, "read, dcp 8 (b)");
+    check_near(plan.baseline_kv_read_per_token - plan.dcp_kv_read_per_token, 128 * 7.0 / 8, 1e-15,
+               "read saved per context token: the sharded index keys");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -580,6 +689,8 @@ int main(void)
         cmocka_unit_test(test_instances),
         cmocka_unit_test(test_null_arguments),
         cmocka_unit_test(test_overflow_refused),
+        cmocka_unit_test(test_layer_kinds_hybrid),
+        cmocka_unit_test(test_layer_kinds_sparse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

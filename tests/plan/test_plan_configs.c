@@ -36,6 +36,21 @@ static const struct expected_config shipped[] = {
     /* 70,553,706,496 * 2 / 8 = 17.638e9; 126.9e9 - 17.638e9 - 4e9 = 105.2616e9
      * / (64 * 40,960) = 40,154. */
     {"llama-3.1-70b-8xh200.yaml", 1, 40960, 40154},
+    /* Layer kinds (docs/design.md §13). DSA with the sharded index: 61 x (576 + 128) B = 42,944 B
+     * per owned token; 39.025e9 / (64 x 42,944) = 14,199. */
+    {"deepseek-v3.2-8xh200.yaml", 8, 42944, 14199},
+    /* 18 full layers x 256 B (the 18 windows are rings, per request); mxfp4 116.8e9 x 0.53125 / 8 =
+     * 7.7558e9; 126.9e9 - 7.7558e9 - 4e9 = 115.1442e9 / (64 x 4,608) = 390,434. */
+    {"gpt-oss-120b-8xh200.yaml", 1, 4608, 390434},
+    /* 12 full layers x 1,024 B (the 36 linear layers keep state, per request); 80e9 x 2 / 8 = 20e9;
+     * 102.9e9 / (64 x 12,288) = 130,844. */
+    {"qwen3-next-80b-8xh200.yaml", 4, 12288, 130844},
+    /* CPU-sized kinds (24e6 B of KV per emulated GPU): DSA 2 x ((64 + 16) x 2 + 16 x 2) = 384 B,
+     * 24e6 / (64 x 384) = 976; gpt-oss-like 2 full layers x 2 x 32 x 2 B = 256 B, 1,464; hybrid
+     * 2 full layers x 2 x 64 x 2 B = 512 B, 732. */
+    {"cpu-dsa.yaml", 4, 384, 976},
+    {"cpu-gpt-oss.yaml", 2, 256, 1464},
+    {"cpu-hybrid.yaml", 4, 512, 732},
 };
 
 static const struct expected_config *find_expected(const char *file)

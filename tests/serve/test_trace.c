@@ -288,6 +288,22 @@ static void test_synthetic_agentic(void **state)
     dcp_trace_destroy(&c);
 }
 
+/* A UTF-8 byte order mark before the first record is skipped: the JSONL trace was taken
+ * for the lengths format and failed with a confusing error on its first line. */
+static void test_byte_order_mark(void **state)
+{
+    (void)state;
+    struct dcp_trace *t = parse_ok("\xef\xbb\xbf{\"timestamp\": 0, \"input_length\": 9, \"output_length\": 2}\n", NULL);
+    assert_string_equal(t->format, "mooncake");
+    assert_int_equal(t->count, 1);
+    assert_int_equal(t->requests[0].prompt_tokens, 9);
+    dcp_trace_destroy(&t);
+    t = parse_ok("\xef\xbb\xbf" "17\n", NULL);
+    assert_string_equal(t->format, "lengths");
+    assert_int_equal(t->requests[0].prompt_tokens, 17);
+    dcp_trace_destroy(&t);
+}
+
 /* A trace cannot take memory without bound: a 20 MB file of one-token lines made 10
  * million requests (2.2 GB), and a synthetic trace of 10 million agentic requests
  * (about 3.5 KB each) was killed by the OOM killer. Requests and hash ids are counted
@@ -358,6 +374,7 @@ int main(void)
         cmocka_unit_test(test_mutations),
         cmocka_unit_test(test_synthetic_agentic),
         cmocka_unit_test(test_memory_bounded),
+        cmocka_unit_test(test_byte_order_mark),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -198,6 +198,10 @@ static int cuda_engine_init(const struct dcp_engine *e, void **state, struct dcp
     caps->head_tile = dcpk_attn_pick_head_tile(ce->attn, heads_per_kv, DCP_MAX(1u, e->cfg->workload.q_len));
     caps->max_splits = slots;
     caps->host_memory = false;
+    /* Full and KV-free layers only: the window, sink and sparse top-k kernels have no GPU entry yet
+     * (DCPK_GPU_PENDING_KERNELS, attn_launch_ok). */
+    caps->layer_types = (1u << DCP_LAYER_FULL) | (1u << DCP_LAYER_NONE);
+    caps->sinks = false;
     snprintf(caps->detail, sizeof(caps->detail), "%s (sm_%d%d, %d SMs), %s%s, %s (%s); %s", d0->info.name,
              d0->info.cc_major, d0->info.cc_minor, d0->info.sm_count,
              ce->comm == CUDA_COMM_VIRTUAL ? (e->geo.dcp > 1 ? "virtual ranks on one GPU" : "ranks on one GPU")

@@ -125,6 +125,19 @@ int cuda_step_uploads(struct dcp_rank *r)
 
 /* ---- capture --------------------------------------------------------------------- */
 
+/* Ends a capture that capture_begin started but could not complete (the group's
+ * barrier was aborted, a later call failed): the stream leaves capture mode and the
+ * partial graph is dropped, so nothing stays open that no capture_end could close. */
+static void discard_capture(struct dcp_rank *r)
+{
+    const struct dcp_cuda_api *api = &CE(r->engine)->cu->api;
+    CUgraph graph = NULL;
+    api->cuStreamEndCapture(CR(r)->compute, &graph);
+    if (graph)
+        api->cuGraphDestroy(graph);
+    CR(r)->capturing = false;
+}
+
 int cuda_capture_begin(struct dcp_rank *r)
 {
     struct cuda_rank *cr = CR(r);
@@ -142,16 +155,21 @@ int cuda_capture_begin(struct dcp_rank *r)
         /* Thread-local: other threads (other ranks, the caller's) may keep polling
          * their own work; this rank's thread makes no unsafe call until the end. */
         err = CU_CALL(api, cuStreamBeginCapture, cr->compute, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
-        if (!err && virtual_group(r))
-            err = CU_CALL(api, cuEventRecord, cr->events[EV_FORK], cr->compute);
         if (err)
             return err;
         cr->capturing = true;
+        if (virtual_group(r) && (err = CU_CALL(api, cuEventRecord, cr->events[EV_FORK], cr->compute))) {
+            discard_capture(r);
+            return err;
+        }
     }
     if (!virtual_group(r))
         return DCP_OK;
-    if ((err = rank_group_barrier(cr->group)))
+    if ((err = rank_group_barrier(cr->group))) {
+        if (group_leader(r))
+            discard_capture(r);
         return err;
+    }
     if (!group_leader(r)) {
         if ((err = CU_CALL(api, cuStreamWaitEvent, cr->compute, cuda_group_member(r, 0)->events[EV_FORK], 0)))
             return err;

@@ -135,7 +135,7 @@ void cuda_free(struct dcp_rank *r, uint64_t addr)
     for (size_t i = 0; i < cr->num_allocs; i++)
         if (cr->allocs[i].addr == addr) {
             const int err = cuda_wait_device(r, NULL, "rank_free");
-            if (err == DCP_ETIMEOUT) {
+            if (err == DCP_ETIMEOUT || atomic_load(&cr->stuck)) {
                 dcp_error(DCP_ETIMEOUT, "rank_free: rank %u's device work never finished (a hung kernel or "
                           "collective); the allocation at 0x%llx is leaked, not freed under it", r->tp_rank,
                           (unsigned long long)addr);

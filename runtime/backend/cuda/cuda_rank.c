@@ -35,10 +35,11 @@ int cuda_rank_init(struct dcp_rank *r)
         if (!err)
             err = CU_CALL(api, cuEventCreate, &cr->timer_end[i], CU_EVENT_DEFAULT);
     }
-    /* Pinned staging for uploads: two halves of room for one step's metadata (5
+    /* Pinned staging for uploads: two halves of room for one step's metadata (its
      * buffers, each rounded up to 16 bytes), so begin_step's copies are truly
      * asynchronous and the next begin_step need not wait for them. */
-    cr->staging_bytes = dcp_step_upload_bytes(e->max_batch, e->max_blocks_per_seq, e->max_tokens) + 5 * 16;
+    cr->staging_bytes =
+        dcp_step_upload_bytes(e->max_batch, e->max_blocks_per_seq, e->max_tokens, e->ring_pages) + DCP_STEP_UPLOADS * 16;
     if (!err)
         err = CU_CALL(api, cuMemAllocHost, (void **)&cr->staging, 2 * cr->staging_bytes);
     return err ? err : cuda_comm_rank_init(r);
@@ -171,9 +172,9 @@ int cuda_wait_device(struct dcp_rank *r, CUevent ev, const char *what)
 {
     struct cuda_rank *cr = CR(r);
     const double bound = cuda_wait_bound(r->engine);
-    if (atomic_load(&cr->stuck))
-        return dcp_error(DCP_ETIMEOUT, "%s: earlier device work of rank %u never finished (a hung kernel or "
-                         "collective)", what, r->tp_rank);
+    if (atomic_load(&cr->stuck)) /* the engine failed then (engine.h, Errors) */
+        return dcp_error(DCP_EABORTED, "%s: the engine failed: earlier device work of rank %u never finished (a hung "
+                         "kernel or collective): destroy it", what, r->tp_rank);
     int err = use_rank(r);
     if (err)
         return err;
@@ -185,8 +186,13 @@ int cuda_wait_device(struct dcp_rank *r, CUevent ev, const char *what)
             return dcp_cuda_check(res, ev ? "cuEventQuery" : "cuStreamQuery");
         if (dcp_now_seconds() >= deadline) {
             atomic_store(&cr->stuck, true);
-            return dcp_error(DCP_ETIMEOUT, "%s: device work of rank %u did not finish within %.3g s "
-                             "(runtime.cuda.nccl_timeout_s): a kernel or copy may be hung", what, r->tp_rank, bound);
+            const int st = dcp_error(DCP_ETIMEOUT, "%s: device work of rank %u did not finish within %.3g s "
+                                     "(runtime.cuda.nccl_timeout_s): a kernel or copy may be hung", what, r->tp_rank,
+                                     bound);
+            /* Nothing can run after it on this rank: every later step and rank function
+             * returns DCP_EABORTED at once instead of waiting for the bound again. */
+            dcp_engine_fail(r->engine, dcp_last_error());
+            return st;
         }
         poll_pause(&pause_ns);
     }

@@ -160,6 +160,10 @@ static int host_engine_init(const struct dcp_engine *e, void **state, struct dcp
     caps->head_tile = 0;
     caps->max_splits = h->threads_per_rank > 1 ? 2 * h->threads_per_rank : 1;
     caps->host_memory = true;
+    /* Every kernel family has a CPU implementation: every layer kind runs here. */
+    caps->layer_types = (1u << DCP_LAYER_FULL) | (1u << DCP_LAYER_SLIDING_WINDOW) | (1u << DCP_LAYER_SPARSE_TOPK) |
+                        (1u << DCP_LAYER_NONE);
+    caps->sinks = true;
     snprintf(caps->detail, sizeof(caps->detail), "%u CPU thread%s per rank, %u CPUs, attention kernel %s",
              h->threads_per_rank, h->threads_per_rank == 1 ? "" : "s", cpus, dcpk_cpu_isa_name(dcpk_cpu_isa_active()));
     return DCP_OK;
@@ -202,7 +206,10 @@ static int host_alloc(struct dcp_rank *r, size_t bytes, uint64_t *addr)
     (void)r;
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes ? bytes : 64))
-        return dcp_error(DCP_EDEVMEM, "host backend: cannot allocate %zu bytes", bytes);
+        return dcp_error(DCP_EDEVMEM, "host backend: cannot allocate %zu bytes of this machine's memory (each rank's "
+                         "KV arena takes runtime.host.memory_mb x memory.gpu_fraction, or with memory_mb 0 the GPU "
+                         "budget of hardware.memory_gb: set runtime.host.memory_mb to what this machine has, or "
+                         "give dcp_engine_params.kv_budget_bytes)", bytes);
     memset(p, 0, bytes);
     *addr = (uint64_t)(uintptr_t)p;
     return DCP_OK;
