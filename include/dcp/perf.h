@@ -28,6 +28,7 @@
 #ifndef DCP_PERF_H
 #define DCP_PERF_H
 
+#include "dcp/geometry.h"
 #include "dcp/plan.h"
 #include "dcp/serve.h"
 
@@ -172,11 +173,35 @@ DCP_API int dcp_calibration_write(const struct dcp_calibration *c, const char *p
 /** Most communication rows a model prices per layer. */
 #define DCP_PERF_MAX_ROWS 8
 
-/** One exchange of DCP's decode step, per layer (a row of the plan's communication). */
+/** One exchange of DCP's decode step (a row of the plan's communication). */
 struct dcp_perf_row {
     enum dcp_plan_comm_kind kind; ///< How it moves.
     uint32_t ranks;              ///< Ranks in it (the DCP group).
-    double bytes;                ///< max(send, receive) bytes per rank per query token.
+    double bytes;                ///< max(send, receive) bytes per rank per query token, per layer.
+    uint32_t layers;             ///< Layers that run it in a step (those DCP merges; see the plan's row).
+};
+
+/**
+ * The KV bytes a GPU reads for one sequence, as a function of its context c: the
+ * model layer's dcp_model_kv_read_bytes() is a shard(c) + b c + e once c passes every
+ * window and top-k of the model (shard(c): the busiest rank's tokens,
+ * dcp_kv_local_length). dcp_perf_model_init() takes a, b, e from that function at three
+ * contexts and checks the line at two more; below `from`, or when the check failed,
+ * the model calls the function itself (a loop over the layers).
+ */
+struct dcp_perf_reads {
+    double a;                    ///< Bytes per token of the busiest rank's shard.
+    double b;                    ///< Bytes per context token read whatever the shard (replicated index keys).
+    double e;                    ///< Bytes read whatever the context (top-k rows, window rings).
+    uint64_t from;               ///< Contexts from which the line holds.
+    bool affine;                 ///< The check passed: the line is used from `from` on.
+};
+
+/** Layers that attend the same span of a sequence (struct dcp_perf_model.spans). */
+struct dcp_perf_span {
+    enum dcp_layer_type type;    ///< full, sliding_window or sparse_topk (none layers attend nothing).
+    uint32_t limit;              ///< Tokens a query attends at most: the window or the top-k; 0 = all (full).
+    uint32_t layers;             ///< How many layers.
 };
 
 /** The model of one layout of a deployment. Plain data; dcp_perf_model_init() fills it. */
@@ -195,16 +220,24 @@ struct dcp_perf_model {
     uint32_t experts;            ///< Routed experts (0: a dense model).
     uint32_t experts_per_token;  ///< Routed experts one token uses.
     double active_params;        ///< Parameters one token uses (all of them for a dense model).
-    double kv_token_layer_bytes; ///< KV bytes a GPU holds per token it stores, per layer.
+    const struct dcp_config *cfg; ///< The deployment's settings (its layer kinds); valid while it lives.
+    struct dcp_model_kv kv;      ///< The layer kinds' KV of this layout on one GPU (runtime/model, geometry.h).
+    struct dcp_model_kv kv_tp;   ///< The same with dcp 1: what a GPU reads once a prefill chunk gathered
+                                 ///< its sharded context.
+    struct dcp_perf_reads reads; ///< kv's read bytes per sequence as a line (decode, the chunk's own reads).
+    struct dcp_perf_reads reads_tp; ///< kv_tp's (what a GPU reads after gathering a context).
+    uint32_t num_spans;          ///< Entries of spans.
+    struct dcp_perf_span spans[DCP_MAX_LAYER_PATTERN]; ///< The attention layers by the span a query attends.
+    uint32_t gather_layers;      ///< Layers whose sharded KV a prefill chunk gathers (full and sparse_topk).
     double decode_flops;         ///< Decode attention FLOPs per GPU per query token per context token per layer.
     double prefill_flops;        ///< The same for prefill (MLA in its expanded form).
     double allreduce_bytes;      ///< Bytes one rank sends per TP all-reduce per token: 2 (tp-1)/tp x hidden x activation_bytes.
     enum dcp_perf_link tp_link;  ///< The link of the TP group (network when an instance spans nodes).
     enum dcp_perf_link dcp_link; ///< The link of a DCP group (network when some group spans nodes).
-    uint32_t num_rows;           ///< DCP exchanges per layer (0 for dcp = 1).
+    uint32_t num_rows;           ///< DCP exchanges (0 for dcp = 1).
     struct dcp_perf_row rows[DCP_PERF_MAX_ROWS]; ///< Them, from the plan's communication.
-    double gather_bytes_per_token; ///< Bytes one rank receives per cached context token per layer when a
-                                 ///< prefill chunk gathers the context's KV: (dcp - 1) / dcp x KV bytes.
+    double gather_bytes_per_token; ///< Bytes one rank receives per cached context token, all gather_layers, when
+                                 ///< a prefill chunk gathers the context's KV: (dcp - 1) / dcp x the token's KV.
     double nvlink_bandwidth;     ///< hardware.link_gbps in bytes/s.
     double network_bandwidth;    ///< hardware.internode_gbps in bytes/s (0: not given).
     double collective_latency;   ///< hardware.collective_latency_us in seconds.
@@ -251,6 +284,17 @@ DCP_API void dcp_perf_step_time(const struct dcp_perf_model *m, const struct dcp
  */
 DCP_API void dcp_perf_decode_time(const struct dcp_perf_model *m, uint64_t batch, uint64_t context,
                                   uint32_t q_len, struct dcp_perf_step *out);
+
+/**
+ * KV bytes one GPU reads in a decode step (one query token) of a request of `context`
+ * tokens over every layer: the model layer's dcp_model_kv_read_bytes() for the
+ * layout's layer kinds (the largest shard of full layers, a window's last tokens, the
+ * top-k rows and the index keys scored).
+ */
+DCP_API double dcp_perf_kv_read_bytes(const struct dcp_perf_model *m, uint64_t context);
+
+/** KV bytes one request of `context` tokens keeps on one GPU (dcp_model_kv_request_bytes()). */
+DCP_API double dcp_perf_kv_request_bytes(const struct dcp_perf_model *m, uint64_t context);
 
 /**
  * Output tokens per second per GPU of the decode steady state of a closed loop of

@@ -364,7 +364,7 @@ static void print_decisions(const dcp_deployment *dep, const struct plan_args *a
             if (k == 0)
                 cli_table_cell(&t, "%s", "");
             else if (x->wins_from)
-                cli_table_cell(&t, "%u requests", x->wins_from);
+                cli_table_cell(&t, "%u request%s", x->wins_from, x->wins_from == 1 ? "" : "s");
             else
                 cli_table_cell(&t, "never (up to %u)", d->max_clients);
         }

@@ -63,7 +63,7 @@ struct sim {
     uint32_t done;
     struct transfer *xfer;       /* min-heap on ready */
     size_t num_xfer, xfer_cap;
-    double kv_seconds_per_token; /* P/D: transfer time per prompt token to one decode GPU */
+    double kv_link;              /* P/D: bytes/s a prompt's KV reaches one decode GPU at */
     double *step_dt[2];          /* decode node: durations of decode-only and mixed steps */
     size_t num_dt[2], dt_cap[2];
     size_t samples_cap;
@@ -286,7 +286,9 @@ static int after_step(struct sim *m, struct node *n, const struct dcp_sched_step
                 mark_done(m, i);
                 continue;
             }
-            const double xfer = (double)m->trace->requests[i].prompt_tokens * m->kv_seconds_per_token;
+            /* Each decode GPU receives what it keeps of the prompt, over its own link. */
+            const double xfer =
+                dcp_perf_kv_request_bytes(&m->decode->model, m->trace->requests[i].prompt_tokens) / m->kv_link;
             int err = push_transfer(m, (struct transfer){end + xfer, i});
             if (err)
                 return err;
@@ -508,7 +510,8 @@ static int summarize(struct sim *m, double first_arrival)
     free(tpot);
     free(ordered);
     for (int k = 0; k < 2; k++) {
-        qsort(m->step_dt[k], m->num_dt[k], sizeof(double), cmp_double);
+        if (m->num_dt[k]) /* no steps of that kind: no array (qsort takes none) */
+            qsort(m->step_dt[k], m->num_dt[k], sizeof(double), cmp_double);
         res->decode_steps[k] = m->num_dt[k];
         res->step_p50[k] = percentile(m->step_dt[k], m->num_dt[k], 0.5);
     }
@@ -584,8 +587,7 @@ static int setup_nodes(struct sim *m, const dcp_deployment *dep, dcp_deployment 
         err = sim_node(*prefill_dep, 1, o, m->trace, false, &m->nodes[k]);
     res->prefill_gpus = ptp * (m->num_nodes - 1);
     res->gpus += res->prefill_gpus;
-    const double link = cfg->hardware.internode_bandwidth * o->model.link_efficiency;
-    m->kv_seconds_per_token = d->model.kv_token_layer_bytes * d->model.layers / dcp / link;
+    m->kv_link = cfg->hardware.internode_bandwidth * o->model.link_efficiency;
     return err;
 }
 

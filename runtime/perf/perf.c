@@ -118,8 +118,73 @@ static void dcp_rows(const struct dcp_plan_comm *c, struct dcp_perf_model *m)
 {
     m->num_rows = DCP_MIN(c->num_rows, (uint32_t)DCP_PERF_MAX_ROWS);
     for (uint32_t i = 0; i < m->num_rows; i++)
-        m->rows[i] = (struct dcp_perf_row){
-            c->rows[i].kind, c->rows[i].ranks, DCP_MAX(c->rows[i].send_bytes, c->rows[i].recv_bytes)};
+        m->rows[i] = (struct dcp_perf_row){c->rows[i].kind, c->rows[i].ranks,
+                                           DCP_MAX(c->rows[i].send_bytes, c->rows[i].recv_bytes), c->rows[i].layers};
+}
+
+/* The attention layers grouped by the span a query attends (none layers attend nothing). */
+static void attention_spans(const struct dcp_model_config *mc, struct dcp_perf_model *m)
+{
+    for (uint32_t l = 0; l < mc->num_layers; l++) {
+        const struct dcp_layer_kind k = dcp_model_layer_kind(mc, l);
+        if (k.type == DCP_LAYER_NONE)
+            continue;
+        const uint32_t limit = k.type == DCP_LAYER_SLIDING_WINDOW ? k.window
+                               : k.type == DCP_LAYER_SPARSE_TOPK  ? k.topk
+                                                                  : 0;
+        uint32_t i = 0;
+        while (i < m->num_spans && (m->spans[i].type != k.type || m->spans[i].limit != limit))
+            i++;
+        if (i == m->num_spans) {
+            if (i == DCP_MAX_LAYER_PATTERN)
+                i--; /* a pattern has at most this many kinds; past it, fold into the last */
+            else
+                m->spans[m->num_spans++] = (struct dcp_perf_span){k.type, limit, 0};
+        }
+        m->spans[i].layers++;
+    }
+}
+
+/* The busiest rank's tokens of a sequence of len tokens under the layer kinds' kv. */
+static double shard_of(const struct dcp_perf_model *m, const struct dcp_model_kv *kv, uint64_t len)
+{
+    return kv->dcp == 1 ? (double)len : (double)dcp_kv_local_length(len, 0, kv->dcp, m->interleave);
+}
+
+static double line_at(const struct dcp_perf_model *m, const struct dcp_model_kv *kv, const struct dcp_perf_reads *r,
+                      uint64_t len)
+{
+    return r->a * shard_of(m, kv, len) + r->b * (double)len + r->e;
+}
+
+/* The model layer's read bytes as a line past the model's windows and top-k (struct
+ * dcp_perf_reads): three contexts a period of the group apart determine it, two more
+ * check it. */
+static void read_line(const struct dcp_perf_model *m, const struct dcp_model_kv *kv, struct dcp_perf_reads *r)
+{
+    memset(r, 0, sizeof(*r));
+    uint64_t knee = 1;
+    for (uint32_t i = 0; i < m->num_spans; i++)
+        knee = DCP_MAX(knee, (uint64_t)m->spans[i].limit);
+    const uint64_t n = kv->dcp, il = m->interleave, period = n * il;
+    const uint64_t p1 = (knee / period + 1) * period, p2 = p1 + 1, p3 = p1 + period;
+    const double f1 = dcp_model_kv_read_bytes(m->cfg, kv, p1), f2 = dcp_model_kv_read_bytes(m->cfg, kv, p2);
+    const double f3 = dcp_model_kv_read_bytes(m->cfg, kv, p3);
+    if (n == 1) {
+        r->a = f2 - f1; /* shard = context: one slope */
+    } else {
+        /* shard grows by 1 from p1 to p2 and by I from p1 to p3 (the context by 1 and n I). */
+        r->a = ((double)period * (f2 - f1) - (f3 - f1)) / ((double)il * (double)(n - 1));
+        r->b = (f2 - f1) - r->a;
+    }
+    r->e = f1 - r->a * shard_of(m, kv, p1) - r->b * (double)p1;
+    r->from = p1;
+    const uint64_t checks[2] = {3 * p1 + 7, p1 + period / 2 + 1};
+    r->affine = true;
+    for (int i = 0; i < 2; i++) {
+        const double want = dcp_model_kv_read_bytes(m->cfg, kv, checks[i]);
+        r->affine &= fabs(line_at(m, kv, r, checks[i]) - want) <= 1e-9 * fabs(want) + 1e-6;
+    }
 }
 
 int dcp_perf_model_init(const dcp_deployment *dep, uint32_t dcp, const struct dcp_perf_params *p,
@@ -177,12 +242,19 @@ int dcp_perf_model_init(const dcp_deployment *dep, uint32_t dcp, const struct dc
         m->dense_weight_bytes = P * wb / m->tp;
     }
 
-    /* KV and attention arithmetic per GPU. Decode: the TP rank's H_l heads over the
-     * whole context, or (DCP) the group's dcp x H_l gathered heads over 1/dcp of it:
-     * the same FLOPs per global context token. MLA decodes in the absorbed form
+    /* KV per GPU by layer kind: the model layer's figures (runtime/model). */
+    m->cfg = dcp_deployment_config(dep);
+    if (dcp_model_kv_init(m->cfg, dcp, &m->kv) || dcp_model_kv_init(m->cfg, 1, &m->kv_tp))
+        return dcp_error(DCP_EINVAL, "dcp=%u: %s", dcp, dcp_last_error());
+    m->gather_layers = m->kv.layers[DCP_LAYER_FULL] + m->kv.layers[DCP_LAYER_SPARSE_TOPK];
+    attention_spans(mc, m);
+    read_line(m, &m->kv, &m->reads);
+    read_line(m, &m->kv_tp, &m->reads_tp);
+    /* Attention arithmetic per GPU and attended token. Decode: the TP rank's H_l heads
+     * over the context, or (DCP) the group's dcp x H_l gathered heads over 1/dcp of
+     * it: the same FLOPs per global context token. MLA decodes in the absorbed form
      * (scores over kv_lora_rank + rope, values of kv_lora_rank) and prefills in the
      * expanded one (qk_nope + rope, then v_head_dim). */
-    m->kv_token_layer_bytes = (double)g.token_layer_bytes;
     m->decode_flops = 2.0 * g.q_heads_per_rank * (double)(g.qk_dim + g.v_dim);
     m->prefill_flops = mc->attention == DCP_ATTN_MLA
                            ? 2.0 * g.q_heads_per_rank * (double)(mc->qk_nope_head_dim + mc->rope_dim + mc->v_head_dim)
@@ -202,7 +274,7 @@ int dcp_perf_model_init(const dcp_deployment *dep, uint32_t dcp, const struct dc
         if (!dcp_plan_from_config(&cfg, &plan))
             return dcp_error(DCP_EINVAL, "perf_model_init: the plan of dcp=%u does not fit 64 bits", dcp);
         dcp_rows(&plan.comm, m);
-        m->gather_bytes_per_token = (double)(dcp - 1) / dcp * (double)dcp_model_kv_bytes_per_token_layer(mc);
+        m->gather_bytes_per_token = (double)(dcp - 1) / dcp * (double)m->kv_tp.page_token_bytes;
     }
     return DCP_OK;
 }
@@ -257,17 +329,41 @@ struct work {
     bool prefill;           /* some entry prefills: the step runs eagerly */
 };
 
-/* The tokens of a sequence of len tokens the busiest rank of a group stores. */
-static double rank_tokens(const struct dcp_perf_model *m, uint64_t len)
+/* KV bytes a GPU reads for one sequence of `context` tokens with the layer kinds' KV
+ * kv (m->kv or m->kv_tp): the model layer's figure, from its line where it holds. */
+static double kv_read(const struct dcp_perf_model *m, const struct dcp_model_kv *kv, uint64_t context)
 {
-    return m->dcp == 1 ? (double)len : (double)dcp_kv_local_length(len, 0, m->dcp, m->interleave);
+    const struct dcp_perf_reads *r = kv == &m->kv ? &m->reads : &m->reads_tp;
+    if (r->affine && context >= r->from)
+        return line_at(m, kv, r, context);
+    return dcp_model_kv_read_bytes(m->cfg, kv, context);
+}
+
+double dcp_perf_kv_read_bytes(const struct dcp_perf_model *m, uint64_t context)
+{
+    return m ? kv_read(m, &m->kv, context) : 0;
+}
+
+double dcp_perf_kv_request_bytes(const struct dcp_perf_model *m, uint64_t context)
+{
+    return m ? dcp_model_kv_request_bytes(m->cfg, &m->kv, context) : 0;
+}
+
+/* Layer-tokens a query token at position `context` attends over the attention layers:
+ * all of the context (full), at most the window, or the top-k. */
+static double attended(const struct dcp_perf_model *m, double context)
+{
+    double t = 0;
+    for (uint32_t i = 0; i < m->num_spans; i++)
+        t += m->spans[i].layers * (m->spans[i].limit ? DCP_MIN((double)m->spans[i].limit, context) : context);
+    return t;
 }
 
 static void add_decode(const struct dcp_perf_model *m, struct work *w, double n, uint64_t context, uint32_t q_len)
 {
     w->tokens += n * q_len;
-    w->kv_bytes += n * rank_tokens(m, context) * m->kv_token_layer_bytes * m->layers;
-    w->attn_flops += n * q_len * (double)context * m->decode_flops * m->layers;
+    w->kv_bytes += n * kv_read(m, &m->kv, context);
+    w->attn_flops += n * q_len * attended(m, (double)context) * m->decode_flops;
     w->dcp_tokens += n * q_len;
 }
 
@@ -277,30 +373,30 @@ static void add_decode(const struct dcp_perf_model *m, struct work *w, double n,
  * or gathers its queries and merges like decode tokens; the cheaper one is taken. */
 static void add_prefill(const struct dcp_perf_model *m, struct work *w, uint64_t start, uint32_t q)
 {
-    const double pairs = (double)q * ((double)start + (double)(q + 1) / 2);
+    /* A chunk token attends on average up to the middle of the chunk past start. */
     w->tokens += q;
-    w->attn_flops += pairs * m->prefill_flops * m->layers;
-    if (m->dcp == 1 || start == 0) {
-        w->kv_bytes += (double)(start + q) * m->kv_token_layer_bytes * m->layers;
+    w->attn_flops += (double)q * attended(m, (double)start + (double)(q + 1) / 2) * m->prefill_flops;
+    const double own = kv_read(m, &m->kv, start + q);
+    if (m->dcp == 1 || start == 0 || !m->gather_layers) {
+        w->kv_bytes += own;
         return;
     }
-    double q_gather = 0;
+    const double hbm = m->hbm_bandwidth * m->params.kv_efficiency;
+    double q_gather = own / hbm;
     for (uint32_t i = 0; i < m->num_rows; i++)
-        q_gather += dcp_perf_collective_time(m, m->rows[i].kind, m->rows[i].ranks, m->dcp_link,
-                                             q * m->rows[i].bytes, false);
-    q_gather += (rank_tokens(m, start + q) * m->kv_token_layer_bytes) / (m->hbm_bandwidth * m->params.kv_efficiency);
-    const double gbytes = (double)start * m->gather_bytes_per_token;
-    const double kv_kv = (double)(start + q) * m->kv_token_layer_bytes;
-    const double gather = dcp_perf_collective_time(m, DCP_PLAN_COMM_ALL_GATHER, m->dcp, m->dcp_link, gbytes, false) +
-                          kv_kv / (m->hbm_bandwidth * m->params.kv_efficiency);
-    if (gather <= q_gather) {
+        q_gather += m->rows[i].layers * dcp_perf_collective_time(m, m->rows[i].kind, m->rows[i].ranks, m->dcp_link,
+                                                                 q * m->rows[i].bytes, false);
+    const double per_layer = (double)start * m->gather_bytes_per_token / m->gather_layers;
+    const double gathered = kv_read(m, &m->kv_tp, start + q);
+    const double gather_comm =
+        m->gather_layers * dcp_perf_collective_time(m, DCP_PLAN_COMM_ALL_GATHER, m->dcp, m->dcp_link, per_layer, false);
+    if (gather_comm + gathered / hbm <= q_gather) {
         w->gathers++;
-        w->gather_seconds +=
-            m->layers * dcp_perf_collective_time(m, DCP_PLAN_COMM_ALL_GATHER, m->dcp, m->dcp_link, gbytes, false);
-        w->kv_bytes += kv_kv * m->layers;
+        w->gather_seconds += gather_comm;
+        w->kv_bytes += gathered;
     } else {
         w->dcp_tokens += q;
-        w->kv_bytes += rank_tokens(m, start + q) * m->kv_token_layer_bytes * m->layers;
+        w->kv_bytes += own;
     }
 }
 
@@ -329,8 +425,9 @@ static void price(const struct dcp_perf_model *m, const struct work *w, struct d
                                           t->graph);
     if (w->dcp_tokens > 0)
         for (uint32_t i = 0; i < m->num_rows; i++)
-            t->dcp_comm += m->layers * dcp_perf_collective_time(m, m->rows[i].kind, m->rows[i].ranks, m->dcp_link,
-                                                                w->dcp_tokens * m->rows[i].bytes, t->graph);
+            t->dcp_comm += m->rows[i].layers * dcp_perf_collective_time(m, m->rows[i].kind, m->rows[i].ranks,
+                                                                        m->dcp_link, w->dcp_tokens * m->rows[i].bytes,
+                                                                        t->graph);
     t->dcp_comm += w->gather_seconds;
     t->gathered_chunks = w->gathers;
     t->overhead = (double)p->kernels_per_layer * m->layers * (t->graph ? p->kernel_gap_graph : p->kernel_gap_eager);

@@ -348,6 +348,59 @@ static void test_deepseek_b200_sign(void **state)
     dcp_deployment_destroy(&dep);
 }
 
+static dcp_deployment *shipped(const char *name)
+{
+    const char *root = getenv("DCP_SOURCE_ROOT");
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/configs/%s", root ? root : ".", name);
+    dcp_deployment *dep = NULL;
+    assert_int_equal(dcp_deployment_load_file(path, NULL, &dep), DCP_OK);
+    return dep;
+}
+
+/*
+ * Layer kinds (configs/qwen3-next-80b-8xh200.yaml: 36 KV-free linear layers, 12 full):
+ * the KV a step reads is the model layer's figure; attention FLOPs count the 12 full
+ * layers only; DCP's exchanges run in the 12 merged layers, not all 48. gpt-oss-120b's
+ * 18 window layers attend at most 128 tokens however long the context.
+ */
+static void test_layer_kinds(void **state)
+{
+    (void)state;
+    dcp_deployment *dep = shipped("qwen3-next-80b-8xh200.yaml");
+    const struct dcp_config *cfg = dcp_deployment_config(dep);
+    struct dcp_perf_params p;
+    struct dcp_perf_model m;
+    dcp_perf_default_params(&p);
+    assert_int_equal(dcp_perf_model_init(dep, 4, &p, &m), DCP_OK);
+    assert_true(m.reads.affine && m.reads_tp.affine);
+    struct dcp_model_kv kv;
+    assert_int_equal(dcp_model_kv_init(cfg, 4, &kv), DCP_OK);
+    for (uint64_t c = 1; c < 300000; c = c * 3 + 1)
+        check_near(dcp_perf_kv_read_bytes(&m, c), dcp_model_kv_read_bytes(cfg, &kv, c), 1e-12, "read bytes");
+    check_near(dcp_perf_kv_request_bytes(&m, 100000), dcp_model_kv_request_bytes(cfg, &kv, 100000), 0, "kept bytes");
+    struct dcp_perf_step t;
+    dcp_perf_decode_time(&m, 2, 100000, 1, &t);
+    check_near(t.attention_flops, 2 * 100000.0 * 12 * m.decode_flops / (m.attention_peak * 0.6), 1e-12, "12 layers");
+    double rows = 0;
+    for (uint32_t i = 0; i < m.num_rows; i++) {
+        assert_int_equal(m.rows[i].layers, 12);
+        rows += dcp_perf_collective_time(&m, m.rows[i].kind, 4, DCP_PERF_LINK_NVLINK, 2 * m.rows[i].bytes, true);
+    }
+    check_near(t.dcp_comm, 12 * rows, 1e-12, "exchanges in the merged layers");
+    dcp_deployment_destroy(&dep);
+
+    dep = shipped("gpt-oss-120b-8xh200.yaml");
+    assert_int_equal(dcp_perf_model_init(dep, 1, &p, &m), DCP_OK);
+    struct dcp_perf_step a, b;
+    dcp_perf_decode_time(&m, 1, 1000, 1, &a);
+    dcp_perf_decode_time(&m, 1, 100000, 1, &b);
+    /* 18 full layers grow with the context, the 18 windows stop at 128 tokens. */
+    check_near(b.attention_flops / a.attention_flops, (18 * 100000.0 + 18 * 128) / (18 * 1000.0 + 18 * 128), 1e-12,
+               "windows");
+    dcp_deployment_destroy(&dep);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -359,6 +412,7 @@ int main(void)
         cmocka_unit_test(test_prefill_gather),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_deepseek_b200_sign),
+        cmocka_unit_test(test_layer_kinds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
