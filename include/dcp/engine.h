@@ -174,7 +174,7 @@ struct dcp_engine_info {
     uint32_t tp;                  ///< TP size.
     uint32_t dcp;                 ///< DCP size in use.
     uint32_t num_local_ranks;     ///< Ranks driven by this process.
-    uint32_t num_layers;          ///< Layers with KV.
+    uint32_t num_layers;          ///< Layers (every kind; the KV-free ones hold nothing, see layers).
     uint32_t q_heads_per_rank;    ///< Query heads each rank owns (H_l).
     uint32_t kv_heads_per_rank;   ///< KV heads each rank stores.
     uint32_t gathered_heads;      ///< Heads each rank attends after the Q gather (dcp * H_l).
@@ -186,7 +186,7 @@ struct dcp_engine_info {
     uint32_t block_size;          ///< Tokens per page.
     uint64_t num_blocks;          ///< Logical block ids (= pages per rank).
     uint64_t tokens_per_block;    ///< Context tokens one logical block holds (block_size * dcp).
-    uint64_t kv_bytes_per_rank;   ///< KV arena bytes per rank.
+    uint64_t kv_bytes_per_rank;   ///< KV bytes per rank: the arena of the paged layers plus the sliding-window rings.
     uint64_t workspace_bytes_per_rank; ///< Workspace bytes per rank.
     uint32_t max_batch;           ///< In use (defaults applied, at most max_seqs).
     uint32_t max_query_tokens;    ///< In use (defaults applied).

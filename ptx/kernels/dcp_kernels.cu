@@ -6,5 +6,6 @@
 #include "attn.cuh"
 #include "attn_gqa_tc.cuh"
 #include "attn_mla_tc.cuh"
+#include "index.cuh"
 #include "mma.cuh"
 #include "rows.cuh"

@@ -23,6 +23,29 @@ constexpr float kLn2 = 0.6931471805599453f;
 __device__ __forceinline__ float neg_inf() { return __uint_as_float(0xff800000u); }
 __device__ __forceinline__ float quiet_nan() { return __uint_as_float(0x7fc00000u); }
 
+/**
+ * a * b and a + b rounded once each, never contracted into an FMA: kernels that
+ * must give the CPU implementation's bits (ISO C compiles a * b + c as two
+ * roundings) use them where nvcc would fuse.
+ */
+__device__ __forceinline__ float fmul_rn(float a, float b)
+{
+#if defined(__CUDA_ARCH__)
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+
+__device__ __forceinline__ float fadd_rn(float a, float b)
+{
+#if defined(__CUDA_ARCH__)
+    return __fadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+
 /* ---- element types ------------------------------------------------------ */
 
 /** Bytes of one cache element of dtype DT: dcpk_dtype_size at compile time, from the

@@ -1,6 +1,6 @@
 /*
  * rows.cuh: the row-wise kernels (params.h): kv_append, fill, merge, lse_scale,
- * reduce and uv_proj. One entry each ("dcpk_<family>"), the dtype chosen at run time. Each
+ * reduce, uv_proj and sink. One entry each ("dcpk_<family>"), the dtype chosen at run time. Each
  * block walks the work items of params.h (rows; 1024-element blocks for reduce)
  * with a grid-stride loop, so any grid is correct; dcpk_<family>_grid() gives one
  * block per item. Block sizes: DCPK_SIMPLE_KERNELS in variants.h.
@@ -34,6 +34,61 @@ __device__ __forceinline__ void store_row(uint64_t dst, uint64_t dst_idx, uint64
     for (uint32_t d = threadIdx.x; d < n; d += blockDim.x) {
         const float x = dcpk_load_as_f32(s, src_idx + d, src_dtype);
         store_as(dst, dst_idx + d, dtype, scaled ? x * inv_scale : x);
+    }
+}
+
+/**
+ * Deliberate bugs of the sink kernel, for tests/kernels_build to prove that its
+ * emulated test catches them (the fatbin instantiates none only): scale_empty
+ * multiplies an empty row (LSE -inf) by its weight 0 instead of storing 0, so a
+ * NaN left in the row leaks; twice applies the sink twice in a row (the DCP
+ * mistake of applying it on a rank and again after the merge).
+ */
+enum class SinkMutant { none, scale_empty, twice };
+
+/**
+ * dcpk_sink: work item = merged row r (head r % num_heads). L' = logaddexp(L, s_h)
+ * by the merge rules (the sink is one more source, of LSE s_h and output 0),
+ * o' = o * e^(L - L'); an empty row stays 0 (stored, never 0 * o), a NaN (or +inf)
+ * in L or s_h makes the row NaN (docs/design.md §13). Thread 0 decides the row,
+ * every thread scales its elements.
+ */
+template <SinkMutant M>
+__device__ __forceinline__ void sink_rows(const dcpk_sink_params &p)
+{
+    static __shared__ float shared_w;
+    static __shared__ uint32_t shared_mode; // 0: scale by shared_w, 1: store 0 (empty row), 2: NaN
+    if (!dcpk_act_dtype_ok(p.out_dtype) || p.num_heads == 0)
+        return;
+    float *lse = reinterpret_cast<float *>(p.lse);
+    const float *sinks = reinterpret_cast<const float *>(p.sinks);
+    for (uint64_t row = block_linear(); row < p.rows; row += grid_blocks()) {
+        if (threadIdx.x == 0) {
+            const float pair[2] = {lse[row], sinks[row % p.num_heads]}; // the row, then the sink
+            float lambda = dcpk_merge_lambda(pair, 2, 1);
+            float w = dcpk_merge_weight(pair[0], lambda);
+            if constexpr (M == SinkMutant::twice) {
+                const float again[2] = {lambda, pair[1]};
+                const float lambda2 = dcpk_merge_lambda(again, 2, 1);
+                w *= dcpk_merge_weight(lambda, lambda2);
+                lambda = lambda2;
+            }
+            const bool empty = M != SinkMutant::scale_empty && dcpk_lse_empty(pair[0]);
+            shared_mode = dcpk_lse_poisoned(lambda) ? 2u : empty ? 1u : 0u;
+            shared_w = w;
+            lse[row] = lambda;
+        }
+        __syncthreads();
+        const uint32_t mode = shared_mode;
+        const float w = shared_w;
+        const void *o = reinterpret_cast<const void *>(p.out);
+        for (uint32_t d = threadIdx.x; d < p.v_dim; d += blockDim.x) {
+            const uint64_t i = row * p.v_dim + d;
+            // even at weight 0: a NaN in o shows
+            store_as(p.out, i, p.out_dtype,
+                     mode == 2u ? quiet_nan() : mode == 1u ? 0.f : dcpk_load_as_f32(o, i, p.out_dtype) * w);
+        }
+        __syncthreads();
     }
 }
 
@@ -216,6 +271,12 @@ extern "C" __global__ void __launch_bounds__(dcpk::kBlock_uv_proj) dcpk_uv_proj(
             }
         }
     }
+}
+
+/** The per-head attention sink, applied once to merged rows (dcpk::sink_rows). */
+extern "C" __global__ void __launch_bounds__(dcpk::kBlock_sink) dcpk_sink(const dcpk_sink_params p)
+{
+    dcpk::sink_rows<dcpk::SinkMutant::none>(p);
 }
 
 #endif /* DCPK_ROWS_CUH */

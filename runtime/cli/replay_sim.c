@@ -510,7 +510,7 @@ static int summarize(struct sim *m, double first_arrival)
     free(tpot);
     free(ordered);
     for (int k = 0; k < 2; k++) {
-        if (m->num_dt[k]) /* none: the array was never allocated */
+        if (m->num_dt[k]) /* no steps of that kind: no array (qsort takes none) */
             qsort(m->step_dt[k], m->num_dt[k], sizeof(double), cmp_double);
         res->decode_steps[k] = m->num_dt[k];
         res->step_p50[k] = percentile(m->step_dt[k], m->num_dt[k], 0.5);

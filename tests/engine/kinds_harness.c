@@ -226,6 +226,14 @@ void kinds_destroy(struct kinds **kp)
     *kp = NULL;
 }
 
+dcp_engine *kinds_engine(struct kinds *k) { return k->eng; }
+
+uint32_t kinds_seq_id(const struct kinds *k, uint32_t i)
+{
+    assert_true(i < k->nseqs);
+    return k->seqs[i].id;
+}
+
 uint32_t kinds_seq_create(struct kinds *k)
 {
     assert_true(k->nseqs < KH_MAX_SEQS);

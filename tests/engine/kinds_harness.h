@@ -42,6 +42,12 @@ void kinds_destroy(struct kinds **k);
 /** A new sequence (empty); returns its index. */
 uint32_t kinds_seq_create(struct kinds *k);
 
+/** The engine (for calls the harness does not make). */
+dcp_engine *kinds_engine(struct kinds *k);
+
+/** The engine's id of sequence i (kinds_seq_create's index). */
+uint32_t kinds_seq_id(const struct kinds *k, uint32_t i);
+
 /**
  * One step: seqs[i] grows by grow[i] tokens (fresh random K/V, index keys and
  * queries); every layer appends, and when the step's tokens fit max_query_tokens every

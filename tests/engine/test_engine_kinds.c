@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dcp/serve.h"
 #include "kinds_harness.h"
 #include "test_util.h"
 
@@ -31,14 +32,16 @@ static struct kinds_case mixed_case(enum dcp_attention_kind attn, uint32_t dcp, 
     c.shape.comm = comm;
     c.shape.layers = 4;
     c.shape.host_threads = 1;
+    /* Small heads on the host; on the CUDA doubles the shapes its kernels have (variants.h). */
+    const bool gpu = fixture_backend() != DCP_BACKEND_HOST;
     if (attn == DCP_ATTN_MLA) {
         c.shape.q_heads = 16; /* 2 per rank */
-        c.shape.kv_lora_rank = 24;
-        c.shape.rope_dim = 8;
+        c.shape.kv_lora_rank = gpu ? 512 : 24;
+        c.shape.rope_dim = gpu ? 64 : 8;
     } else {
         c.shape.q_heads = 16;
         c.shape.kv_heads = 1; /* 8 replicas at tp 8: DCP up to 8 */
-        c.shape.head_dim = 16;
+        c.shape.head_dim = gpu ? 64 : 16;
     }
     c.pattern[0] = (struct dcp_layer_kind){.type = DCP_LAYER_SLIDING_WINDOW, .window = 3, .sink = true};
     c.pattern[1] = (struct dcp_layer_kind){.type = DCP_LAYER_SPARSE_TOPK, .topk = 4};
@@ -147,6 +150,107 @@ static void test_sparse_modes_same_bits(void **state)
     }
 }
 
+/* ---- the kinds' argument errors: each refused before anything runs ---------------------------- */
+
+enum refused_call { CALL_APPEND_KV, CALL_ATTENTION, CALL_APPEND_INDEX_K };
+
+/* Every rank makes one call on one layer; rank 0's result and message are kept. */
+struct refusal {
+    enum refused_call call;
+    uint32_t layer;
+    bool with_list; ///< attention with a top-k list (and sink logits) in dcp_attention_extra
+    int err;
+    char message[512];
+};
+
+static int refuse_rank(dcp_rank *rank, void *arg)
+{
+    struct refusal *c = arg;
+    void *dev = NULL;
+    int err = dcp_rank_alloc(rank, 1 << 16, &dev);
+    if (err)
+        return err;
+    const struct dcp_attention_extra x = {.topk = dev, .sinks = dev};
+    switch (c->call) {
+    case CALL_APPEND_KV: err = dcp_rank_append_kv(rank, c->layer, dev, dev); break;
+    case CALL_APPEND_INDEX_K: err = dcp_rank_append_index_k(rank, c->layer, dev); break;
+    case CALL_ATTENTION: err = dcp_rank_attention_ex(rank, c->layer, dev, dev, NULL, c->with_list ? &x : NULL); break;
+    }
+    char message[sizeof(c->message)];
+    snprintf(message, sizeof(message), "%s", dcp_last_error()); /* before the next call clears it */
+    if (dcp_rank_tp_rank(rank) == 0) {
+        c->err = err;
+        memcpy(c->message, message, sizeof(message));
+    }
+    dcp_rank_free(rank, dev);
+    return DCP_OK; /* the refusal is what is checked */
+}
+
+static void expect_refused(dcp_engine *e, enum refused_call call, uint32_t layer, bool with_list, const char *needle)
+{
+    struct refusal c = {.call = call, .layer = layer, .with_list = with_list};
+    assert_int_equal(dcp_engine_run(e, refuse_rank, &c), DCP_OK);
+    if (c.err != DCP_EINVAL || !strstr(c.message, needle))
+        fail_msg("call %d on layer %u: %s (\"%s\"), expected DCP_EINVAL naming \"%s\"", (int)call, layer,
+                 dcp_strerror(c.err), c.message, needle);
+}
+
+static void test_kinds_errors(void **state)
+{
+    (void)state;
+    /* [window 3 + sink, sparse top-4, none, full + sink], sinks per call, caller's lists. */
+    const struct kinds_case c = mixed_case(DCP_ATTN_GQA, 2, 1, DCP_COMM_A2A, DCP_WINDOW_KV_SHARDED,
+                                           DCP_SPARSE_INDEX_CALLER, false);
+    struct kinds *k = kinds_create(&c, test_seed());
+    if (!k)
+        skip();
+    dcp_engine *e = kinds_engine(k);
+    struct dcp_engine_info info;
+    dcp_engine_get_info(e, &info);
+    assert_int_equal(info.num_layers, 4);
+    assert_int_equal(info.layers[0].type, DCP_LAYER_SLIDING_WINDOW);
+    assert_int_equal(info.layers[0].window, 3);
+    assert_true(info.layers[0].sink && info.layers[3].sink && !info.layers[1].sink);
+    assert_int_equal(info.layers[1].type, DCP_LAYER_SPARSE_TOPK);
+    assert_int_equal(info.layers[2].type, DCP_LAYER_NONE);
+    assert_true(info.ring_pages > 0);
+    /* A step to call into (kinds_step leaves it valid). */
+    const uint32_t s = kinds_seq_create(k);
+    uint32_t grow = 30;
+    assert_false(kinds_step(k, 1, &s, &grow, -1)); /* append only: 30 > max_query_tokens */
+    expect_refused(e, CALL_APPEND_KV, 2, false, "none");
+    expect_refused(e, CALL_ATTENTION, 2, true, "none");
+    expect_refused(e, CALL_ATTENTION, 0, false, "sink");            /* no logits at creation or per call */
+    expect_refused(e, CALL_ATTENTION, 3, false, "sink");
+    expect_refused(e, CALL_APPEND_INDEX_K, 3, false, "sparse_topk"); /* a full layer keeps no index keys */
+    expect_refused(e, CALL_APPEND_INDEX_K, 1, false, "sparse_index: caller");
+    expect_refused(e, CALL_ATTENTION, 4, true, "out of range");
+    {
+        /* The sparse layer without its list: sinks given, so the list is what is missing. */
+        struct refusal r = {.call = CALL_ATTENTION, .layer = 1};
+        assert_int_equal(dcp_engine_run(e, refuse_rank, &r), DCP_OK);
+        assert_int_equal(r.err, DCP_EINVAL);
+        assert_non_null(strstr(r.message, "topk"));
+    }
+    /* The rings keep window + max_query_tokens - 1 positions: a deeper cut is refused, a
+     * shallower one (and a cut to 0) is not. */
+    const uint32_t id = kinds_seq_id(k, s);
+    assert_int_equal(dcp_seq_length(e, id), 30);
+    assert_int_equal(dcp_seq_truncate(e, id, 30 - 13), DCP_EINVAL);
+    assert_non_null(strstr(dcp_last_error(), "rings"));
+    assert_int_equal(dcp_seq_truncate(e, id, 30 - 12), DCP_OK);
+    assert_int_equal(dcp_seq_truncate(e, id, 0), DCP_OK);
+    /* Prefix caching reuses a prefix's pages but not the windows' rings. */
+    struct dcp_sched_params sp;
+    dcp_sched_default_params(&sp);
+    sp.prefix_caching = true;
+    dcp_sched *sched = NULL;
+    assert_int_equal(dcp_sched_create_for_engine(e, &sp, &sched), DCP_ENOTSUP);
+    assert_non_null(strstr(dcp_last_error(), "sliding-window"));
+    assert_null(sched);
+    kinds_destroy(&k);
+}
+
 int main(void)
 {
     const int skip_all = fixture_backend_check();
@@ -155,6 +259,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kinds_matrix),
         cmocka_unit_test(test_sparse_modes_same_bits),
+        cmocka_unit_test(test_kinds_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

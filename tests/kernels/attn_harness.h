@@ -96,6 +96,15 @@ void rank_attention(const struct attn_problem *pb, const struct rank_run *run,
                     struct test_rng *rng, const struct attn_output *dst);
 
 /**
+ * Where run_kernel runs a launch instead of the CPU implementation: NULL (the
+ * default) for the CPU; tests/kernels_build sets it to run the GPU entries on its
+ * emulator. It runs the whole launch and returns 1, or returns 0 to leave the
+ * launch to the CPU implementation. run_kernel_with another implementation than
+ * the family's own never goes there.
+ */
+extern int (*harness_launch)(enum dcpk_kernel_id id, const void *params);
+
+/**
  * Runs every work item of a launch of kernel family id through the table
  * (dcpk_kernels), in a few random [begin, end) pieces, with exactly
  * scratch_bytes() of scratch followed by a guard that must stay intact.

@@ -49,6 +49,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -130,7 +131,7 @@ struct AsyncCopy {
 
 struct Fiber {
     ucontext_t ctx;
-    std::vector<char> stack;
+    char *stack = nullptr; // from stack_pool
     unsigned tid = 0;
     bool done = false;
     std::vector<AsyncCopy> open;                // issued since the last commit
@@ -334,14 +335,24 @@ inline uint64_t next_random(uint64_t &s)
     return s;
 }
 
+/** Bytes of a fiber's stack. */
+constexpr size_t kStackBytes = 256 * 1024;
+/**
+ * Thread t's stack, the same for every block: allocated once and reused (a fresh,
+ * zeroed one per fiber and block cost more than most kernels' work).
+ */
+inline std::vector<std::unique_ptr<char[]>> stack_pool;
+
 /** Makes f a fiber that starts in fiber_main (out of line: getcontext returns twice). */
 __attribute__((noinline)) inline void init_fiber(Fiber &f, unsigned t)
 {
     f.tid = t;
-    f.stack.resize(256 * 1024);
+    while (stack_pool.size() <= t)
+        stack_pool.emplace_back(new char[kStackBytes]);
+    f.stack = stack_pool[t].get();
     getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = f.stack.data();
-    f.ctx.uc_stack.ss_size = f.stack.size();
+    f.ctx.uc_stack.ss_sp = f.stack;
+    f.ctx.uc_stack.ss_size = kStackBytes;
     f.ctx.uc_link = nullptr;
     makecontext(&f.ctx, fiber_main, 0);
 }
@@ -653,6 +664,13 @@ inline unsigned atomicMin(unsigned *address, unsigned val)
 {
     const unsigned old = *address;
     *address = old < val ? old : val;
+    return old;
+}
+
+inline unsigned atomicAdd(unsigned *address, unsigned val)
+{
+    const unsigned old = *address;
+    *address = old + val;
     return old;
 }
 

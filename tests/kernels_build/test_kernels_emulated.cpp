@@ -6,29 +6,12 @@
  * handling of the very source that nvcc compiles; speed and the hardware
  * conversion instructions are left to the GPU check.
  */
-#include "cuda_emu.h"
-
-alignas(16) unsigned char dcpk_smem[256 * 1024];
-
-#include "dcp_kernels.cu"
-extern "C" {
-#include "test_util.h"
-}
+#include "emu_kernels.h"
 
 #include <algorithm>
 #include <string>
 
 namespace {
-
-/** emu::launch, failing the test on any error the emulator found (races, waits, masks, ...). */
-template <class P>
-void launch(void (*kernel)(P), const P &params, dim3 grid, dim3 block)
-{
-    emu::reset_errors();
-    emu::launch(kernel, params, grid, block);
-    if (emu::errors())
-        fail_msg("emulator: %u errors, the first: %s", emu::errors(), emu::first_error());
-}
 
 /* ---- host-side element codec (CUDA's host conversions) -------------------- */
 
@@ -82,11 +65,6 @@ void poison(unsigned char *base, uint64_t idx, uint32_t dtype)
         std::memcpy(base + 4 * idx, nan_fp32, 4);
         break;
     }
-}
-
-uint64_t addr(const void *p)
-{
-    return (uint64_t)(uintptr_t)p;
 }
 
 bool close_to(double got, double want, double tol)
@@ -286,19 +264,6 @@ void setup_attn(const AttnCase &c, AttnSetup &s, test_rng *rng)
     p.scale = (float)(1.0 / std::sqrt((double)qk));
     p.kv_scale = c.dtype == DCPK_FP8_E4M3 ? 0.5f : 1.f;
     p.precision = c.precision;
-}
-
-using AttnKernel = void (*)(dcpk_attn_params);
-
-AttnKernel attn_entry(const char *name)
-{
-#define ENTRY(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize) \
-    if (std::strcmp(name, "dcpk_attn__" #layout "_" #dt) == 0)              \
-        return dcpk_attn__##layout##_##dt;
-    DCPK_ATTN_VARIANTS(ENTRY)
-    DCPK_ATTN_TC_VARIANTS(ENTRY)
-#undef ENTRY
-    return nullptr;
 }
 
 /**

@@ -25,7 +25,13 @@
     X(lse_scale, 128)          \
     X(reduce, 256)             \
     X(fill, 256)               \
-    X(uv_proj, 128)
+    X(uv_proj, 128)            \
+    X(sink, 128)               \
+    X(index_score, 256)        \
+    X(topk, 256)
+
+/** Longest index key dcpk_index_score's GPU entry scores (index_dim): one head's queries are staged whole. */
+#define DCPK_INDEX_SCORE_MAX_DIM 4096u
 
 /*
  * Families of DCPK_KERNEL_FAMILIES (cpu.h) whose GPU entries are not written yet:
@@ -36,10 +42,7 @@
  * the family from this list to DCPK_SIMPLE_KERNELS (or, like attn, to variants).
  */
 #define DCPK_GPU_PENDING_KERNELS(X) \
-    X(sink)                        \
-    X(sparse_attn)                 \
-    X(index_score)                 \
-    X(topk)
+    X(sparse_attn)
 
 /*
  * Attention entries, one per layout and cache dtype:

@@ -110,6 +110,35 @@ const char *cuda_launch_problem(const struct dcpk_attn_variant *attn, enum dcpk_
             return "misaligned buffer";
         return p->heads_per_chunk || !p->num_heads ? NULL : "a zero size";
     }
+    case DCPK_KERNEL_sink: {
+        const struct dcpk_sink_params *p = params;
+        if (!act_dtypes_ok(p->out_dtype, p->out_dtype))
+            return "unknown activation dtype (out)";
+        if (!aligned(p->out, dcpk_dtype_size(p->out_dtype)) || !aligned(p->lse | p->sinks, 4))
+            return "misaligned buffer";
+        return NULL; /* num_heads == 0: an empty grid, never launched */
+    }
+    case DCPK_KERNEL_index_score: {
+        const struct dcpk_index_score_params *p = params;
+        if (!known_dtype(p->dtype))
+            return "unknown dtype";
+        if (!act_dtypes_ok(p->q_dtype, p->q_dtype))
+            return "unknown activation dtype (q)";
+        if (!aligned(p->q, dcpk_dtype_size(p->q_dtype)) || !aligned(p->k_cache, dcpk_dtype_size(p->dtype)) ||
+            !aligned(p->weights | p->scores | p->score_lens | p->block_table | p->seq_lens | p->q_start, 4))
+            return "misaligned buffer";
+        if (!p->batch || !p->index_dim || !p->block_size || !p->group_size || !p->interleave)
+            return "a zero size";
+        if (p->index_dim > DCPK_INDEX_SCORE_MAX_DIM)
+            return "index_dim above what the GPU entry stages (DCPK_INDEX_SCORE_MAX_DIM)";
+        return NULL;
+    }
+    case DCPK_KERNEL_topk: {
+        const struct dcpk_topk_params *p = params;
+        if (!aligned(p->scores | p->positions | p->row_lens | p->out_scores | p->out_positions, 4))
+            return "misaligned buffer";
+        return p->positions || (p->group_size && p->interleave) ? NULL : "a zero size";
+    }
     default:
         return "unknown kernel";
     }
