@@ -266,10 +266,58 @@ static void test_kind_launch_checks(void **state)
     assert_contains(cuda_launch_problem(v, DCPK_KERNEL_topk, &tp, 256, 0), "misaligned");
 }
 
+/* Windows and sparse attention: what the entry the backend launches reads, it is given; what it does not, refused. */
+static void test_attention_kind_checks(void **state)
+{
+    (void)state;
+    const struct dcpk_attn_params ok = {
+        .q = 0x1000, .k_cache = 0x2000, .v_cache = 0x3000, .block_table = 0x3100, .seq_lens = 0x3200,
+        .q_start = 0x3200, .out = 0x4000, .lse = 0x5000, .batch = 1, .num_q_tokens = 1, .num_heads = 8,
+        .heads_per_chunk = 8, .num_kv_heads = 1, .head_tile = 8, .qk_dim = 128, .v_dim = 128,
+        .v_row_stride = 128, .block_size = 16, .max_blocks = 4, .group_size = 1, .interleave = 1,
+        .num_splits = 1, .dtype = DCPK_BF16, .scale = 0.1f, .kv_scale = 1.0f, .window = 128, .ring_pages = 9,
+    };
+    /* The SIMT entries read a window and ring pages; the tensor-core ones do not yet. */
+    const struct dcpk_attn_variant *tc = dcpk_attn_variant_find(128, 128, 0, DCPK_BF16);
+    assert_true(tc->tensor_core);
+    assert_contains(cuda_launch_problem(tc, DCPK_KERNEL_attn, &ok, tc->threads, tc->smem_bytes), "tensor-core");
+    struct dcpk_attn_params p = ok;
+    p.dtype = DCPK_FP32;
+    const struct dcpk_attn_variant *simt = dcpk_attn_variant_find(128, 128, 0, DCPK_FP32);
+    assert_false(simt->tensor_core);
+    assert_null(cuda_launch_problem(simt, DCPK_KERNEL_attn, &p, simt->threads, simt->smem_bytes));
+
+    const struct dcpk_sparse_attn_params sok = {
+        .q = 0x1000, .k_cache = 0x2000, .v_cache = 0x2000, .block_table = 0x3100, .seq_lens = 0x3200,
+        .q_start = 0x3200, .topk = 0x3400, .out = 0x4000, .lse = 0x5000, .topk_stride = 2048, .num_topk = 2048,
+        .batch = 1, .num_q_tokens = 1, .num_heads = 128, .heads_per_chunk = 16, .num_kv_heads = 1,
+        .head_tile = 32, .qk_dim = 576, .v_dim = 512, .v_row_stride = 576, .block_size = 64, .max_blocks = 4,
+        .rank = 1, .group_size = 8, .interleave = 1, .dtype = DCPK_FP8_E4M3, .scale = 0.1f, .kv_scale = 1.0f,
+    };
+    const struct dcpk_attn_variant *sv = dcpk_sparse_variant_find(576, 512, 1, DCPK_FP8_E4M3);
+    assert_non_null(sv);
+    assert_null(cuda_launch_problem(sv, DCPK_KERNEL_sparse_attn, &sok, sv->threads, sv->smem_bytes));
+    assert_contains(cuda_launch_problem(sv, DCPK_KERNEL_sparse_attn, &sok, sv->threads, sv->smem_bytes - 4),
+                    "shared memory");
+    struct dcpk_sparse_attn_params sp = sok;
+    sp.v_cache = 0x3000; /* MLA reads V from the K rows */
+    assert_contains(cuda_launch_problem(sv, DCPK_KERNEL_sparse_attn, &sp, sv->threads, sv->smem_bytes), "V layout");
+    sp = sok;
+    sp.topk = 0x3402;
+    assert_contains(cuda_launch_problem(sv, DCPK_KERNEL_sparse_attn, &sp, sv->threads, sv->smem_bytes), "misaligned");
+    sp = sok;
+    sp.head_tile = 0;
+    assert_contains(cuda_launch_problem(sv, DCPK_KERNEL_sparse_attn, &sp, sv->threads, sv->smem_bytes), "zero");
+    sp = sok;
+    sp.dtype = DCPK_BF16;
+    assert_contains(cuda_launch_problem(sv, DCPK_KERNEL_sparse_attn, &sp, sv->threads, sv->smem_bytes), "dtype");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kind_launch_checks),
+        cmocka_unit_test(test_attention_kind_checks),
         cmocka_unit_test_setup(test_kind_kernels_launch, fake_test_setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
