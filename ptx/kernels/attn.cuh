@@ -313,11 +313,17 @@ struct DenseKeysOf {
         return s == 0;
     }
 
+    /** The first key of the segment row `row` sees (its window's start; 0 for the pass's first row). */
+    __device__ uint32_t row_begin(uint32_t row) const
+    {
+        return M == KeysMutant::no_window ? 0u : attn_visible_begin(p, it, row) - base;
+    }
+
     /** The keys of the segment row `row` sees: [begin, end). */
     __device__ void row_range(uint32_t row, uint32_t &begin, uint32_t &end) const
     {
         const uint32_t e = attn_visible_count(p, it, row);
-        begin = M == KeysMutant::no_window ? 0u : attn_visible_begin(p, it, row) - base;
+        begin = row_begin(row);
         end = e > base ? e - base : 0u;
     }
 
@@ -412,6 +418,13 @@ struct SparseKeys {
         }
         __syncthreads();
         return true;
+    }
+
+    /** Every row sees every key of the segment: from the first. */
+    __device__ uint32_t row_begin(uint32_t row) const
+    {
+        (void)row;
+        return 0;
     }
 
     /** Every row sees every key of the segment. */
@@ -1013,14 +1026,25 @@ __device__ __forceinline__ void sparse_kernel(const dcpk_sparse_attn_params &p)
 
 /**
  * The body of a tensor-core entry (Block = MlaTcBlock or GqaTcBlock): decodes the
- * work item (attn_item: the same launch checks; an unknown precision is refused too,
- * and a sliding window or ring pages, which these entries do not read yet) and runs it.
+ * work item (attn_item: the same launch checks; an unknown precision is refused too)
+ * and runs it.
  */
 template <template <class> class Block, class C>
 __device__ __forceinline__ void attn_tc_kernel(const dcpk_attn_params &p)
 {
     AttnItem it;
-    if (p.precision > DCPK_PRECISION_EXACT || p.window != 0 || p.ring_pages != 0 || !attn_item<C>(p, it))
+    if (p.precision > DCPK_PRECISION_EXACT || !attn_item<C>(p, it))
+        return;
+    Block<C> block(p, it);
+    block.run();
+}
+
+/** The body of a tensor-core sparse entry (Block = MlaTcSparseBlock), as attn_tc_kernel's. */
+template <template <class> class Block, class C>
+__device__ __forceinline__ void sparse_tc_kernel(const dcpk_sparse_attn_params &p)
+{
+    AttnItem it;
+    if (p.precision > DCPK_PRECISION_EXACT || !sparse_item<C>(p, it))
         return;
     Block<C> block(p, it);
     block.run();

@@ -448,6 +448,7 @@ int dcp_rank_sparse_partials(struct dcp_rank *r, uint32_t layer, uint64_t q, uin
         .kv_scale = e->kv_scale,
         .q_dtype = q_dtype,
         .out_dtype = t->out_dtype,
+        .precision = (uint32_t)e->cfg->runtime.cuda.precision, /* as dcpk_attn's (rank.c) */
     };
     return dcp_rank_launch(r, PROF_ATTENTION, DCPK_KERNEL_sparse_attn, &p);
 }

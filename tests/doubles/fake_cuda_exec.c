@@ -557,9 +557,8 @@ static void run_on_cpu(void *arg)
 /*
  * Whether an attention or sparse attention entry serves a launch. Like the real
  * entries, one that gets another block size, dtype, head size, a misaligned cache
- * or a q/out dtype that is no activation dtype returns without doing anything
- * (and a tensor-core attention entry given a sliding window or ring pages:
- * attn_tc_kernel): cuLaunchKernel succeeds and the output keeps what it held.
+ * or a q/out dtype that is no activation dtype returns without doing anything:
+ * cuLaunchKernel succeeds and the output keeps what it held.
  * Other kernels serve any launch.
  */
 static int entry_serves(CUfunction fn, unsigned int block_x, const void *params)
@@ -579,8 +578,7 @@ static int entry_serves(CUfunction fn, unsigned int block_x, const void *params)
         const struct dcpk_attn_params *p = params;
         return block_x == v->threads && p->dtype == v->dtype && p->qk_dim == v->qk_dim &&
                p->v_dim == v->v_dim && (p->k_cache | p->v_cache) % 16 == 0 &&
-               dcpk_act_dtype_ok(p->q_dtype) && dcpk_act_dtype_ok(p->out_dtype) &&
-               (!v->tensor_core || (p->window == 0 && p->ring_pages == 0));
+               dcpk_act_dtype_ok(p->q_dtype) && dcpk_act_dtype_ok(p->out_dtype);
     }
     return 1;
 }

@@ -133,24 +133,29 @@ static void test_shared_memory_plan(void **state)
 }
 
 /*
- * The sparse entries: one per SIMT attention entry, "dcpk_sparse_attn__<layout>_<dtype>",
- * the attention entry's shared memory plus a list of whole tiles of keys and the
- * counts that rank them; the lookup finds one for every shape an attention entry has.
+ * The sparse entries: one per SIMT attention entry and one per tensor-core MLA entry,
+ * "dcpk_sparse_attn__<layout>_<dtype>", each with its attention entry's shared
+ * memory plus a list of whole tiles of keys and the counts that rank them (within
+ * an A100's 163 KiB); the lookup finds one for every shape an attention entry has,
+ * the tensor-core one for MLA bf16/fp16/fp8.
  */
 static void test_sparse_entries(void **state)
 {
     (void)state;
-    uint32_t simt = 0;
-    for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT; i++)
+    uint32_t simt = 0, mla_tc = 0;
+    for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT; i++) {
         simt += !dcpk_attn_variant_at(i)->tensor_core;
-    assert_int_equal(DCPK_SPARSE_VARIANT_COUNT, simt);
+        mla_tc += dcpk_attn_variant_at(i)->tensor_core && dcpk_attn_variant_at(i)->shared_kv;
+    }
+    assert_int_equal(DCPK_SPARSE_VARIANT_COUNT, simt + mla_tc);
     for (uint32_t i = 0; i < DCPK_SPARSE_VARIANT_COUNT; i++) {
         const struct dcpk_attn_variant *v = dcpk_sparse_variant_at(i);
-        const char *layout = v->entry + strlen("dcpk_sparse_attn__");
         assert_true(strncmp(v->entry, "dcpk_sparse_attn__", strlen("dcpk_sparse_attn__")) == 0);
-        const struct dcpk_attn_variant *a = dcpk_attn_variant_at(i); /* the SIMT rows come first, in order */
-        assert_string_equal(layout, a->entry + strlen("dcpk_attn__"));
+        /* Its attention entry: the SIMT rows in their order, then the MLA tensor-core ones (the first TC rows). */
+        const struct dcpk_attn_variant *a = dcpk_attn_variant_at(i);
+        assert_string_equal(v->entry + strlen("dcpk_sparse_attn__"), a->entry + strlen("dcpk_attn__"));
         assert_int_equal(v->threads, a->threads);
+        assert_int_equal(v->tensor_core, a->tensor_core);
         const uint32_t cap = DCPK_SPARSE_CAP(v->threads, v->tile_tokens);
         assert_true(cap % v->tile_tokens == 0 && cap >= v->tile_tokens);
         assert_int_equal(v->smem_bytes, a->smem_bytes + (cap + v->threads / 32 + 2) * 4);
@@ -160,8 +165,8 @@ static void test_sparse_entries(void **state)
     static const uint32_t dims[] = {64, 128, 256};
     for (uint32_t dt = DCPK_FP32; dt <= DCPK_FP8_E4M3; dt++) {
         for (size_t i = 0; i < 3; i++)
-            assert_non_null(dcpk_sparse_variant_find(dims[i], dims[i], 0, dt));
-        assert_non_null(dcpk_sparse_variant_find(576, 512, 1, dt));
+            assert_false(dcpk_sparse_variant_find(dims[i], dims[i], 0, dt)->tensor_core);
+        assert_int_equal(dcpk_sparse_variant_find(576, 512, 1, dt)->tensor_core, dt != DCPK_FP32);
         assert_null(dcpk_sparse_variant_find(96, 96, 0, dt));
     }
 }

@@ -98,6 +98,7 @@ SparseKernel sparse_entry(const char *name)
     if (std::strcmp(name, "dcpk_sparse_attn__" #layout "_" #dt) == 0)              \
         return dcpk_sparse_attn__##layout##_##dt;
     DCPK_SPARSE_VARIANTS(SPARSE_ENTRY_)
+    DCPK_SPARSE_TC_VARIANTS(SPARSE_ENTRY_)
 #undef SPARSE_ENTRY_
     return nullptr;
 }
@@ -107,8 +108,9 @@ void emu_sparse(const dcpk_sparse_attn_params &given)
 {
     dcpk_sparse_attn_params p = given;
     const dcpk_attn_variant *v = dcpk_sparse_variant_find(p.qk_dim, p.v_dim, p.v_cache == p.k_cache, p.dtype);
-    if (!v)
+    if (!v || !sparse_entry(v->entry))
         fail_msg("no GPU sparse entry for qk %u v %u dtype %u", p.qk_dim, p.v_dim, p.dtype);
+    p.precision = DCPK_PRECISION_EXACT; // the group tests check to fp32 accuracy
     const uint32_t per_kv = p.num_heads / p.num_kv_heads;
     if (p.head_tile == 0 || p.head_tile > per_kv)
         p.head_tile = per_kv;
@@ -193,6 +195,40 @@ template <dcpk::KeysMutant M>
 void sparse_mutant(dcpk_sparse_attn_params p)
 {
     dcpk::sparse_kernel<dcpk::AttnCfg<64, 64, 0, DCPK_FP32, 128, 16, 64>, M>(p);
+}
+
+/** The bf16 MLA tensor-core entries (dcpk_attn, dcpk_sparse_attn) with a deliberate bug M (KeysMutant). */
+template <dcpk::KeysMutant M>
+struct MlaTcMutants {
+    template <class C>
+    using Dense = dcpk::MlaTcBlockOf<C, dcpk::DenseKeysOf<M>>;
+    template <class C>
+    using Sparse = dcpk::MlaTcBlockOf<C, dcpk::SparseKeys<C, M>>;
+};
+
+template <dcpk::KeysMutant M>
+void mla_tc_attn_mutant(dcpk_attn_params p)
+{
+    dcpk::attn_tc_kernel<MlaTcMutants<M>::template Dense, dcpk::MlaTcCfg<DCPK_BF16, 256, 32, 32>>(p);
+}
+
+template <dcpk::KeysMutant M>
+void mla_tc_sparse_mutant(dcpk_sparse_attn_params p)
+{
+    dcpk::sparse_tc_kernel<MlaTcMutants<M>::template Sparse, dcpk::MlaTcCfg<DCPK_BF16, 256, 32, 32>>(p);
+}
+
+/** A group problem of the GPU shapes with the layout and dtype asked for (drawn until one comes). */
+void shaped_problem(attn_problem *pb, uint32_t n, uint32_t il, uint32_t block, int mla, uint32_t dtype, uint32_t min_len,
+                    test_rng *rng, uint32_t q_len = 0)
+{
+    for (;;) {
+        gpu_problem(pb, n, il, block, mla, 70, rng);
+        if (pb->dtype == dtype && pb->seq_len[0] >= min_len && (mla || pb->qk_dim == 64) &&
+            (!q_len || pb->q_len[0] == q_len))
+            return;
+        problem_free(pb);
+    }
 }
 
 /** Whether a group's run of pb fails (emulator errors or results off the oracle), quietly. */
@@ -297,6 +333,105 @@ void test_sparse_groups(void **state)
     sparse_override = nullptr;
     problem_free(&pb);
     print_message("sparse top-k: every group matches the oracle; mutant 'no cp.async wait' caught\n");
+}
+
+/*
+ * Sliding windows on the tensor-core entries (GQA d64/d128, MLA; bf16, fp16 and
+ * fp8 latents), the same groups as test_window_groups; then a NaN in the value of
+ * a key only a multi-token step's first tokens see (before the last token's
+ * window: the keys the entries zero before P.V): exactly the rows that see it are
+ * NaN, through the GQA and MLA entries; and the MLA entry without the window's
+ * start fails.
+ */
+void test_window_tensor_cores(void **state)
+{
+    (void)state;
+    test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0x5a1f);
+    const OnGpu gpu;
+    const uint32_t groups[] = {1, 2, 4}, windows[] = {2, 5, 40};
+    const uint32_t dtypes[] = {DCPK_BF16, DCPK_FP16, DCPK_FP8_E4M3};
+    for (uint32_t n : groups)
+        for (int mla = 0; mla < 2; mla++) {
+            const uint32_t dt = dtypes[test_rng_range(&rng, 0, mla ? 2 : 1)];
+            attn_problem pb;
+            shaped_problem(&pb, n, 1, 4, mla, dt, 1, &rng);
+            pb.window = windows[test_rng_range(&rng, 0, 2)];
+            pb.ring = test_rng_range(&rng, 0, 1);
+            run_problem_tol(&pb, n, 1, 0, 1e-4, &rng);
+            problem_free(&pb);
+        }
+    for (int mla = 0; mla < 2; mla++) {
+        attn_problem pb;
+        shaped_problem(&pb, 2, 1, 4, mla, DCPK_BF16, 12, &rng, 4);
+        pb.window = 3; // sequence 0's query tokens at p0 .. p0 + 3: p0 - 2 only the first one sees
+        const uint32_t pos = pb.seq_len[0] - 4 - 2;
+        float *v = mla ? pb.k_src[0] : pb.v_src[0];
+        const uint32_t row = mla ? pb.qk_dim : pb.v_dim;
+        v[(size_t)pos * pb.kv_heads * row + 5] = NAN; // KV head 0
+        run_problem_tol(&pb, 2, 1, 1, 1e-4, &rng);
+        problem_free(&pb);
+    }
+    attn_problem pb;
+    shaped_problem(&pb, 2, 1, 4, 1, DCPK_BF16, 20, &rng);
+    pb.window = 3;
+    attn_override = mla_tc_attn_mutant<dcpk::KeysMutant::none>;
+    if (group_fails(pb, 2, 1, &rng))
+        fail_msg("the unmutated mla_tc bf16 entry fails the window harness");
+    attn_override = mla_tc_attn_mutant<dcpk::KeysMutant::no_window>;
+    if (!group_fails(pb, 2, 1, &rng))
+        fail_msg("mutant 'no window start' of mla_tc went unnoticed");
+    attn_override = nullptr;
+    problem_free(&pb);
+    print_message("windows on tensor cores: groups and NaN rows match the oracle; mutant 'no window start' caught\n");
+}
+
+/*
+ * Sparse top-k on the tensor-core MLA entries (DSA: bf16, fp16, fp8 latents):
+ * random lists, one rank's tokens only, empty lists, lists of several segments;
+ * the entry that also takes other ranks' entries fails.
+ */
+void test_sparse_tensor_cores(void **state)
+{
+    (void)state;
+    test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0x70be);
+    const OnGpu gpu;
+    const uint32_t dtypes[] = {DCPK_BF16, DCPK_FP16, DCPK_FP8_E4M3};
+    for (int shape = 0; shape < 4; shape++) {
+        const uint32_t n = shape == 3 ? 1u : 2u + (uint32_t)shape;
+        attn_problem pb;
+        shaped_problem(&pb, n, 1, 4, 1, dtypes[shape % 3], 1, &rng);
+        if (shape == 3) { // one long sequence, every position: two segments of the list
+            problem_free(&pb);
+            const problem_limits lim = {kGpuDims, 2, 700, 1};
+            do {
+                random_problem_shaped(&pb, 1, 1, 4, &lim, &rng);
+                if (pb.dtype != DCPK_FP32 && pb.seq_len[0] > 520)
+                    break;
+                problem_free(&pb);
+            } while (true);
+            pb.num_topk = 600;
+        } else {
+            pb.num_topk = 16;
+        }
+        random_topk(&pb, n, 1, shape, (uint32_t)test_rng_range(&rng, 0, n - 1), &rng);
+        run_problem_tol(&pb, n, 1, 1, 1e-4, &rng);
+        problem_free(&pb);
+    }
+    attn_problem pb;
+    shaped_problem(&pb, 2, 1, 4, 1, DCPK_BF16, 20, &rng);
+    pb.num_topk = 16;
+    random_topk(&pb, 2, 1, 0, 0, &rng);
+    sparse_override = mla_tc_sparse_mutant<dcpk::KeysMutant::none>;
+    if (group_fails(pb, 2, 1, &rng))
+        fail_msg("the unmutated mla_tc bf16 sparse entry fails the harness");
+    sparse_override = mla_tc_sparse_mutant<dcpk::KeysMutant::no_owner>;
+    if (!group_fails(pb, 2, 1, &rng))
+        fail_msg("mutant 'no owner check' went unnoticed");
+    sparse_override = nullptr;
+    problem_free(&pb);
+    print_message("sparse top-k on tensor cores: groups match the oracle; mutant 'no owner check' caught\n");
 }
 
 /* ---- the sink ------------------------------------------------------------------- */
@@ -687,6 +822,8 @@ int main()
     const CMUnitTest tests[] = {
         cmocka_unit_test(test_window_groups),
         cmocka_unit_test(test_sparse_groups),
+        cmocka_unit_test(test_window_tensor_cores),
+        cmocka_unit_test(test_sparse_tensor_cores),
         cmocka_unit_test(test_sink_rules),
         cmocka_unit_test(test_sink_groups),
         cmocka_unit_test(test_index_bits),

@@ -89,6 +89,8 @@
  * attention entry (every shape and dtype).
  */
 #define DCPK_SPARSE_VARIANTS(X) DCPK_ATTN_VARIANTS(X)
+/* ... and the tensor-core MLA ones (DSA: bf16, fp16 and fp8 latents), which the lookup prefers. */
+#define DCPK_SPARSE_TC_VARIANTS(X) DCPK_ATTN_MLA_TC_VARIANTS(X)
 
 /* ---- shared-memory plan of an attention entry ---------------------------- */
 /* The kernel carves its dynamic shared memory with these same macros.          */
@@ -129,8 +131,12 @@
 
 /* ---- shared-memory plan of a sparse entry -------------------------------- */
 
-/** Keys of a sparse entry's list in shared memory: 512 (a whole number of tiles). */
-#define DCPK_SPARSE_CAP(threads, tile) (512u / (tile) * (tile))
+/**
+ * Keys of a sparse entry's list in shared memory: 480 rounded down to whole tiles
+ * (the list and its counts fit the 2 KiB the tensor-core MLA entry leaves of an
+ * A100's 163 KiB).
+ */
+#define DCPK_SPARSE_CAP(threads, tile) (480u / (tile) * (tile))
 /** Bytes of the list, of the per-warp counts that rank its keys, and of the token's and the list's key counts. */
 #define DCPK_SPARSE_SMEM_LIST(threads, tile) ((DCPK_SPARSE_CAP(threads, tile) + (threads) / 32u + 2u) * 4u)
 /** Dynamic shared memory of a SIMT sparse entry: its attention entry's plan, then the list. */
@@ -138,6 +144,10 @@
     (DCPK_ATTN_SMEM_BYTES(qk, v, shared_kv, esize, threads, rows, tile) + DCPK_SPARSE_SMEM_LIST(threads, tile))
 
 /* ---- shared-memory plan of a tensor-core entry --------------------------- */
+
+/** Dynamic shared memory of a tensor-core MLA sparse entry: its attention entry's plan, then the list. */
+#define DCPK_SPARSE_TC_SMEM_BYTES(qk, esize, threads, rows, tile) \
+    (DCPK_ATTN_TC_SMEM_BYTES(qk, esize, threads, rows, tile) + DCPK_SPARSE_SMEM_LIST(threads, tile))
 
 /** Warps per m16 row group: each owns 1/quarters of the qk depth (S) and of v_dim (O). */
 #define DCPK_ATTN_TC_QUARTERS(threads, rows) ((threads) / 32u / ((rows) / 16u))
@@ -238,7 +248,7 @@ static inline const struct dcpk_attn_variant *dcpk_attn_variant_at(uint32_t i)
 }
 
 /** Number of sparse attention entries. */
-#define DCPK_SPARSE_VARIANT_COUNT (0u DCPK_SPARSE_VARIANTS(DCPK_PLUS_ONE_))
+#define DCPK_SPARSE_VARIANT_COUNT (0u DCPK_SPARSE_VARIANTS(DCPK_PLUS_ONE_) DCPK_SPARSE_TC_VARIANTS(DCPK_PLUS_ONE_))
 
 /** Sparse attention entry i (0 <= i < DCPK_SPARSE_VARIANT_COUNT), or NULL; rows and tile_tokens as its attention entry's. */
 static inline const struct dcpk_attn_variant *dcpk_sparse_variant_at(uint32_t i)
@@ -246,8 +256,14 @@ static inline const struct dcpk_attn_variant *dcpk_sparse_variant_at(uint32_t i)
 #define DCPK_SPARSE_ROW_(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize) \
     {"dcpk_sparse_attn__" #layout "_" #dt, qk, v, shared, dtype, threads, rows, tile, \
      DCPK_SPARSE_SMEM_BYTES(qk, v, shared, esize, threads, rows, tile), 0},
-    static const struct dcpk_attn_variant table[] = {DCPK_SPARSE_VARIANTS(DCPK_SPARSE_ROW_)};
+#define DCPK_SPARSE_TC_ROW_(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize) \
+    {"dcpk_sparse_attn__" #layout "_" #dt, qk, v, shared, dtype, threads, rows, tile,    \
+     DCPK_SPARSE_TC_SMEM_BYTES(qk, esize, threads, rows, tile), 1},
+    /* SIMT first (one per SIMT attention entry, in their order), then tensor cores. */
+    static const struct dcpk_attn_variant table[] = {DCPK_SPARSE_VARIANTS(DCPK_SPARSE_ROW_)
+                                                         DCPK_SPARSE_TC_VARIANTS(DCPK_SPARSE_TC_ROW_)};
 #undef DCPK_SPARSE_ROW_
+#undef DCPK_SPARSE_TC_ROW_
     return i < DCPK_SPARSE_VARIANT_COUNT ? &table[i] : (const struct dcpk_attn_variant *)0;
 }
 

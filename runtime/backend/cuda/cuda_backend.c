@@ -208,9 +208,8 @@ static int cuda_engine_init(const struct dcp_engine *e, void **state, struct dcp
     caps->head_tile = dcpk_attn_pick_head_tile(ce->attn, heads_per_kv, DCP_MAX(1u, e->cfg->workload.q_len));
     caps->max_splits = slots;
     caps->host_memory = false;
-    /* Sliding windows: the SIMT entries read them; the tensor-core ones do not yet (attn_tc_kernel). */
     caps->layer_types = (1u << DCP_LAYER_FULL) | (1u << DCP_LAYER_NONE) | (1u << DCP_LAYER_SPARSE_TOPK) |
-                        (ce->attn->tensor_core ? 0u : 1u << DCP_LAYER_SLIDING_WINDOW);
+                        (1u << DCP_LAYER_SLIDING_WINDOW);
     caps->sinks = true;
     snprintf(caps->detail, sizeof(caps->detail), "%s (sm_%d%d, %d SMs), %s%s, %s (%s); %s", d0->info.name,
              d0->info.cc_major, d0->info.cc_minor, d0->info.sm_count,

@@ -75,8 +75,6 @@ static const char *attn_problem(const struct dcpk_attn_variant *v, uint32_t thre
         return "unknown precision";
     if (p->num_splits > 1 && (!p->ws_o || !p->ws_lse))
         return "split-KV without a workspace";
-    if ((p->window || p->ring_pages) && v->tensor_core)
-        return "a sliding window or ring pages, which the tensor-core entries do not read yet";
     return NULL;
 }
 
@@ -90,6 +88,8 @@ static const char *sparse_problem(const struct dcpk_attn_variant *v, uint32_t th
         return problem;
     if (!p->batch)
         return "a zero size";
+    if (p->precision > DCPK_PRECISION_EXACT)
+        return "unknown precision";
     return aligned(p->topk, 4) ? NULL : "misaligned buffer";
 }
 
