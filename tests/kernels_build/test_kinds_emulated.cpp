@@ -349,10 +349,11 @@ void test_window_tensor_cores(void **state)
     test_rng rng;
     test_rng_seed(&rng, test_seed() ^ 0x5a1f);
     const OnGpu gpu;
-    const uint32_t groups[] = {1, 2, 4}, windows[] = {2, 5, 40};
+    const uint32_t groups[] = {2, 1, 4}, windows[] = {2, 5, 40};
     const uint32_t dtypes[] = {DCPK_BF16, DCPK_FP16, DCPK_FP8_E4M3};
-    for (uint32_t n : groups)
+    for (size_t gi = 0; gi < (test_quick() ? 1u : 3u); gi++) // DCP_TEST_QUICK: a group of 2
         for (int mla = 0; mla < 2; mla++) {
+            const uint32_t n = groups[gi];
             const uint32_t dt = dtypes[test_rng_range(&rng, 0, mla ? 2 : 1)];
             attn_problem pb;
             shaped_problem(&pb, n, 1, 4, mla, dt, 1, &rng);
@@ -398,7 +399,7 @@ void test_sparse_tensor_cores(void **state)
     test_rng_seed(&rng, test_seed() ^ 0x70be);
     const OnGpu gpu;
     const uint32_t dtypes[] = {DCPK_BF16, DCPK_FP16, DCPK_FP8_E4M3};
-    for (int shape = 0; shape < 4; shape++) {
+    for (int shape = 0; shape < (test_quick() ? 3 : 4); shape++) { // DCP_TEST_QUICK: not the long one
         const uint32_t n = shape == 3 ? 1u : 2u + (uint32_t)shape;
         attn_problem pb;
         shaped_problem(&pb, n, 1, 4, 1, dtypes[shape % 3], 1, &rng);
