@@ -280,7 +280,7 @@ __device__ __forceinline__ uint64_t attn_key_row(const P &p, const AttnItem &it,
 /**
  * Deliberate bugs of the key sources, for tests/kernels_build to prove that its
  * emulated tests catch them (the fatbin instantiates none only): no_window drops
- * the window's start from every row's range, no_owner lists top-k entries of other
+ * the window's start (the pass's and every row's), no_owner lists top-k entries of other
  * ranks too, no_wait drops the SIMT block's cp.async wait.
  */
 enum class KeysMutant { none, no_window, no_owner, no_wait };
@@ -308,7 +308,7 @@ struct DenseKeysOf {
     __device__ bool segment(uint32_t s, uint32_t row0, uint32_t n)
     {
         (void)n;
-        base = attn_visible_begin(p, it, row0);
+        base = M == KeysMutant::no_window ? 0u : attn_visible_begin(p, it, row0);
         first = (uint32_t)it.lo + base;
         return s == 0;
     }

@@ -269,15 +269,10 @@ void test_window_groups(void **state)
             run_problem_tol(&pb, n, il, 0, 1e-4, &rng);
             problem_free(&pb);
         }
-    // The mutant: a window of 3 over 40-token GQA sequences with 2-token steps.
+    // The mutant: a window of 3 under 4-token steps (the rows' windows start apart), gqa_d64 fp32.
     attn_problem pb;
-    do {
-        gpu_problem(&pb, 2, 1, 4, 0, 60, &rng);
-        pb.window = 3;
-        if (pb.dtype == DCPK_FP32 && pb.qk_dim == 64 && pb.seq_len[0] > 20)
-            break;
-        problem_free(&pb);
-    } while (true);
+    shaped_problem(&pb, 2, 1, 4, 0, DCPK_FP32, 20, &rng, 4);
+    pb.window = 3;
     attn_override = attn_mutant<dcpk::KeysMutant::none>;
     if (group_fails(pb, 2, 1, &rng))
         fail_msg("the unmutated gqa_d64 fp32 entry fails the window harness");
@@ -373,8 +368,8 @@ void test_window_tensor_cores(void **state)
         run_problem_tol(&pb, 2, 1, 1, 1e-4, &rng);
         problem_free(&pb);
     }
-    attn_problem pb;
-    shaped_problem(&pb, 2, 1, 4, 1, DCPK_BF16, 20, &rng);
+    attn_problem pb; // a window of 3 under 4-token steps: the rows' windows start apart
+    shaped_problem(&pb, 2, 1, 4, 1, DCPK_BF16, 20, &rng, 4);
     pb.window = 3;
     attn_override = mla_tc_attn_mutant<dcpk::KeysMutant::none>;
     if (group_fails(pb, 2, 1, &rng))
