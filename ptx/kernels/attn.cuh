@@ -29,10 +29,12 @@
 #define DCPK_ATTN_CUH
 
 #include "dcp_kernels/convert.h"
+#include "dcp_kernels/paged.h"
 #include "dcp_kernels/params.h"
 #include "dcp_kernels/placement.h"
 #include "dcp_kernels/variants.h"
 #include "device.cuh"
+#include "mma.cuh"
 
 extern __shared__ __align__(16) unsigned char dcpk_smem[];
 
@@ -73,6 +75,7 @@ struct AttnCfg {
     static constexpr uint32_t kOffS = kOffQ + DCPK_ATTN_SMEM_Q(QK, ROWS);
     static constexpr uint32_t kOffRows = kOffS + DCPK_ATTN_SMEM_S(ROWS, TK);
     static constexpr uint32_t kSmem = kOffRows + DCPK_ATTN_SMEM_ROWS(ROWS);
+    static constexpr uint32_t kSparseCap = DCPK_SPARSE_CAP(NT, TK); // keys of a sparse entry's list (after kSmem)
 
     static_assert(QK * kEsize % 16 == 0 && DV * kEsize % 16 == 0, "rows must be whole 16-byte chunks");
     static_assert(ROWS % 4 == 0 && TK % 4 == 0, "4x4 score micro-tiles");
@@ -163,9 +166,37 @@ __device__ __forceinline__ void attn_store_o(const RowAddr &a, uint64_t d, float
     store_as(a.o, d, DT, v);
 }
 
-/** Addresses of row `row` (counted over the work item's rows) in q, out/lse or the split workspace. */
-template <int QK, int DV>
-__device__ __forceinline__ RowAddr attn_row_addr(const dcpk_attn_params &p, const AttnItem &it, uint32_t row)
+/**
+ * The split-KV workspace part of attn_row_addr: a dcpk_attn launch with num_splits > 1
+ * writes its partials there (the chunk's rows of split it.split); false otherwise,
+ * and always for dcpk_sparse_attn, which never splits.
+ */
+template <int DV>
+__device__ __forceinline__ bool attn_ws_addr(const dcpk_attn_params &p, const AttnItem &it, uint64_t c,
+                                             uint64_t in_chunk, RowAddr &a)
+{
+    if (p.num_splits == 1)
+        return false;
+    const uint64_t rows_per_chunk = (uint64_t)p.num_q_tokens * p.heads_per_chunk;
+    a.o_dtype = DCPK_FP32;
+    a.o = p.ws_o + 4 * (it.split * p.ws_split_stride_o + (c * rows_per_chunk + in_chunk) * DV);
+    a.lse = p.ws_lse + 4 * (it.split * p.ws_split_stride_lse + c * rows_per_chunk + in_chunk);
+    return true;
+}
+
+template <int DV>
+__device__ __forceinline__ bool attn_ws_addr(const dcpk_sparse_attn_params &, const AttnItem &, uint64_t, uint64_t,
+                                             RowAddr &)
+{
+    return false;
+}
+
+/**
+ * Addresses of row `row` (counted over the work item's rows) in q, out/lse or the split
+ * workspace. P: dcpk_attn_params or dcpk_sparse_attn_params (the same chunked layout).
+ */
+template <int QK, int DV, class P>
+__device__ __forceinline__ RowAddr attn_row_addr(const P &p, const AttnItem &it, uint32_t row)
 {
     const uint32_t tok = it.q0 + row / it.nheads;
     const uint32_t g = it.head0 + row % it.nheads;
@@ -174,15 +205,10 @@ __device__ __forceinline__ RowAddr attn_row_addr(const dcpk_attn_params &p, cons
     RowAddr a;
     a.q_dtype = p.q_dtype;
     a.q = p.q + dcpk_dtype_size(p.q_dtype) * (c * p.q_chunk_stride + in_chunk * QK);
-    if (p.num_splits == 1) {
+    if (!attn_ws_addr<DV>(p, it, c, in_chunk, a)) {
         a.o_dtype = p.out_dtype;
         a.o = p.out + dcpk_dtype_size(p.out_dtype) * (c * p.out_chunk_stride + in_chunk * DV);
         a.lse = p.lse + 4 * (c * p.lse_chunk_stride + in_chunk);
-    } else {
-        const uint64_t rows_per_chunk = (uint64_t)p.num_q_tokens * p.heads_per_chunk;
-        a.o_dtype = DCPK_FP32;
-        a.o = p.ws_o + 4 * (it.split * p.ws_split_stride_o + (c * rows_per_chunk + in_chunk) * DV);
-        a.lse = p.ws_lse + 4 * (it.split * p.ws_split_stride_lse + c * rows_per_chunk + in_chunk);
     }
     return a;
 }
@@ -198,24 +224,220 @@ __device__ __forceinline__ uint32_t attn_visible_count(const dcpk_attn_params &p
 }
 
 /**
+ * Local index of the first key a query at global position pos sees: the start of its
+ * sliding window (params.h: the rank's keys at positions > pos - window); 0 without one.
+ */
+__device__ __forceinline__ uint64_t attn_window_first(const dcpk_attn_params &p, int64_t pos)
+{
+    const int64_t from = pos + 1 - (int64_t)p.window;
+    return p.window && from > 0 ? dcpk_local_length((uint64_t)from, p.rank, p.group_size, p.interleave) : 0;
+}
+
+/** Keys of the split before the first one row `row` sees (its window's start, within [lo, hi]); 0 without a window. */
+__device__ __forceinline__ uint32_t attn_visible_begin(const dcpk_attn_params &p, const AttnItem &it, uint32_t row)
+{
+    if (!p.window)
+        return 0;
+    const int64_t pos = it.seq_len - (int64_t)it.nq + (int64_t)(row / it.nheads);
+    const uint64_t first = min(attn_window_first(p, pos), it.hi);
+    return first > it.lo ? (uint32_t)(first - it.lo) : 0u;
+}
+
+/**
  * Block-table index of local key index c: a shift for a power-of-two page size (what
  * deployments use), else a division. Taken from params each time, not kept in the
  * work item: a register held through the tile loop makes the SIMT gqa_d256
  * entries (128-register cap) spill.
  */
-__device__ __forceinline__ uint32_t attn_page_index(const dcpk_attn_params &p, uint32_t c)
+template <class P>
+__device__ __forceinline__ uint32_t attn_page_index(const P &p, uint32_t c)
 {
     const uint32_t bs = p.block_size;
     return (bs & (bs - 1)) == 0 ? c >> __popc(bs - 1) : c / bs;
 }
 
-/** Cache row (in rows of the layer's pages) of local key index c. */
-__device__ __forceinline__ uint64_t attn_key_row(const dcpk_attn_params &p, const AttnItem &it, uint32_t c)
+/** Block-table rows that are rings of this many pages (dcpk_attn_params.ring_pages); 0: none, and for sparse. */
+__device__ __forceinline__ uint32_t attn_ring_pages(const dcpk_attn_params &p)
+{
+    return p.ring_pages;
+}
+
+__device__ __forceinline__ uint32_t attn_ring_pages(const dcpk_sparse_attn_params &)
+{
+    return 0;
+}
+
+/** Cache row (in rows of the layer's pages) of local key index c; with a ring, page (c / block_size) % ring. */
+template <class P>
+__device__ __forceinline__ uint64_t attn_key_row(const P &p, const AttnItem &it, uint32_t c)
 {
     const uint32_t index = attn_page_index(p, c);
-    const uint32_t page = (uint32_t)it.pages[index];
+    const uint32_t ring = attn_ring_pages(p);
+    const uint32_t page = (uint32_t)it.pages[ring ? index % ring : index];
     return ((uint64_t)page * p.num_kv_heads + it.kv_head) * p.block_size + (c - index * p.block_size);
 }
+
+/**
+ * Deliberate bugs of the key sources, for tests/kernels_build to prove that its
+ * emulated tests catch them (the fatbin instantiates none only): no_window drops
+ * the window's start (the pass's and every row's), no_owner lists top-k entries of other
+ * ranks too, no_wait drops the SIMT block's cp.async wait.
+ */
+enum class KeysMutant { none, no_window, no_owner, no_wait };
+
+/**
+ * The keys of a dcpk_attn work item as the blocks take them: one segment per pass,
+ * the split's local indices from the first one a row of the pass sees (base: the
+ * window's start of its first row, rows being token-major; lo without a window), so
+ * key j of the segment is local index lo + base + j. Each row sees
+ * [row_begin, row_end) of the segment (the window's start and the causal end); a
+ * row with row_end <= row_begin sees none.
+ */
+template <KeysMutant M = KeysMutant::none>
+struct DenseKeysOf {
+    using Params = dcpk_attn_params;
+    static constexpr KeysMutant kMutant = M;
+    const dcpk_attn_params &p;
+    const AttnItem &it;
+    uint32_t base = 0;  // the segment's first key, from lo
+    uint32_t first = 0; // its local index, lo + base
+
+    __device__ DenseKeysOf(const dcpk_attn_params &params, const AttnItem &item) : p(params), it(item) {}
+
+    /** Prepares segment s of the pass over rows [row0, row0 + n) (every thread calls it): there is one. */
+    __device__ bool segment(uint32_t s, uint32_t row0, uint32_t n)
+    {
+        (void)n;
+        base = M == KeysMutant::no_window ? 0u : attn_visible_begin(p, it, row0);
+        first = (uint32_t)it.lo + base;
+        return s == 0;
+    }
+
+    /** The first key of the segment row `row` sees (its window's start; 0 for the pass's first row). */
+    __device__ uint32_t row_begin(uint32_t row) const
+    {
+        return M == KeysMutant::no_window ? 0u : attn_visible_begin(p, it, row) - base;
+    }
+
+    /** The keys of the segment row `row` sees: [begin, end). */
+    __device__ void row_range(uint32_t row, uint32_t &begin, uint32_t &end) const
+    {
+        const uint32_t e = attn_visible_count(p, it, row);
+        begin = row_begin(row);
+        end = e > base ? e - base : 0u;
+    }
+
+    /** Cache row of key j of the segment. */
+    __device__ uint64_t key_row(uint32_t j) const { return attn_key_row(p, it, first + j); }
+};
+using DenseKeys = DenseKeysOf<>;
+
+/**
+ * The keys of a dcpk_sparse_attn work item (one query token: every row of it sees the
+ * same keys): the token's top-k entries this rank owns and the token sees, compacted
+ * in row order into a list of local indices in shared memory (at C::kSmem, kCap at a
+ * time: a segment per list; DCPK_SPARSE_SMEM_LIST). A segment counts each thread's
+ * entries (a contiguous share of the row), ranks them by a scan over the block and
+ * writes those of its ranks. Its state lives in shared memory (the list, the warps'
+ * counts, the token's and the segment's key counts), so that no register is held
+ * through the tile loops.
+ */
+template <class C, KeysMutant M = KeysMutant::none>
+struct SparseKeys {
+    using Params = dcpk_sparse_attn_params;
+    static constexpr KeysMutant kMutant = M;
+    static constexpr uint32_t kCap = C::kSparseCap;
+    static constexpr int kWarps = C::kNT / 32;
+    const dcpk_sparse_attn_params &p;
+    const AttnItem &it;
+
+    __device__ SparseKeys(const dcpk_sparse_attn_params &params, const AttnItem &item) : p(params), it(item) {}
+
+    __device__ static uint32_t *list() { return reinterpret_cast<uint32_t *>(dcpk_smem + C::kSmem); }
+    /** The warps' counts of owned entries, then the token's count and the segment's. */
+    __device__ static uint32_t *counts() { return list() + kCap; }
+    __device__ static uint32_t *total_slot() { return counts() + kWarps; }
+    __device__ static uint32_t *segment_slot() { return counts() + kWarps + 1; }
+
+    /** Entry e of the token's row: its local index, or ~0 when it is no key of this rank for the token. */
+    __device__ uint32_t entry_key(uint32_t e) const
+    {
+        const int32_t pos = reinterpret_cast<const int32_t *>(p.topk)[(uint64_t)it.q0 * p.topk_stride + e];
+        const int64_t token_pos = it.seq_len - 1; // the item's one query token
+        if (pos < 0 || pos > token_pos ||
+            (M != KeysMutant::no_owner && dcpk_owner_rank((uint64_t)pos, p.group_size, p.interleave) != p.rank))
+            return ~0u;
+        return (uint32_t)dcpk_local_index((uint64_t)pos, p.group_size, p.interleave);
+    }
+
+    /**
+     * Prepares segment s (every thread calls it; barriers inside): false past the last
+     * one. Segment 0 always exists (a token with no key: an empty one).
+     */
+    __device__ bool segment(uint32_t s, uint32_t row0, uint32_t nrows)
+    {
+        (void)row0;
+        (void)nrows;
+        if (s > 0 && s * kCap >= smem_load(total_slot()))
+            return false; // (the total of segment 0, read after its barrier)
+        const uint32_t per = (p.num_topk + C::kNT - 1) / C::kNT;
+        const uint32_t e0 = min(threadIdx.x * per, p.num_topk), e1 = min(e0 + per, p.num_topk);
+        uint32_t count = 0;
+        for (uint32_t e = e0; e < e1; e++)
+            count += entry_key(e) != ~0u;
+        // Ranks: an inclusive scan over the warp, then the warps' counts in order.
+        const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+        uint32_t incl = count;
+#pragma unroll
+        for (int off = 1; off < 32; off *= 2) {
+            const uint32_t up = __shfl_sync(0xffffffffu, incl, lane >= off ? lane - off : lane);
+            incl += lane >= off ? up : 0u;
+        }
+        __syncthreads(); // the counts of the last segment are read
+        if (lane == 31)
+            smem_store(counts() + warp, incl);
+        __syncthreads();
+        uint32_t rank = incl - count, total = 0;
+        for (int w = 0; w < kWarps; w++) {
+            const uint32_t c = smem_load(counts() + w);
+            rank += w < warp ? c : 0u;
+            total += c;
+        }
+        const uint32_t lo = s * kCap, hi = lo + kCap;
+        for (uint32_t e = e0; e < e1 && rank < hi && count > 0; e++) {
+            const uint32_t c = entry_key(e);
+            if (c == ~0u)
+                continue;
+            if (rank >= lo)
+                smem_store(list() + (rank - lo), c);
+            rank++;
+        }
+        if (threadIdx.x == 0) {
+            smem_store(total_slot(), total);
+            smem_store(segment_slot(), total > lo ? min(total - lo, kCap) : 0u);
+        }
+        __syncthreads();
+        return true;
+    }
+
+    /** Every row sees every key of the segment: from the first. */
+    __device__ uint32_t row_begin(uint32_t row) const
+    {
+        (void)row;
+        return 0;
+    }
+
+    /** Every row sees every key of the segment. */
+    __device__ void row_range(uint32_t row, uint32_t &begin, uint32_t &end) const
+    {
+        (void)row;
+        begin = 0;
+        end = smem_load(segment_slot());
+    }
+
+    /** Cache row of key j of the segment. */
+    __device__ uint64_t key_row(uint32_t j) const { return attn_key_row(p, it, smem_load(list() + j)); }
+};
 
 /**
  * Cache rows of the keys of one KV tile (the tensor-core entries), looked up once
@@ -228,6 +450,20 @@ template <int TK>
 struct TileRows {
     static constexpr int kGroups = (TK + 31) / 32;
     uint32_t lo_[kGroups], hi_[kGroups];
+
+    /** The rows of keys [first, first + nload) of a key source (DenseKeys, SparseKeys). */
+    template <class K>
+    __device__ TileRows(const K &keys, uint32_t first, uint32_t nload)
+    {
+        const uint32_t lane = threadIdx.x % 32;
+#pragma unroll
+        for (int g = 0; g < kGroups; g++) {
+            const uint32_t j = lane + 32u * (uint32_t)g;
+            const uint64_t r = j < nload ? keys.key_row(first + j) : 0;
+            lo_[g] = (uint32_t)r;
+            hi_[g] = (uint32_t)(r >> 32);
+        }
+    }
 
     __device__ TileRows(const dcpk_attn_params &p, const AttnItem &it, uint32_t base, uint32_t nload)
     {
@@ -265,10 +501,16 @@ struct TileRows {
     }
 };
 
-template <class C>
+/**
+ * The SIMT block of a work item (AttnCfg C), its keys from K (DenseKeys for dcpk_attn,
+ * SparseKeys for dcpk_sparse_attn): passes of C::kRows rows, each over the segments
+ * of K, each segment's keys in tiles.
+ */
+template <class C, class K = DenseKeys>
 class AttnBlock {
   public:
-    __device__ AttnBlock(const dcpk_attn_params &p, const AttnItem &it) : p_(p), it_(it) {}
+    using P = typename K::Params;
+    __device__ AttnBlock(const P &p, const AttnItem &it) : p_(p), it_(it), keys_(p, it) {}
 
     /** Runs every pass of the work item. */
     __device__ void run()
@@ -281,8 +523,9 @@ class AttnBlock {
     }
 
   private:
-    const dcpk_attn_params &p_;
+    const P &p_;
     const AttnItem &it_;
+    K keys_;
 
     // Per-pass softmax state of this thread's softmax row, and its P.V accumulators.
     float m_run_ = 0.f, l_run_ = 0.f;
@@ -301,14 +544,16 @@ class AttnBlock {
     }
     __device__ static float *q_smem() { return reinterpret_cast<float *>(dcpk_smem + C::kOffQ); }
     __device__ static float *s_smem() { return reinterpret_cast<float *>(dcpk_smem + C::kOffS); }
+    /** Per row: the end and the start of the segment's keys it sees (empty when end <= start). */
     __device__ static uint32_t *vis_smem() { return reinterpret_cast<uint32_t *>(dcpk_smem + C::kOffRows); }
+    __device__ static uint32_t *beg_smem() { return reinterpret_cast<uint32_t *>(dcpk_smem + C::kOffRows) + 3 * C::kRows; }
     __device__ static float *alpha_smem() { return reinterpret_cast<float *>(dcpk_smem + C::kOffRows) + C::kRows; }
     /** Per-row "not finite" flags of finish(), in alpha's place (alpha is dead by then). */
     __device__ static uint32_t *bad_smem() { return reinterpret_cast<uint32_t *>(dcpk_smem + C::kOffRows) + C::kRows; }
     __device__ static float *l_smem() { return reinterpret_cast<float *>(dcpk_smem + C::kOffRows) + 2 * C::kRows; }
 
     __device__ RowAddr row_addr(uint32_t row) const { return attn_row_addr<C::kQK, C::kDV>(p_, it_, row); }
-    __device__ uint32_t visible_count(uint32_t row) const { return attn_visible_count(p_, it_, row); }
+    __device__ static bool row_empty(uint32_t row) { return vis_smem()[row] <= beg_smem()[row]; }
 
     /**
      * Stages the pass's queries in shared memory, scaled by scale * log2(e) (and the
@@ -331,15 +576,25 @@ class AttnBlock {
                 }
             });
         }
-        if (threadIdx.x < C::kRows)
-            vis_smem()[threadIdx.x] = threadIdx.x < nvalid ? visible_count(first + threadIdx.x) : 0u;
     }
 
-    /** Issues the cp.async copies of tile `tile` (keys lo + tile * TK ...) into buffer buf. */
+    /** The keys of the segment each row of the pass sees (rows past nvalid: none). */
+    __device__ void stage_ranges(uint32_t first, uint32_t nvalid)
+    {
+        if (threadIdx.x < C::kRows) {
+            uint32_t begin = 0, end = 0;
+            if (threadIdx.x < nvalid)
+                keys_.row_range(first + threadIdx.x, begin, end);
+            vis_smem()[threadIdx.x] = end;
+            beg_smem()[threadIdx.x] = begin;
+        }
+    }
+
+    /** Issues the cp.async copies of tile `tile` (keys tile * TK ... of the segment) into buffer buf. */
     __device__ void load_tile(uint32_t tile, uint32_t ntok, int buf) const
     {
         constexpr int kChunks = C::kTK * C::kNchK;
-        const uint32_t base = (uint32_t)it_.lo + tile * C::kTK;
+        const uint32_t base = tile * C::kTK;
         const uint32_t nload = min(ntok - tile * C::kTK, (uint32_t)C::kTK);
         uint4 *kt = k_tile(buf);
         uint4 *vt = v_tile(buf);
@@ -352,7 +607,7 @@ class AttnBlock {
                 break;
             const int j = idx / C::kNchK, ch = idx % C::kNchK;
             const bool valid = (uint32_t)j < nload;
-            const uint64_t row = valid ? attn_key_row(p_, it_, base + j) : 0;
+            const uint64_t row = valid ? keys_.key_row(base + j) : 0;
             const char *ksrc = reinterpret_cast<const char *>(p_.k_cache) + (row * C::kQK * C::kEsize + ch * 16);
             cp_async16(kt + j * C::kRowK + ch, ksrc, valid);
             if constexpr (!C::kShared) {
@@ -426,15 +681,16 @@ class AttnBlock {
     __device__ void softmax(uint32_t tile)
     {
         const int row = threadIdx.x / C::kTPR, sub = threadIdx.x % C::kTPR;
-        const uint32_t seen = vis_smem()[row];
+        const uint32_t seen = vis_smem()[row], from = beg_smem()[row];
         const uint32_t done = tile * C::kTK;
         const int vis = seen > done ? (int)min(seen - done, (uint32_t)C::kTK) : 0;
+        const int lead = from > done ? (int)min(from - done, (uint32_t)C::kTK) : 0; // before the row's window
         float *s = s_smem() + row * C::kSS;
         float mx = neg_inf();
 #pragma unroll
         for (int j = 0; j < C::kTK / C::kTPR; j++) {
             const int t = sub + C::kTPR * j;
-            if (t < vis)
+            if (t >= lead && t < vis)
                 mx = fmaxf(mx, s[t]);
         }
         mx = group_max<C::kTPR>(mx);
@@ -448,7 +704,7 @@ class AttnBlock {
 #pragma unroll
         for (int j = 0; j < C::kTK / C::kTPR; j++) {
             const int t = sub + C::kTPR * j;
-            const float pv = t < vis ? exp2f(s[t] - shift) : 0.f;
+            const float pv = t >= lead && t < vis ? exp2f(s[t] - shift) : 0.f;
             s[t] = pv;
             sum += pv;
         }
@@ -459,14 +715,14 @@ class AttnBlock {
             alpha_smem()[row] = alpha;
     }
 
-    /** acc += P . V for the keys [0, t_end) of the tile in buffer buf (a multiple of 4), every row. */
-    __device__ void pv_all_rows(int buf, uint32_t t_end)
+    /** acc += P . V for the keys [t_begin, t_end) of the tile in buffer buf (multiples of 4), every row. */
+    __device__ void pv_all_rows(int buf, uint32_t t_begin, uint32_t t_end)
     {
         const int dg = threadIdx.x % C::kDG, rg = threadIdx.x / C::kDG;
         const uint4 *vt = v_tile(buf) + dg;
         const float4 *p4 = reinterpret_cast<const float4 *>(s_smem()) + rg * C::kOR * (C::kSS / 4);
 #pragma unroll 1
-        for (uint32_t t4 = 0; t4 < t_end; t4 += 4) {
+        for (uint32_t t4 = t_begin; t4 < t_end; t4 += 4) {
             uint4 vr[4];
 #pragma unroll
             for (int u = 0; u < 4; u++)
@@ -494,22 +750,27 @@ class AttnBlock {
     }
 
     /**
-     * acc += P . V for the keys [t_lo, t_hi) of the tile in buffer buf, each row
-     * only over the keys it sees (the tile starts at key `done`): a key masked for
-     * a row is skipped, so its P = 0 never meets a NaN value (0 * NaN). One key
-     * and one row at a time; only the keys past some row's visible end come here.
+     * acc += P . V for the keys [0, ntile) of the tile in buffer buf but [skip_lo,
+     * skip_hi) (pv_all_rows' share), each row only over the keys it sees (the tile
+     * starts at key `done`): a key masked for a row is skipped, so its P = 0 never
+     * meets a NaN value (0 * NaN). One key and one row at a time; only the keys
+     * before some row's window or past some row's visible end come here.
      */
-    __device__ void pv_own_keys(int buf, uint32_t t_lo, uint32_t t_hi, uint32_t done)
+    __device__ void pv_own_keys(int buf, uint32_t skip_lo, uint32_t skip_hi, uint32_t ntile, uint32_t done)
     {
         const int dg = threadIdx.x % C::kDG, rg = threadIdx.x / C::kDG;
         const uint4 *vt = v_tile(buf) + dg;
 #pragma unroll
         for (int r = 0; r < C::kOR; r++) {
-            const uint32_t prow = rg * C::kOR + r, seen = vis_smem()[prow];
-            const uint32_t end = min(t_hi, seen > done ? seen - done : 0u);
+            const uint32_t prow = rg * C::kOR + r, seen = vis_smem()[prow], from = beg_smem()[prow];
+            const uint32_t end = min(ntile, seen > done ? seen - done : 0u);
             const float *pr = s_smem() + prow * C::kSS;
 #pragma unroll 1
-            for (uint32_t t = t_lo; t < end; t++) {
+            for (uint32_t t = from > done ? from - done : 0u; t < end; t++) {
+                if (t == skip_lo)
+                    t = skip_hi;
+                if (t >= end)
+                    break;
                 const uint4 vr = vt[t * C::kRowV];
                 const float w = pr[t];
 #pragma unroll
@@ -527,8 +788,9 @@ class AttnBlock {
     /**
      * Phase 3: acc = acc * alpha + P . V over the first ntile keys of tile `tile`
      * (a multiple of 4; keys past the loaded ones are zero). The keys every row of
-     * the thread sees take the plain loop; past the first row's visible end (only
-     * multi-token queries have one inside the tile) each row takes its own.
+     * the thread sees take the plain loop; before the last row's window start and
+     * past the first row's visible end (only multi-token queries have them inside
+     * the tile) each row takes its own.
      */
     __device__ void accumulate(uint32_t tile, int buf, uint32_t ntile, uint32_t nvalid)
     {
@@ -537,21 +799,23 @@ class AttnBlock {
             return;
         const float *alpha = alpha_smem() + rg * C::kOR;
         const uint32_t done = tile * C::kTK;
-        uint32_t common = ntile;
 #pragma unroll
         for (int r = 0; r < C::kOR; r++) {
             const float a = alpha[r];
 #pragma unroll
             for (int e = 0; e < C::kCE; e++)
                 acc_[r][e] *= a;
-            const uint32_t prow = rg * C::kOR + r, seen = vis_smem()[prow];
-            if (prow < nvalid) // rows past nvalid are never written out
-                common = min(common, seen > done ? seen - done : 0u);
         }
-        const uint32_t plain = common & ~3u;
-        pv_all_rows(buf, plain);
-        if (plain < ntile)
-            pv_own_keys(buf, plain, ntile, done);
+        // The thread's rows are consecutive, so token-major: the first sees the fewest keys,
+        // the last live one's window starts latest (rows past nvalid are never written out).
+        const uint32_t seen = vis_smem()[rg * C::kOR], from = beg_smem()[min((uint32_t)(rg * C::kOR + C::kOR), nvalid) - 1];
+        const uint32_t common = min(ntile, seen > done ? seen - done : 0u);
+        const uint32_t lead = from > done ? min(from - done, ntile) : 0u;
+        uint32_t plain_lo = (lead + 3) & ~3u, plain_hi = common & ~3u;
+        if (plain_lo >= plain_hi)
+            plain_lo = plain_hi = ntile; // no key every row sees: each row takes its own
+        pv_all_rows(buf, plain_lo, plain_hi);
+        pv_own_keys(buf, plain_lo, plain_hi, ntile, done);
     }
 
     /**
@@ -565,7 +829,7 @@ class AttnBlock {
         const int row = threadIdx.x / C::kTPR, sub = threadIdx.x % C::kTPR;
         uint32_t *bad = bad_smem();
         if (sub == 0 && (uint32_t)row < nvalid) {
-            const bool empty = vis_smem()[row] == 0;
+            const bool empty = row_empty(row);
             l_smem()[row] = empty ? 0.f : l_run_;
             bad[row] = !empty && dcpk_f32_is_nonfinite(l_run_);
             const float lse = empty || l_run_ == 0.f ? neg_inf() : (m_run_ + log2f(l_run_)) * kLn2;
@@ -577,7 +841,7 @@ class AttnBlock {
 #pragma unroll
         for (int r = 0; r < C::kOR; r++) {
             const uint32_t prow = rg * C::kOR + r;
-            if (!pv || prow >= nvalid || vis_smem()[prow] == 0)
+            if (!pv || prow >= nvalid || row_empty(prow))
                 continue;
             bool finite = true;
 #pragma unroll
@@ -610,7 +874,7 @@ class AttnBlock {
         }
     }
 
-    /** One pass: rows [first, first + nvalid) of the work item against the split's keys. */
+    /** One pass: rows [first, first + nvalid) of the work item against every segment of its keys. */
     __device__ void pass(uint32_t first, uint32_t nvalid)
     {
         m_run_ = neg_inf();
@@ -622,27 +886,32 @@ class AttnBlock {
                 acc_[r][e] = 0.f;
 
         stage_rows(first, nvalid);
-        __syncthreads();
-        // Rows are token-major, so the pass's last row sees the most keys.
-        const uint32_t ntok = vis_smem()[nvalid - 1];
-        const uint32_t ntiles = (ntok + C::kTK - 1) / C::kTK;
-        if (ntiles > 0)
-            load_tile(0, ntok, 0);
-        cp_async_commit();
-        for (uint32_t tile = 0; tile < ntiles; tile++) {
-            const int buf = tile & 1;
-            if (tile + 1 < ntiles)
-                load_tile(tile + 1, ntok, buf ^ 1);
+        for (uint32_t seg = 0; keys_.segment(seg, first, nvalid); seg++) {
+            stage_ranges(first, nvalid);
+            __syncthreads();
+            // Rows are token-major, so the pass's last row sees the most keys.
+            const uint32_t ntok = vis_smem()[nvalid - 1];
+            const uint32_t ntiles = (ntok + C::kTK - 1) / C::kTK;
+            if (ntiles > 0)
+                load_tile(0, ntok, 0);
             cp_async_commit();
-            cp_async_wait<1>();
-            __syncthreads();
-            scores(buf, nvalid);
-            __syncthreads();
-            softmax(tile);
-            __syncthreads();
-            const uint32_t ntile = min(ntok - tile * C::kTK, (uint32_t)C::kTK);
-            accumulate(tile, buf, (ntile + 3) & ~3u, nvalid);
-            __syncthreads();
+            for (uint32_t tile = 0; tile < ntiles; tile++) {
+                const int buf = tile & 1;
+                if (tile + 1 < ntiles)
+                    load_tile(tile + 1, ntok, buf ^ 1);
+                cp_async_commit();
+                if constexpr (K::kMutant != KeysMutant::no_wait)
+                    cp_async_wait<1>();
+                __syncthreads();
+                scores(buf, nvalid);
+                __syncthreads();
+                softmax(tile);
+                __syncthreads();
+                const uint32_t ntile = min(ntok - tile * C::kTK, (uint32_t)C::kTK);
+                accumulate(tile, buf, (ntile + 3) & ~3u, nvalid);
+                __syncthreads();
+            }
+            __syncthreads(); // the rows' ranges are read above before the next segment's are written
         }
         finish(first, nvalid);
         __syncthreads();
@@ -653,25 +922,25 @@ class AttnBlock {
  * True when the launch and params are ones this entry computes: its block size,
  * shapes and dtype, no zero divisors, and caches the 16-byte copies can read
  * (a misaligned cp.async would fault and lose the whole context). MLA entries
- * read V from the K rows, so they also need v_cache == k_cache.
+ * read V from the K rows, so they also need v_cache == k_cache. P: dcpk_attn_params
+ * or dcpk_sparse_attn_params (the fields they share).
  */
-template <class C>
-__device__ bool attn_launch_ok(const dcpk_attn_params &p)
+template <class C, class P>
+__device__ bool attn_launch_ok(const P &p)
 {
     const bool v_ok = C::kShared ? p.v_cache == p.k_cache && p.v_row_stride == (uint32_t)C::kQK
                                  : (uint64_t)p.v_row_stride * C::kEsize % 16 == 0 && p.v_row_stride >= (uint32_t)C::kDV;
     return blockDim.x == C::kNT && blockDim.y == 1 && blockDim.z == 1 && p.qk_dim == (uint32_t)C::kQK &&
            p.v_dim == (uint32_t)C::kDV && p.dtype == C::kDtype && v_ok && ((p.k_cache | p.v_cache) & 15) == 0 &&
            p.num_kv_heads != 0 && p.head_tile != 0 && p.block_size != 0 && p.group_size != 0 && p.interleave != 0 &&
-           p.heads_per_chunk != 0 && p.num_splits != 0 && dcpk_act_dtype_ok(p.q_dtype) &&
-           dcpk_act_dtype_ok(p.out_dtype) && p.window == 0 && p.ring_pages == 0; /* not read yet: never ignored */
+           p.heads_per_chunk != 0 && dcpk_act_dtype_ok(p.q_dtype) && dcpk_act_dtype_ok(p.out_dtype);
 }
 
-/** Decodes the block's work item; false when the block has none (or a bad launch). */
+/** Decodes the block's dcpk_attn work item; false when the block has none (or a bad launch). */
 template <class C>
 __device__ bool attn_item(const dcpk_attn_params &p, AttnItem &it)
 {
-    if (!attn_launch_ok<C>(p))
+    if (!attn_launch_ok<C>(p) || p.num_splits == 0)
         return false;
     const uint32_t heads_per_kv = p.num_heads / p.num_kv_heads;
     const uint32_t head_tiles = (heads_per_kv + p.head_tile - 1) / p.head_tile;
@@ -691,23 +960,67 @@ __device__ bool attn_item(const dcpk_attn_params &p, AttnItem &it)
     it.nq = (uint32_t)(q1 - q0);
     it.seq_len = reinterpret_cast<const int32_t *>(p.seq_lens)[blockIdx.z];
 
+    // Splits cover whole pages from the one of the first key any query token sees
+    // (the window's start of the first token; page 0 without a window).
     const uint64_t local_len =
         it.seq_len > 0 ? dcpk_local_length((uint64_t)it.seq_len, p.rank, p.group_size, p.interleave) : 0;
-    const uint64_t pages = (local_len + p.block_size - 1) / p.block_size;
+    const uint64_t base = attn_window_first(p, it.seq_len - (int64_t)it.nq) / p.block_size * p.block_size;
+    const uint64_t pages = local_len > base ? (local_len - base + p.block_size - 1) / p.block_size : 0;
     const uint64_t per_split = (pages + p.num_splits - 1) / p.num_splits * p.block_size;
-    it.lo = min(it.split * per_split, local_len);
+    it.lo = min(base + it.split * per_split, local_len);
     it.hi = min(it.lo + per_split, local_len);
     it.pages = reinterpret_cast<const int32_t *>(p.block_table) + (uint64_t)blockIdx.z * p.max_blocks;
     return true;
 }
 
+/**
+ * Decodes the block's dcpk_sparse_attn work item (query token t = blockIdx.x, KV head
+ * and head tile from blockIdx.y) as a one-token item of its sequence (nq = 1,
+ * seq_len = the token's position + 1); false when the block has none.
+ */
 template <class C>
+__device__ bool sparse_item(const dcpk_sparse_attn_params &p, AttnItem &it)
+{
+    if (!attn_launch_ok<C>(p) || p.batch == 0 || p.num_heads < p.num_kv_heads)
+        return false;
+    const uint32_t heads_per_kv = p.num_heads / p.num_kv_heads;
+    const uint32_t tile_heads = min(p.head_tile, heads_per_kv);
+    const uint32_t head_tiles = (heads_per_kv + tile_heads - 1) / tile_heads;
+    if (blockIdx.x >= p.num_q_tokens || blockIdx.y >= p.num_kv_heads * head_tiles || blockIdx.z != 0)
+        return false;
+    const int32_t *q_start = reinterpret_cast<const int32_t *>(p.q_start);
+    const uint32_t t = blockIdx.x, b = dcpk_token_sequence(q_start, p.batch, t);
+    it.split = 0;
+    it.kv_head = blockIdx.y / head_tiles;
+    const uint32_t tile = blockIdx.y % head_tiles;
+    it.head0 = it.kv_head * heads_per_kv + tile * tile_heads;
+    it.nheads = min(tile_heads, heads_per_kv - tile * tile_heads);
+    it.q0 = t;
+    it.nq = 1;
+    it.seq_len = dcpk_token_position(reinterpret_cast<const int32_t *>(p.seq_lens), q_start, b, t) + 1;
+    it.lo = it.hi = 0;
+    it.pages = reinterpret_cast<const int32_t *>(p.block_table) + (uint64_t)b * p.max_blocks;
+    return true;
+}
+
+template <class C, KeysMutant M = KeysMutant::none>
 __device__ __forceinline__ void attn_kernel(const dcpk_attn_params &p)
 {
     AttnItem it;
     if (!attn_item<C>(p, it))
         return;
-    AttnBlock<C> block(p, it);
+    AttnBlock<C, DenseKeysOf<M>> block(p, it);
+    block.run();
+}
+
+/** A SIMT sparse entry: the token's top-k keys of this rank through AttnBlock. */
+template <class C, KeysMutant M = KeysMutant::none>
+__device__ __forceinline__ void sparse_kernel(const dcpk_sparse_attn_params &p)
+{
+    AttnItem it;
+    if (!sparse_item<C>(p, it))
+        return;
+    AttnBlock<C, SparseKeys<C, M>> block(p, it);
     block.run();
 }
 
@@ -726,6 +1039,17 @@ __device__ __forceinline__ void attn_tc_kernel(const dcpk_attn_params &p)
     block.run();
 }
 
+/** The body of a tensor-core sparse entry (Block = MlaTcSparseBlock), as attn_tc_kernel's. */
+template <template <class> class Block, class C>
+__device__ __forceinline__ void sparse_tc_kernel(const dcpk_sparse_attn_params &p)
+{
+    AttnItem it;
+    if (p.precision > DCPK_PRECISION_EXACT || !sparse_item<C>(p, it))
+        return;
+    Block<C> block(p, it);
+    block.run();
+}
+
 } // namespace dcpk
 
 /* esize (the shared-memory plan's element size, variants.h) must be the dtype's
@@ -738,5 +1062,21 @@ __device__ __forceinline__ void attn_tc_kernel(const dcpk_attn_params &p)
     }
 DCPK_ATTN_VARIANTS(DCPK_ATTN_ENTRY)
 #undef DCPK_ATTN_ENTRY
+
+/* The SIMT sparse entries: the same blocks, with the keys of a token's top-k list. Their
+ * segment loop holds the pass's state across tile loops: 3 blocks of 128 threads per SM
+ * by registers (170 each), not 4, so the gqa_d256 ones do not spill. */
+#define DCPK_SPARSE_ENTRY(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize)                  \
+    static_assert(dcpk::AttnCfg<qk, v, shared, dtype, threads, rows, tile>::kSmem +                      \
+                          DCPK_SPARSE_SMEM_LIST(threads, tile) ==                                        \
+                      DCPK_SPARSE_SMEM_BYTES(qk, v, shared, esize, threads, rows, tile),                 \
+                  "sparse smem plan");                                                                   \
+    extern "C" __global__ void __launch_bounds__(threads, (threads) <= 128 ? 3 : 1)                      \
+        dcpk_sparse_attn__##layout##_##dt(const dcpk_sparse_attn_params p)                               \
+    {                                                                                                    \
+        dcpk::sparse_kernel<dcpk::AttnCfg<qk, v, shared, dtype, threads, rows, tile>>(p);                \
+    }
+DCPK_SPARSE_VARIANTS(DCPK_SPARSE_ENTRY)
+#undef DCPK_SPARSE_ENTRY
 
 #endif /* DCPK_ATTN_CUH */

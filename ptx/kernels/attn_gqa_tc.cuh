@@ -82,7 +82,7 @@ template <class C>
 class GqaTcBlock {
   public:
     __device__ GqaTcBlock(const dcpk_attn_params &p, const AttnItem &it)
-        : p_(p), it_(it), lane_((int)threadIdx.x % 32), warp_((int)threadIdx.x / 32)
+        : p_(p), it_(it), keys_(p, it), lane_((int)threadIdx.x % 32), warp_((int)threadIdx.x / 32)
     {
     }
 
@@ -97,11 +97,13 @@ class GqaTcBlock {
   private:
     const dcpk_attn_params &p_;
     const AttnItem &it_;
+    DenseKeys keys_; // the pass's keys: from its first row's first one (the window's start)
     const int lane_, warp_;
 
     float o_[C::kKSteps][C::kNTiles][4]; // O^T C fragments: dims 16 m + g + 8 (i / 2), row 8 n + 2t + i % 2
     float m_[C::kNTiles][2], l_[C::kNTiles][2]; // rows 8 n + 2t + j: running max (log2), this lane's share of the sum
-    uint32_t vis_[C::kNTiles][2];               // keys of the split those rows see
+    uint32_t vis_[C::kNTiles][2];               // keys of the pass those rows see: [its start, vis_); 0: none
+    uint32_t lead_;                             // keys before the last row's window start (some rows do not see them)
     uint32_t bad_;                              // bit 2n + j: row 8n + 2t + j met a NaN or +inf score
 
     /** Byte offset of 16-byte chunk c of row r of a tile (XOR swizzle, variants.h). */
@@ -125,8 +127,8 @@ class GqaTcBlock {
     {
         return reinterpret_cast<float *>(dcpk_smem) + (w * C::kRows + r) * C::kOStride;
     }
-    /** The pass's first key whose (non-finite) value sanitize_values() zeroed, or ~0. */
-    __device__ static uint32_t *nan_key() { return reinterpret_cast<uint32_t *>(dcpk_smem + C::kOffNan); }
+    /** Bit r: pass row r sees a key whose (non-finite) value sanitize_values() zeroed. */
+    __device__ static uint32_t *nan_rows() { return reinterpret_cast<uint32_t *>(dcpk_smem + C::kOffNan); }
 
     /** mma_split of (x, y): returns (hi.x + lo.x, hi.y + lo.y), the values the MMAs use. */
     __device__ static float2 split(float x, float y, uint32_t &hi, uint32_t &lo)
@@ -144,7 +146,7 @@ class GqaTcBlock {
     {
         const float qscale = p_.scale * kLog2e;
         if (threadIdx.x == 0)
-            smem_store(nan_key(), ~0u); // read after the pass's next barrier
+            smem_store(nan_rows(), 0u); // read after the pass's next barrier
         for (int idx = (int)threadIdx.x; idx < 32 * C::kKSteps * C::kNTiles; idx += C::kNT) {
             const int l = idx % 32, ks = idx / 32 % C::kKSteps, n = idx / (32 * C::kKSteps);
             const uint32_t r = (uint32_t)(8 * n + l / 4);
@@ -165,17 +167,19 @@ class GqaTcBlock {
 #pragma unroll
             for (int j = 0; j < 2; j++) {
                 const uint32_t r = (uint32_t)(8 * n + 2 * t + j);
-                vis_[n][j] = r < nvalid ? attn_visible_count(p_, it_, first + r) : 0u;
+                uint32_t begin = 0, end = 0;
+                if (r < nvalid)
+                    keys_.row_range(first + r, begin, end);
+                vis_[n][j] = end > begin ? end : 0u;
             }
     }
 
     /** Issues the cp.async copies of tile `tile` (keys lo + tile * TK ...) into stage s. */
     __device__ void load_tile(uint32_t tile, uint32_t ntok, int s) const
     {
-        const uint32_t base = (uint32_t)it_.lo + tile * C::kTK;
         const uint32_t nload = min(ntok - tile * C::kTK, (uint32_t)C::kTK);
         unsigned char *kt = k_tile(s), *vt = v_tile(s);
-        const TileRows<C::kTK> rows(p_, it_, base, nload);
+        const TileRows<C::kTK> rows(keys_, tile * C::kTK, nload);
 #pragma unroll
         for (int i = 0; i < C::kTK * C::kChunks / C::kNT; i++) {
             const int idx = (int)threadIdx.x + i * C::kNT;
@@ -219,10 +223,11 @@ class GqaTcBlock {
      * Phase 2: masks the warp's scores, updates each row's running max and sum,
      * rescales O^T, and stores P^T (hi, lo) in the warp's transposition tiles.
      */
-    __device__ void softmax(uint32_t tile, uint32_t nvalid, float (&st)[C::kNTiles][4])
+    __device__ void softmax(uint32_t first, uint32_t tile, uint32_t nvalid, float (&st)[C::kNTiles][4])
     {
         const int g = lane_ / 4, t = lane_ % 4;
         const uint32_t key0 = tile * C::kTK + 16 * (uint32_t)warp_ + (uint32_t)g; // keys key0, key0 + 8
+        const bool lead = tile * C::kTK < lead_; // block-uniform: some row's window starts in or after the tile
 #pragma unroll
         for (int n = 0; n < C::kNTiles; n++) {
             if ((uint32_t)n * 8 >= nvalid)
@@ -231,8 +236,10 @@ class GqaTcBlock {
 #pragma unroll
             for (int j = 0; j < 2; j++) {
                 float *lo_key = &st[n][j], *hi_key = &st[n][2 + j];
-                *lo_key = key0 < vis_[n][j] ? *lo_key : neg_inf();
-                *hi_key = key0 + 8 < vis_[n][j] ? *hi_key : neg_inf();
+                const uint32_t r = (uint32_t)(8 * n + 2 * t + j);
+                const uint32_t from = lead && r < nvalid ? keys_.row_begin(first + r) : 0u; // the row's window start
+                *lo_key = key0 >= from && key0 < vis_[n][j] ? *lo_key : neg_inf();
+                *hi_key = key0 + 8 >= from && key0 + 8 < vis_[n][j] ? *hi_key : neg_inf();
                 // A visible NaN or +inf score (masked ones are -inf): fmaxf would drop a NaN.
                 const float kInf = __uint_as_float(0x7f800000u);
                 bad_ |= *lo_key < kInf && *hi_key < kInf ? 0u : 1u << (2 * n + j);
@@ -299,11 +306,12 @@ class GqaTcBlock {
 
     /**
      * Zeroes the non-finite values of the tile's keys [lo, hi) in stage s (keys
-     * that some rows of the pass see and others do not) and records the first such
-     * key in nan_key(): a row that does not see it must not add 0 * NaN through
-     * P.V; the rows that see it are flagged in finish() (docs/design.md §4).
+     * that some rows of the pass see and others do not) and marks in nan_rows()
+     * the rows that see such a key: a row that does not see it must not add 0 * NaN
+     * through P.V; the rows that see it are flagged in finish() (docs/design.md §4).
      */
-    __device__ void sanitize_values(int s, uint32_t done, uint32_t lo, uint32_t hi) const
+    __device__ void sanitize_values(int s, uint32_t first, uint32_t nvalid, uint32_t done, uint32_t lo,
+                                    uint32_t hi) const
     {
         unsigned char *vt = v_tile(s);
         constexpr uint32_t kExp = C::kIn == MmaIn::bf16 ? 0x7f80u : 0x7c00u; // exponent bits of one half
@@ -325,7 +333,14 @@ class GqaTcBlock {
                 }
             if (changed) {
                 smem_store(c, make_uint4(w[0], w[1], w[2], w[3]));
-                atomicMin(nan_key(), done + (uint32_t)r);
+                const uint32_t key = done + (uint32_t)r;
+                uint32_t rows = 0;
+                for (uint32_t row = 0; row < nvalid; row++) { // rare: a non-finite value in the cache
+                    uint32_t begin, end;
+                    keys_.row_range(first + row, begin, end);
+                    rows |= key >= begin && key < end ? 1u << row : 0u;
+                }
+                atomicOr(nan_rows(), rows);
             }
         }
     }
@@ -385,11 +400,13 @@ class GqaTcBlock {
                         smem_store(o_row(warp_, r) + 16 * m + g + 8 * h, o_[m][n][2 * h + j] * f);
             }
         __syncthreads(); // the rescaled outputs visible
-        const uint32_t nan_key0 = smem_load(nan_key());
+        const uint32_t nan_rows0 = smem_load(nan_rows());
         for (uint32_t r = (uint32_t)warp_; r < nvalid; r += C::kWarps) {
             const RowAddr a = attn_row_addr<C::kQK, C::kDV>(p_, it_, first + r);
-            const uint32_t vis = attn_visible_count(p_, it_, first + r);
-            bool bad = vis > nan_key0; // it sees a key whose value was sanitized
+            uint32_t begin, end;
+            keys_.row_range(first + r, begin, end);
+            const bool empty = end <= begin;
+            bool bad = nan_rows0 >> r & 1u; // it sees a key whose value was sanitized
             for (int w = 0; w < C::kWarps; w++) {
                 const float mw = smem_load(ml_slot(w, (int)r)).x;
                 bad = bad || mw != mw; // a warp flagged the row
@@ -411,7 +428,7 @@ class GqaTcBlock {
                     const float2 x = smem_load(ml_slot(w, (int)r));
                     l += x.x == neg_inf() ? 0.f : x.y * exp2f(x.x - mx);
                 }
-                *reinterpret_cast<float *>(a.lse) = bad ? quiet_nan() : vis == 0 ? neg_inf() : (mx + log2f(l)) * kLn2;
+                *reinterpret_cast<float *>(a.lse) = bad ? quiet_nan() : empty ? neg_inf() : (mx + log2f(l)) * kLn2;
             }
         }
         __syncthreads(); // shared memory free for the next pass
@@ -433,10 +450,13 @@ class GqaTcBlock {
 #pragma unroll
             for (int n = 0; n < C::kNTiles; n++)
                 o_[m][n][0] = o_[m][n][1] = o_[m][n][2] = o_[m][n][3] = 0.f;
+        keys_.segment(0, first, nvalid);
         stage(first, nvalid);
-        // Rows are token-major, so the pass's last row sees the most keys.
-        const uint32_t ntok = attn_visible_count(p_, it_, first + nvalid - 1);
-        const uint32_t nmin = attn_visible_count(p_, it_, first); // and the first row the fewest
+        // Rows are token-major, so the pass's last row sees the most keys and its window starts last;
+        // the first row sees the fewest.
+        uint32_t ntok, nmin, begin;
+        keys_.row_range(first + nvalid - 1, lead_, ntok);
+        keys_.row_range(first, begin, nmin);
         const uint32_t ntiles = (ntok + C::kTK - 1) / C::kTK;
 #pragma unroll
         for (int s = 0; s < C::kStages - 1; s++) {
@@ -455,13 +475,18 @@ class GqaTcBlock {
             cp_async_commit();
             const int s = (int)(tile % C::kStages);
             const uint32_t done = tile * C::kTK;
-            if (nmin < ntok && nmin < done + C::kTK) { // keys some rows see and some do not (block-uniform)
-                sanitize_values(s, done, (nmin > done ? nmin : done) - done, min(ntok - done, (uint32_t)C::kTK));
+            const bool tail = nmin < ntok && nmin < done + C::kTK; // past the first row's end (block-uniform)
+            if (tail || done < lead_) { // keys some rows see and some do not
+                const uint32_t n = min(ntok - done, (uint32_t)C::kTK);
+                sanitize_values(s, first, nvalid, done, tail ? (nmin > done ? nmin - done : 0u) : 0u,
+                                tail ? n : min(lead_ - done, n));
+                if (tail && done < lead_) // both ends in one tile: the part before the tail too
+                    sanitize_values(s, first, nvalid, done, 0u, min(lead_ - done, nmin > done ? nmin - done : 0u));
                 __syncthreads(); // the values P.V reads
             }
             float st[C::kNTiles][4] = {};
             scores(s, nvalid, st);
-            softmax(tile, nvalid, st);
+            softmax(first, tile, nvalid, st);
             if constexpr (C::kMutant != TcMutant::no_syncwarp)
                 __syncwarp(); // the warp's P^T stores visible to its ldmatrix
             accumulate(s, nvalid);

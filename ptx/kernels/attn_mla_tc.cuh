@@ -62,6 +62,7 @@ struct MlaTcCfg {
     static constexpr uint32_t kOffX = DCPK_ATTN_TC_SMEM_K(kQK, kEsize, TK);
     static constexpr uint32_t kOffQ = kOffX + DCPK_ATTN_TC_SMEM_X(NT, ROWS, TK);
     static constexpr uint32_t kSmem = DCPK_ATTN_TC_SMEM_BYTES(kQK, kEsize, NT, ROWS, TK);
+    static constexpr uint32_t kSparseCap = DCPK_SPARSE_CAP(NT, TK); // keys of a sparse entry's list (after kSmem)
 
     static_assert(DT == DCPK_BF16 || DT == DCPK_FP16 || DT == DCPK_FP8_E4M3,
                   "the MMA takes bf16 or fp16 inputs (fp8 widened to bf16)");
@@ -72,11 +73,17 @@ struct MlaTcCfg {
     static_assert(kOffX % 16 == 0, "exchange buffer of float4s");
 };
 
-template <class C>
-class MlaTcBlock {
+/**
+ * The tensor-core MLA block of a work item (MlaTcCfg C), its keys from K (DenseKeys
+ * for dcpk_attn, SparseKeys for dcpk_sparse_attn): passes of 32 rows, each over the
+ * segments of K, each segment's keys in tiles.
+ */
+template <class C, class K>
+class MlaTcBlockOf {
   public:
-    __device__ MlaTcBlock(const dcpk_attn_params &p, const AttnItem &it)
-        : p_(p), it_(it), lane_((int)threadIdx.x % 32), rg_((int)threadIdx.x / 32 / C::kQuarters),
+    using P = typename K::Params;
+    __device__ MlaTcBlockOf(const P &p, const AttnItem &it)
+        : p_(p), it_(it), keys_(p, it), lane_((int)threadIdx.x % 32), rg_((int)threadIdx.x / 32 / C::kQuarters),
           qd_((int)threadIdx.x / 32 % C::kQuarters), exact_(p.precision == DCPK_PRECISION_EXACT)
     {
     }
@@ -90,14 +97,16 @@ class MlaTcBlock {
     }
 
   private:
-    const dcpk_attn_params &p_;
+    const P &p_;
     const AttnItem &it_;
+    K keys_;
     const int lane_, rg_, qd_;
     const bool exact_;
 
     float o_[C::kOTiles][4];                           // C fragments of this warp's O columns
     float m_[2], l_[2];    // rows g and g + 8: running max (log2 domain), this lane's share of the sum
-    uint32_t vis_[2];      // keys of the split rows g and g + 8 see
+    uint32_t vis_[2];      // keys of the segment rows g and g + 8 see: [their start, vis_); 0: none
+    uint32_t lead_;        // keys before the last row's window start (some rows do not see them)
     bool bad_[2];          // rows g and g + 8 met a NaN or +inf score: their result is NaN (design.md §4)
 
     __device__ static unsigned char *k_tile(int buf)
@@ -136,7 +145,21 @@ class MlaTcBlock {
         mma_16816<C::kIn>(d, a, b);
     }
 
-    /** Loads this warp's Q fragments of the pass (rows past nvalid are 0) and the rows' key counts. */
+    /** The keys of the segment rows g and g + 8 see (vis_). */
+    __device__ void ranges(uint32_t first, uint32_t nvalid)
+    {
+        const int g = lane_ / 4;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint32_t r = (uint32_t)(rg_ * 16 + g + 8 * h);
+            uint32_t begin = 0, end = 0;
+            if (r < nvalid)
+                keys_.row_range(first + r, begin, end);
+            vis_[h] = end > begin ? end : 0u;
+        }
+    }
+
+    /** Loads this warp's Q fragments of the pass (rows past nvalid are 0). */
     __device__ void stage(uint32_t first, uint32_t nvalid)
     {
         const float qscale = p_.scale * kLog2e * (C::kFp8 ? p_.kv_scale : 1.f);
@@ -147,7 +170,6 @@ class MlaTcBlock {
             const uint32_t r = (uint32_t)(rg_ * 16 + g + 8 * h);
             const bool valid = r < nvalid;
             q[h] = valid ? attn_row_addr<C::kQK, C::kDV>(p_, it_, first + r).q : 0;
-            vis_[h] = valid ? attn_visible_count(p_, it_, first + r) : 0u;
         }
         // One k-step at a time, straight to shared memory: few registers live
         // (all k-steps in registers, as before q_dtype, leaves the entry none to spare).
@@ -167,14 +189,13 @@ class MlaTcBlock {
         }
     }
 
-    /** Issues the cp.async copies of tile `tile` (keys lo + tile * TK ...) into buffer buf. */
+    /** Issues the cp.async copies of tile `tile` (keys tile * TK ... of the segment) into buffer buf. */
     __device__ void load_tile(uint32_t tile, uint32_t ntok, int buf) const
     {
-        const uint32_t base = (uint32_t)it_.lo + tile * C::kTK;
         const uint32_t nload = min(ntok - tile * C::kTK, (uint32_t)C::kTK);
         unsigned char *kt = C::kFp8 ? raw_tile(buf) : k_tile(buf);
         constexpr int kTotal = C::kTK * C::kRawChunks;
-        const TileRows<C::kTK> rows(p_, it_, base, nload);
+        const TileRows<C::kTK> rows(keys_, tile * C::kTK, nload);
 #pragma unroll
         for (int i = 0; i < (kTotal + C::kNT - 1) / C::kNT; i++) {
             const int idx = (int)threadIdx.x + i * C::kNT;
@@ -255,8 +276,8 @@ class MlaTcBlock {
      * Phase 2: masks the tile's scores, updates the running max, rescales O, and
      * turns S into the P fragments of the P.V product (hi, and lo when exact).
      */
-    __device__ void softmax(uint32_t tile, float (&s)[C::kSTiles][4], uint32_t (&phi)[C::kTK / 16][4],
-                            uint32_t (&plo)[C::kTK / 16][4])
+    __device__ void softmax(uint32_t first, uint32_t nvalid, uint32_t tile, float (&s)[C::kSTiles][4],
+                            uint32_t (&phi)[C::kTK / 16][4], uint32_t (&plo)[C::kTK / 16][4])
     {
         const int t = lane_ % 4;
         const uint32_t done = tile * C::kTK;
@@ -264,6 +285,10 @@ class MlaTcBlock {
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const uint32_t vis = vis_[h] > done ? min(vis_[h] - done, (uint32_t)C::kTK) : 0u;
+            // Before the row's window start (only in the tiles before the last row's, block-uniform).
+            const uint32_t r = (uint32_t)(rg_ * 16 + lane_ / 4 + 8 * h);
+            const uint32_t from = done < lead_ && r < nvalid ? keys_.row_begin(first + r) : 0u;
+            const uint32_t lead = from > done ? min(from - done, (uint32_t)C::kTK) : 0u;
             float mx = neg_inf();
             uint32_t bad = 0; // a visible score that is NaN or +inf (fmaxf would drop a NaN)
 #pragma unroll
@@ -271,7 +296,7 @@ class MlaTcBlock {
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     const uint32_t key = (uint32_t)(8 * j + 2 * t + e);
-                    s[j][2 * h + e] = key < vis ? s[j][2 * h + e] : neg_inf();
+                    s[j][2 * h + e] = key >= lead && key < vis ? s[j][2 * h + e] : neg_inf();
                     bad |= s[j][2 * h + e] < __uint_as_float(0x7f800000u) ? 0u : 1u;
                     mx = fmaxf(mx, s[j][2 * h + e]);
                 }
@@ -396,7 +421,7 @@ class MlaTcBlock {
         }
     }
 
-    /** One pass: rows [first, first + nvalid) of the work item against the split's keys. */
+    /** One pass: rows [first, first + nvalid) of the work item against every segment of its keys. */
     __device__ void pass(uint32_t first, uint32_t nvalid)
     {
         m_[0] = m_[1] = neg_inf();
@@ -406,65 +431,84 @@ class MlaTcBlock {
         for (int n = 0; n < C::kOTiles; n++)
             o_[n][0] = o_[n][1] = o_[n][2] = o_[n][3] = 0.f;
         stage(first, nvalid);
-        // Rows are token-major, so the pass's last row sees the most keys.
-        const uint32_t ntok = attn_visible_count(p_, it_, first + nvalid - 1);
-        const uint32_t nmin = attn_visible_count(p_, it_, first); // and the first row the fewest
-        const uint32_t ntiles = (ntok + C::kTK - 1) / C::kTK;
         const bool live = (uint32_t)rg_ * 16 < nvalid; // warp-uniform: some row of the group is live
-        if (ntiles > 0)
-            load_tile(0, ntok, 0);
-        cp_async_commit();
-        for (uint32_t tile = 0; tile < ntiles; tile++) {
-            const int buf = tile & 1;
-            if (tile + 1 < ntiles)
-                load_tile(tile + 1, ntok, buf ^ 1);
+        for (uint32_t seg = 0; keys_.segment(seg, first, nvalid); seg++) {
+            ranges(first, nvalid);
+            // Rows are token-major, so the pass's last row sees the most keys and its window
+            // starts last; the first row sees the fewest.
+            uint32_t ntok, nmin, begin;
+            keys_.row_range(first + nvalid - 1, lead_, ntok);
+            keys_.row_range(first, begin, nmin);
+            const uint32_t ntiles = (ntok + C::kTK - 1) / C::kTK;
+            if (ntiles > 0)
+                load_tile(0, ntok, 0);
             cp_async_commit();
-            if constexpr (C::kMutant != TcMutant::no_wait)
-                cp_async_wait<1>();
-            if constexpr (C::kFp8)
-                widen(buf); // this thread's copies, into the bf16 tile the last barrier freed
-            if constexpr (C::kMutant != TcMutant::no_barrier)
-                __syncthreads(); // tile `tile` landed (and widened) for every thread's copies
-            float s[C::kSTiles][4] = {};
-            if (live) {
-                scores(buf, s);
+            for (uint32_t tile = 0; tile < ntiles; tile++) {
+                const int buf = tile & 1;
+                if (tile + 1 < ntiles)
+                    load_tile(tile + 1, ntok, buf ^ 1);
+                cp_async_commit();
+                if constexpr (C::kMutant != TcMutant::no_wait)
+                    cp_async_wait<1>();
+                if constexpr (C::kFp8)
+                    widen(buf); // this thread's copies, into the bf16 tile the last barrier freed
+                if constexpr (C::kMutant != TcMutant::no_barrier)
+                    __syncthreads(); // tile `tile` landed (and widened) for every thread's copies
+                float s[C::kSTiles][4] = {};
+                if (live) {
+                    scores(buf, s);
 #pragma unroll
-                for (int j = 0; j < C::kSTiles; j++)
-                    smem_store(x_slot(rg_, qd_, j) + lane_, make_float4(s[j][0], s[j][1], s[j][2], s[j][3]));
-            }
-            __syncthreads(); // partial scores of the row group visible
-            const uint32_t done = tile * C::kTK;
-            if (nmin < ntok && nmin < done + C::kTK) { // keys some rows see and some do not (block-uniform)
-                sanitize_values(buf, (nmin > done ? nmin : done) - done, min(ntok - done, (uint32_t)C::kTK));
-                __syncthreads(); // the values P.V reads
-            }
-            if (live) {
-#pragma unroll
-                for (int j = 0; j < C::kSTiles; j++) {
-                    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-                    for (int q = 0; q < C::kQuarters; q++) { // the same order in every warp of the group
-                        const float4 x = smem_load(x_slot(rg_, q, j) + lane_);
-                        sum.x += x.x;
-                        sum.y += x.y;
-                        sum.z += x.z;
-                        sum.w += x.w;
-                    }
-                    s[j][0] = sum.x;
-                    s[j][1] = sum.y;
-                    s[j][2] = sum.z;
-                    s[j][3] = sum.w;
+                    for (int j = 0; j < C::kSTiles; j++)
+                        smem_store(x_slot(rg_, qd_, j) + lane_, make_float4(s[j][0], s[j][1], s[j][2], s[j][3]));
                 }
-                uint32_t phi[C::kTK / 16][4], plo[C::kTK / 16][4];
-                softmax(tile, s, phi, plo);
-                accumulate(buf, phi, plo);
+                __syncthreads(); // partial scores of the row group visible
+                const uint32_t done = tile * C::kTK;
+                // Keys some rows see and some do not (block-uniform): past the first row's end,
+                // and before the last row's window start.
+                const uint32_t n = min(ntok - done, (uint32_t)C::kTK);
+                const bool tail = nmin < ntok && nmin < done + C::kTK;
+                if (tail || done < lead_) {
+                    const uint32_t tail_lo = tail ? (nmin > done ? nmin - done : 0u) : n;
+                    sanitize_values(buf, tail_lo, n);
+                    if (done < lead_)
+                        sanitize_values(buf, 0u, min(lead_ - done, tail_lo));
+                    __syncthreads(); // the values P.V reads
+                }
+                if (live) {
+#pragma unroll
+                    for (int j = 0; j < C::kSTiles; j++) {
+                        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+                        for (int q = 0; q < C::kQuarters; q++) { // the same order in every warp of the group
+                            const float4 x = smem_load(x_slot(rg_, q, j) + lane_);
+                            sum.x += x.x;
+                            sum.y += x.y;
+                            sum.z += x.z;
+                            sum.w += x.w;
+                        }
+                        s[j][0] = sum.x;
+                        s[j][1] = sum.y;
+                        s[j][2] = sum.z;
+                        s[j][3] = sum.w;
+                    }
+                    uint32_t phi[C::kTK / 16][4], plo[C::kTK / 16][4];
+                    softmax(first, nvalid, tile, s, phi, plo);
+                    accumulate(buf, phi, plo);
+                }
+                __syncthreads(); // buffer buf and the exchange slots free for the next tile
             }
-            __syncthreads(); // buffer buf and the exchange slots free for the next tile
         }
         if (live)
             finish(first, nvalid);
+        __syncthreads(); // the rows' key counts and the list are read above before the next pass writes them
     }
 };
+
+/** The block of a dcpk_attn work item, and of a dcpk_sparse_attn one. */
+template <class C>
+using MlaTcBlock = MlaTcBlockOf<C, DenseKeys>;
+template <class C>
+using MlaTcSparseBlock = MlaTcBlockOf<C, SparseKeys<C>>;
 
 } // namespace dcpk
 
@@ -475,9 +519,22 @@ class MlaTcBlock {
                       DCPK_ATTN_TC_SMEM_BYTES(qk, esize, threads, rows, tile), "smem plan");            \
     extern "C" __global__ void __launch_bounds__(threads, 1) dcpk_attn__##layout##_##dt(const dcpk_attn_params p) \
     {                                                                                                  \
-        dcpk::attn_tc_kernel<dcpk::MlaTcBlock, dcpk::MlaTcCfg<dtype, threads, rows, tile>>(p);                            \
+        dcpk::attn_tc_kernel<dcpk::MlaTcBlock, dcpk::MlaTcCfg<dtype, threads, rows, tile>>(p);          \
     }
 DCPK_ATTN_MLA_TC_VARIANTS(DCPK_ATTN_TC_ENTRY)
 #undef DCPK_ATTN_TC_ENTRY
+
+/* The tensor-core sparse entries (DSA): the same block over a token's top-k keys (SparseKeys). */
+#define DCPK_SPARSE_TC_ENTRY(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize)                  \
+    static_assert(dcpk::MlaTcCfg<dtype, threads, rows, tile>::kSmem + DCPK_SPARSE_SMEM_LIST(threads, tile) == \
+                      DCPK_SPARSE_TC_SMEM_BYTES(qk, esize, threads, rows, tile),                          \
+                  "sparse smem plan");                                                                    \
+    extern "C" __global__ void __launch_bounds__(threads, 1)                                              \
+        dcpk_sparse_attn__##layout##_##dt(const dcpk_sparse_attn_params p)                                \
+    {                                                                                                     \
+        dcpk::sparse_tc_kernel<dcpk::MlaTcSparseBlock, dcpk::MlaTcCfg<dtype, threads, rows, tile>>(p);     \
+    }
+DCPK_SPARSE_TC_VARIANTS(DCPK_SPARSE_TC_ENTRY)
+#undef DCPK_SPARSE_TC_ENTRY
 
 #endif /* DCPK_ATTN_MLA_TC_CUH */

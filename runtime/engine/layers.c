@@ -68,8 +68,8 @@ int dcp_engine_layers_check_backend(const struct dcp_engine *e)
     for (uint32_t l = 0; l < e->num_layers; l++) {
         const struct dcp_layer_kind *k = &e->layers[l].kind;
         if (!(e->caps.layer_types & (1u << k->type)) || (k->sink && !e->caps.sinks))
-            return dcp_error(DCP_ENOTSUP, "layer %u is %s%s, which the %s backend does not run yet (its kernels "
-                             "are DCPK_GPU_PENDING_KERNELS); use runtime.backend: host", l,
+            return dcp_error(DCP_ENOTSUP, "layer %u is %s%s, which the %s backend does not run for this model "
+                             "(its attention entry does not read windows); use runtime.backend: host", l,
                              dcp_layer_type_name(k->type), k->sink ? " with a sink" : "", e->ops->name);
     }
     return DCP_OK;
@@ -448,6 +448,7 @@ int dcp_rank_sparse_partials(struct dcp_rank *r, uint32_t layer, uint64_t q, uin
         .kv_scale = e->kv_scale,
         .q_dtype = q_dtype,
         .out_dtype = t->out_dtype,
+        .precision = (uint32_t)e->cfg->runtime.cuda.precision, /* as dcpk_attn's (rank.c) */
     };
     return dcp_rank_launch(r, PROF_ATTENTION, DCPK_KERNEL_sparse_attn, &p);
 }

@@ -650,18 +650,6 @@ static void test_launch_checks(void **state)
     p.q_dtype = DCPK_FP16;
     p.q += 1;
     assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &p, v->threads, v->smem_bytes), "misaligned"));
-    /* Layer kinds no GPU attention entry reads yet: refused, never silently ignored. */
-    p = ok;
-    p.window = 128;
-    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &p, v->threads, v->smem_bytes), "window"));
-    p = ok;
-    p.ring_pages = 2;
-    assert_non_null(strstr(cuda_launch_problem(v, DCPK_KERNEL_attn, &p, v->threads, v->smem_bytes), "ring"));
-    /* Families without a GPU entry yet (DCPK_GPU_PENDING_KERNELS). */
-    assert_true(cuda_kernel_pending(DCPK_KERNEL_sparse_attn));
-    assert_false(cuda_kernel_pending(DCPK_KERNEL_attn) || cuda_kernel_pending(DCPK_KERNEL_merge) ||
-                 cuda_kernel_pending(DCPK_KERNEL_sink) || cuda_kernel_pending(DCPK_KERNEL_index_score) ||
-                 cuda_kernel_pending(DCPK_KERNEL_topk));
 
     const struct dcpk_kv_append_params a = {.k_cache = 0x1000, .v_cache = 0x2000, .k_src = 0x3000, .v_src = 0x4000,
                                             .slots = 0x5004, .block_size = 16, .dtype = DCPK_BF16};

@@ -16,11 +16,41 @@
 #include "dcp_kernels/placement.h"
 #include "dcp_kernels/variants.h"
 
+/** The settings of every engine here: two virtual ranks of one DCP group on the doubles. */
+static void base_config(struct dcp_config *c)
+{
+    dcp_config_defaults(c);
+    c->hardware.gpu = "test";
+    c->hardware.memory_bytes = 1e9;
+    c->hardware.hbm_bandwidth = 1e12;
+    c->hardware.link_bandwidth = 1e11;
+    c->hardware.gpus_per_node = 8;
+    c->parallel.tp = 2;
+    c->parallel.dcp = 2;
+    c->memory.block_size = 16;
+    c->memory.reserve_bytes = 0;
+    c->workload.context_lengths[0] = 256;
+    c->workload.num_context_lengths = 1;
+    c->runtime.backend = DCP_BACKEND_CUDA;
+}
+
+static dcp_deployment *deploy(const struct dcp_config *c)
+{
+    dcp_diag *d = NULL;
+    dcp_deployment *dep = NULL;
+    assert_int_equal(dcp_diag_create(&d), DCP_OK);
+    const int err = dcp_deployment_from_config(c, d, &dep);
+    dcp_diag_print(d, stderr);
+    dcp_diag_destroy(&d);
+    assert_int_equal(err, DCP_OK);
+    return dep;
+}
+
 /** A CUDA engine on the doubles (GQA, bf16 KV, two virtual ranks). */
 static dcp_deployment *deployment(void)
 {
     struct dcp_config c;
-    dcp_config_defaults(&c);
+    base_config(&c);
     c.model.name = "cuda-kinds";
     c.model.attention = DCP_ATTN_GQA;
     c.model.num_layers = 1;
@@ -28,26 +58,7 @@ static dcp_deployment *deployment(void)
     c.model.num_kv_heads = 1;
     c.model.head_dim = 128;
     c.model.kv_dtype = DCP_DTYPE_BF16;
-    c.hardware.gpu = "test";
-    c.hardware.memory_bytes = 1e9;
-    c.hardware.hbm_bandwidth = 1e12;
-    c.hardware.link_bandwidth = 1e11;
-    c.hardware.gpus_per_node = 8;
-    c.parallel.tp = 2;
-    c.parallel.dcp = 2;
-    c.memory.block_size = 16;
-    c.memory.reserve_bytes = 0;
-    c.workload.context_lengths[0] = 256;
-    c.workload.num_context_lengths = 1;
-    c.runtime.backend = DCP_BACKEND_CUDA;
-    dcp_diag *d = NULL;
-    dcp_deployment *dep = NULL;
-    assert_int_equal(dcp_diag_create(&d), DCP_OK);
-    const int err = dcp_deployment_from_config(&c, d, &dep);
-    dcp_diag_print(d, stderr);
-    dcp_diag_destroy(&d);
-    assert_int_equal(err, DCP_OK);
-    return dep;
+    return deploy(&c);
 }
 
 /** Device copies of host arrays on one rank, freed together. */
@@ -266,10 +277,113 @@ static void test_kind_launch_checks(void **state)
     assert_contains(cuda_launch_problem(v, DCPK_KERNEL_topk, &tp, 256, 0), "misaligned");
 }
 
+/* Windows and sparse attention: the entries the backend launches take them; launches they would not serve are refused. */
+static void test_attention_kind_checks(void **state)
+{
+    (void)state;
+    const struct dcpk_attn_params ok = {
+        .q = 0x1000, .k_cache = 0x2000, .v_cache = 0x3000, .block_table = 0x3100, .seq_lens = 0x3200,
+        .q_start = 0x3200, .out = 0x4000, .lse = 0x5000, .batch = 1, .num_q_tokens = 1, .num_heads = 8,
+        .heads_per_chunk = 8, .num_kv_heads = 1, .head_tile = 8, .qk_dim = 128, .v_dim = 128,
+        .v_row_stride = 128, .block_size = 16, .max_blocks = 4, .group_size = 1, .interleave = 1,
+        .num_splits = 1, .dtype = DCPK_BF16, .scale = 0.1f, .kv_scale = 1.0f, .window = 128, .ring_pages = 9,
+    };
+    /* Every entry reads a window and ring pages, tensor-core and SIMT. */
+    const struct dcpk_attn_variant *tc = dcpk_attn_variant_find(128, 128, 0, DCPK_BF16);
+    assert_true(tc->tensor_core);
+    assert_null(cuda_launch_problem(tc, DCPK_KERNEL_attn, &ok, tc->threads, tc->smem_bytes));
+    struct dcpk_attn_params p = ok;
+    p.dtype = DCPK_FP32;
+    const struct dcpk_attn_variant *simt = dcpk_attn_variant_find(128, 128, 0, DCPK_FP32);
+    assert_false(simt->tensor_core);
+    assert_null(cuda_launch_problem(simt, DCPK_KERNEL_attn, &p, simt->threads, simt->smem_bytes));
+
+    const struct dcpk_sparse_attn_params sok = {
+        .q = 0x1000, .k_cache = 0x2000, .v_cache = 0x2000, .block_table = 0x3100, .seq_lens = 0x3200,
+        .q_start = 0x3200, .topk = 0x3400, .out = 0x4000, .lse = 0x5000, .topk_stride = 2048, .num_topk = 2048,
+        .batch = 1, .num_q_tokens = 1, .num_heads = 128, .heads_per_chunk = 16, .num_kv_heads = 1,
+        .head_tile = 32, .qk_dim = 576, .v_dim = 512, .v_row_stride = 576, .block_size = 64, .max_blocks = 4,
+        .rank = 1, .group_size = 8, .interleave = 1, .dtype = DCPK_FP8_E4M3, .scale = 0.1f, .kv_scale = 1.0f,
+    };
+    const struct dcpk_attn_variant *sv = dcpk_sparse_variant_find(576, 512, 1, DCPK_FP8_E4M3);
+    assert_true(sv && sv->tensor_core); /* DSA's fp8 latents on tensor cores */
+    assert_null(cuda_launch_problem(sv, DCPK_KERNEL_sparse_attn, &sok, sv->threads, sv->smem_bytes));
+    assert_contains(cuda_launch_problem(sv, DCPK_KERNEL_sparse_attn, &sok, sv->threads, sv->smem_bytes - 4),
+                    "shared memory");
+    struct dcpk_sparse_attn_params sp = sok;
+    sp.v_cache = 0x3000; /* MLA reads V from the K rows */
+    assert_contains(cuda_launch_problem(sv, DCPK_KERNEL_sparse_attn, &sp, sv->threads, sv->smem_bytes), "V layout");
+    sp = sok;
+    sp.topk = 0x3402;
+    assert_contains(cuda_launch_problem(sv, DCPK_KERNEL_sparse_attn, &sp, sv->threads, sv->smem_bytes), "misaligned");
+    sp = sok;
+    sp.head_tile = 0;
+    assert_contains(cuda_launch_problem(sv, DCPK_KERNEL_sparse_attn, &sp, sv->threads, sv->smem_bytes), "zero");
+    sp = sok;
+    sp.dtype = DCPK_BF16;
+    assert_contains(cuda_launch_problem(sv, DCPK_KERNEL_sparse_attn, &sp, sv->threads, sv->smem_bytes), "dtype");
+    sp = sok;
+    sp.precision = 2;
+    assert_contains(cuda_launch_problem(sv, DCPK_KERNEL_sparse_attn, &sp, sv->threads, sv->smem_bytes), "precision");
+}
+
+/*
+ * An MLA bf16 model of every kind (a 4-token window with a sink, DSA's sparse top-k
+ * with the sharded indexer, a full layer) on the CUDA backend over the doubles: the
+ * engine takes it, with its tensor-core attention and sparse entries (the sparse
+ * one's list beside the attention entry's plan: the launches go through the launch
+ * check with that shared memory).
+ */
+static void test_mla_kinds_engine(void **state)
+{
+    (void)state;
+    if (dcp_embedded_module_count == 0)
+        skip();
+    fake_env_reset();
+    struct dcp_config c;
+    base_config(&c);
+    c.model.name = "cuda-kinds-mla";
+    c.model.attention = DCP_ATTN_MLA;
+    c.model.num_layers = 3;
+    c.model.num_q_heads = 16;
+    c.model.num_kv_heads = 1;
+    c.model.kv_dtype = DCP_DTYPE_BF16;
+    c.model.layer_pattern[0] = (struct dcp_layer_kind){.type = DCP_LAYER_SLIDING_WINDOW, .window = 4, .sink = true};
+    c.model.layer_pattern[1] = (struct dcp_layer_kind){.type = DCP_LAYER_SPARSE_TOPK, .topk = 8};
+    c.model.layer_pattern[2] = (struct dcp_layer_kind){.type = DCP_LAYER_FULL};
+    c.model.num_layer_kinds = 3;
+    c.model.index_heads = 4;
+    c.model.index_head_dim = 32;
+    c.parallel.sparse_index = DCP_SPARSE_INDEX_SHARDED;
+    dcp_deployment *dep = deploy(&c);
+    struct dcp_engine_params ep;
+    dcp_engine_default_params(&ep);
+    ep.deployment = dep;
+    ep.kv_budget_bytes = 64e6;
+    ep.max_seqs = 4;
+    ep.max_batch = 4;
+    ep.max_context = 1024;
+    static const float logits[16] = {0};
+    const float *sinks[3] = {logits, NULL, NULL};
+    ep.sinks = sinks;
+    dcp_engine *e = NULL;
+    const int err = dcp_engine_create(&ep, &e);
+    if (err)
+        fprintf(stderr, "engine: %s: %s\n", dcp_strerror(err), dcp_last_error());
+    assert_int_equal(err, DCP_OK);
+    const struct cuda_engine *ce = dcp_engine_rank(e, 0)->engine->backend;
+    assert_string_equal(ce->attn->entry, "dcpk_attn__mla_tc_bf16");
+    assert_string_equal(ce->sparse->entry, "dcpk_sparse_attn__mla_tc_bf16");
+    dcp_engine_destroy(&e);
+    dcp_deployment_destroy(&dep);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kind_launch_checks),
+        cmocka_unit_test(test_attention_kind_checks),
+        cmocka_unit_test_setup(test_mla_kinds_engine, fake_test_setup),
         cmocka_unit_test_setup(test_kind_kernels_launch, fake_test_setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -555,23 +555,30 @@ static void run_on_cpu(void *arg)
 }
 
 /*
- * Whether an attention entry serves a launch. Like the real entries, one that
- * gets another block size, dtype, head size, a misaligned cache, a q/out
- * dtype that is no activation dtype or a sliding window (ring pages) returns
- * without doing anything: cuLaunchKernel succeeds and the output keeps what it
- * held. Other kernels serve any launch.
+ * Whether an attention or sparse attention entry serves a launch. Like the real
+ * entries, one that gets another block size, dtype, head size, a misaligned cache
+ * or a q/out dtype that is no activation dtype returns without doing anything:
+ * cuLaunchKernel succeeds and the output keeps what it held.
+ * Other kernels serve any launch.
  */
 static int entry_serves(CUfunction fn, unsigned int block_x, const void *params)
 {
-    for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT; i++) {
-        const struct dcpk_attn_variant *v = dcpk_attn_variant_at(i);
+    for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT + DCPK_SPARSE_VARIANT_COUNT; i++) {
+        const int sparse = i >= DCPK_ATTN_VARIANT_COUNT;
+        const struct dcpk_attn_variant *v = sparse ? dcpk_sparse_variant_at(i - DCPK_ATTN_VARIANT_COUNT)
+                                                   : dcpk_attn_variant_at(i);
         if (strcmp(v->entry, fn->name) != 0)
             continue;
+        if (sparse) {
+            const struct dcpk_sparse_attn_params *p = params;
+            return block_x == v->threads && p->dtype == v->dtype && p->qk_dim == v->qk_dim &&
+                   p->v_dim == v->v_dim && (p->k_cache | p->v_cache) % 16 == 0 && dcpk_act_dtype_ok(p->q_dtype) &&
+                   dcpk_act_dtype_ok(p->out_dtype);
+        }
         const struct dcpk_attn_params *p = params;
         return block_x == v->threads && p->dtype == v->dtype && p->qk_dim == v->qk_dim &&
                p->v_dim == v->v_dim && (p->k_cache | p->v_cache) % 16 == 0 &&
-               dcpk_act_dtype_ok(p->q_dtype) && dcpk_act_dtype_ok(p->out_dtype) && p->window == 0 &&
-               p->ring_pages == 0; /* the real entries do not read them yet (attn_launch_ok) */
+               dcpk_act_dtype_ok(p->q_dtype) && dcpk_act_dtype_ok(p->out_dtype);
     }
     return 1;
 }

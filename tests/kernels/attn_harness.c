@@ -2,6 +2,7 @@
 #include "attn_harness.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,6 +163,19 @@ void problem_oracle(const struct attn_problem *pb, uint32_t b, double *out, doub
 }
 
 int (*harness_launch)(enum dcpk_kernel_id id, const void *params);
+int harness_soft_failures = -1;
+
+void harness_fail(const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (harness_soft_failures < 0)
+        fail_msg("%s", msg);
+    harness_soft_failures++;
+}
 
 void run_kernel(enum dcpk_kernel_id id, const void *params, struct test_rng *rng)
 {
@@ -449,10 +463,10 @@ double check_against_oracle(const struct attn_problem *pb, uint32_t head0, uint3
                 const double rl = l[(size_t)i * pb->heads + g];
                 if (isnan(rl)) { /* a NaN reached the row: NaN everywhere (docs/design.md §4) */
                     if (!isnan(gl))
-                        fail_msg("%s: token %u head %u should be NaN but lse = %g", desc, t, g, (double)gl);
+                        harness_fail("%s: token %u head %u should be NaN but lse = %g", desc, t, g, (double)gl);
                     for (uint32_t d = 0; d < v_dim; d++) {
                         if (!isnan(go[d]))
-                            fail_msg("%s: token %u head %u should be NaN but out[%u] = %g", desc, t, g, d,
+                            harness_fail("%s: token %u head %u should be NaN but out[%u] = %g", desc, t, g, d,
                                      (double)go[d]);
                         got[row * v_dim + d] = ref[row * v_dim + d] = 0.0; /* out of the L2 error */
                     }
@@ -460,20 +474,20 @@ double check_against_oracle(const struct attn_problem *pb, uint32_t head0, uint3
                 }
                 for (uint32_t d = 0; d < v_dim; d++) {
                     if (isnan(go[d]))
-                        fail_msg("%s: NaN at token %u head %u dim %u", desc, t, g, d);
+                        harness_fail("%s: NaN at token %u head %u dim %u", desc, t, g, d);
                     got[row * v_dim + d] = go[d];
                     ref[row * v_dim + d] = ro[d];
                 }
                 if (isnan(gl))
-                    fail_msg("%s: token %u head %u lse NaN, oracle %.9g", desc, t, g, rl);
+                    harness_fail("%s: token %u head %u lse NaN, oracle %.9g", desc, t, g, rl);
                 if (isinf(rl)) { /* nothing visible: exactly 0 and -inf, decided from lengths */
                     if (!(isinf(gl) && gl < 0))
-                        fail_msg("%s: token %u head %u sees no key but lse = %g", desc, t, g, (double)gl);
+                        harness_fail("%s: token %u head %u sees no key but lse = %g", desc, t, g, (double)gl);
                     for (uint32_t d = 0; d < v_dim; d++)
                         if (go[d] != 0.0f)
-                            fail_msg("%s: token %u head %u sees no key but out[%u] = %g", desc, t, g, d, (double)go[d]);
+                            harness_fail("%s: token %u head %u sees no key but out[%u] = %g", desc, t, g, d, (double)go[d]);
                 } else if (!(fabs(gl - rl) <= 1e-4 * (1.0 + fabs(rl)))) {
-                    fail_msg("%s: token %u head %u lse %.9g, oracle %.9g", desc, t, g, (double)gl, rl);
+                    harness_fail("%s: token %u head %u lse %.9g, oracle %.9g", desc, t, g, (double)gl, rl);
                 }
             }
         free(o);
@@ -481,7 +495,7 @@ double check_against_oracle(const struct attn_problem *pb, uint32_t head0, uint3
     }
     const double err = oracle_rel_l2(ref, got, rows * v_dim);
     if (!(err <= tol))
-        fail_msg("%s: relative L2 error %.3g > %.3g", desc, err, tol);
+        harness_fail("%s: relative L2 error %.3g > %.3g", desc, err, tol);
     free(ref);
     free(got);
     return err;

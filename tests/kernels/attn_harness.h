@@ -105,6 +105,15 @@ void rank_attention(const struct attn_problem *pb, const struct rank_run *run,
 extern int (*harness_launch)(enum dcpk_kernel_id id, const void *params);
 
 /**
+ * Failed checks of the harness (check_against_oracle, the group harness): -1 (the
+ * default) fails the test at the first; a test that expects failures (a mutant
+ * kernel) sets it to 0 and reads back how many checks failed.
+ */
+extern int harness_soft_failures;
+/** A failed check: fails the test, or counts it (harness_soft_failures >= 0). */
+void harness_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/**
  * Runs every work item of a launch of kernel family id through the table
  * (dcpk_kernels), in a few random [begin, end) pieces, with exactly
  * scratch_bytes() of scratch followed by a guard that must stay intact.

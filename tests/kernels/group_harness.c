@@ -405,7 +405,7 @@ static void check_scores(const struct index_problem *ip, uint32_t r, uint32_t n,
                 const double want = ref[b][(size_t)i * ip->len[b] + dcpk_global_position((uint64_t)c, r, n, il)];
                 const double got = ri->scores[(size_t)t * ri->stride + c];
                 if (ip->integers ? got != want : !(fabs(got - want) <= 1e-5 * (1.0 + fabs(want))))
-                    fail_msg("rank %u/%u token %u local key %d: score %.9g, oracle %.9g", r, n, t, c, got, want);
+                    harness_fail("rank %u/%u token %u local key %d: score %.9g, oracle %.9g", r, n, t, c, got, want);
             }
         }
 }
@@ -427,7 +427,7 @@ static void check_topk(const struct index_problem *ip, const int32_t *got, doubl
                 const int close = !ip->integers && g >= 0 && want[e] >= 0 &&
                                   fabs(row[g] - row[want[e]]) <= 1e-5 * (1.0 + fabs(kth));
                 if (!close)
-                    fail_msg("group of %u, token %u, entry %u of %u: position %d, oracle %d", n, t, e, ip->k, g, want[e]);
+                    harness_fail("group of %u, token %u, entry %u of %u: position %d, oracle %d", n, t, e, ip->k, g, want[e]);
             }
         }
     free(want);

@@ -65,6 +65,12 @@ static inline T min(T a, T b)
     return b < a ? b : a;
 }
 
+template <class T>
+static inline T max(T a, T b)
+{
+    return a < b ? b : a;
+}
+
 static inline float __uint_as_float(uint32_t u)
 {
     float f;

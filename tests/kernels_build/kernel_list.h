@@ -19,7 +19,7 @@ struct kernel_entry {
     uint32_t smem_bytes;  ///< Dynamic shared memory it is launched with.
 };
 
-enum { KERNEL_LIST_MAX = 64, KERNEL_ARCHS_MAX = 16 };
+enum { KERNEL_LIST_MAX = 96, KERNEL_ARCHS_MAX = 16 };
 
 /** Fills list with every entry point; returns the count. */
 static inline size_t kernel_list(struct kernel_entry *list)
@@ -32,6 +32,10 @@ static inline size_t kernel_list(struct kernel_entry *list)
         list[n++] = simple[i];
     for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT; i++) {
         const struct dcpk_attn_variant *v = dcpk_attn_variant_at(i);
+        list[n++] = (struct kernel_entry){v->entry, v->threads, v->smem_bytes};
+    }
+    for (uint32_t i = 0; i < DCPK_SPARSE_VARIANT_COUNT; i++) {
+        const struct dcpk_attn_variant *v = dcpk_sparse_variant_at(i);
         list[n++] = (struct kernel_entry){v->entry, v->threads, v->smem_bytes};
     }
     return n;

@@ -125,10 +125,49 @@ static void test_shared_memory_plan(void **state)
         assert_true(krow >= v->qk_dim * es / 16 && krow < v->qk_dim * es / 16 + 8);
         const uint32_t want = 2 * v->tile_tokens * krow * 16 +
                               (v->shared_kv ? 0 : 2 * v->tile_tokens * v->v_dim * es) + v->rows * v->qk_dim * 4 +
-                              v->rows * (v->tile_tokens + 8) * 4 + v->rows * 12;
+                              v->rows * (v->tile_tokens + 8) * 4 + v->rows * 16;
         assert_int_equal(v->smem_bytes, want);
         /* Opt-in limit of the smallest target (A100, 163 KiB). */
         assert_true(v->smem_bytes <= 166912);
+    }
+}
+
+/*
+ * The sparse entries: one per SIMT attention entry and one per tensor-core MLA entry,
+ * "dcpk_sparse_attn__<layout>_<dtype>", each with its attention entry's shared
+ * memory plus a list of whole tiles of keys and the counts that rank them (within
+ * an A100's 163 KiB); the lookup finds one for every shape an attention entry has,
+ * the tensor-core one for MLA bf16/fp16/fp8.
+ */
+static void test_sparse_entries(void **state)
+{
+    (void)state;
+    uint32_t simt = 0, mla_tc = 0;
+    for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT; i++) {
+        simt += !dcpk_attn_variant_at(i)->tensor_core;
+        mla_tc += dcpk_attn_variant_at(i)->tensor_core && dcpk_attn_variant_at(i)->shared_kv;
+    }
+    assert_int_equal(DCPK_SPARSE_VARIANT_COUNT, simt + mla_tc);
+    for (uint32_t i = 0; i < DCPK_SPARSE_VARIANT_COUNT; i++) {
+        const struct dcpk_attn_variant *v = dcpk_sparse_variant_at(i);
+        assert_true(strncmp(v->entry, "dcpk_sparse_attn__", strlen("dcpk_sparse_attn__")) == 0);
+        /* Its attention entry: the SIMT rows in their order, then the MLA tensor-core ones (the first TC rows). */
+        const struct dcpk_attn_variant *a = dcpk_attn_variant_at(i);
+        assert_string_equal(v->entry + strlen("dcpk_sparse_attn__"), a->entry + strlen("dcpk_attn__"));
+        assert_int_equal(v->threads, a->threads);
+        assert_int_equal(v->tensor_core, a->tensor_core);
+        const uint32_t cap = DCPK_SPARSE_CAP(v->threads, v->tile_tokens);
+        assert_true(cap % v->tile_tokens == 0 && cap >= v->tile_tokens);
+        assert_int_equal(v->smem_bytes, a->smem_bytes + (cap + v->threads / 32 + 2) * 4);
+        assert_true(v->smem_bytes <= 166912);
+    }
+    assert_null(dcpk_sparse_variant_at(DCPK_SPARSE_VARIANT_COUNT));
+    static const uint32_t dims[] = {64, 128, 256};
+    for (uint32_t dt = DCPK_FP32; dt <= DCPK_FP8_E4M3; dt++) {
+        for (size_t i = 0; i < 3; i++)
+            assert_false(dcpk_sparse_variant_find(dims[i], dims[i], 0, dt)->tensor_core);
+        assert_int_equal(dcpk_sparse_variant_find(576, 512, 1, dt)->tensor_core, dt != DCPK_FP32);
+        assert_null(dcpk_sparse_variant_find(96, 96, 0, dt));
     }
 }
 
@@ -139,6 +178,7 @@ int main(void)
         cmocka_unit_test(test_find_supported_shapes_only),
         cmocka_unit_test(test_pick_head_tile),
         cmocka_unit_test(test_shared_memory_plan),
+        cmocka_unit_test(test_sparse_entries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

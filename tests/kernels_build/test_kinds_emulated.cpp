@@ -24,6 +24,16 @@ extern "C" {
 
 namespace {
 
+/** launch(), where the emulator's errors are failed checks of the harness (counted for a mutant). */
+template <class P>
+void harness_launch_on(void (*kernel)(P), const P &params, dim3 grid, dim3 block)
+{
+    emu::reset_errors();
+    emu::launch(kernel, params, grid, block);
+    if (emu::errors())
+        harness_fail("emulator: %u errors, the first: %s", emu::errors(), emu::first_error());
+}
+
 /**
  * A launch of a simple family (DCPK_SIMPLE_KERNELS) with its block size and at
  * most 3 blocks: they walk the work items of its params with a grid-stride loop,
@@ -35,13 +45,18 @@ void launch_simple(void (*kernel)(P), enum dcpk_kernel_id id, const void *params
     const uint64_t items = dcpk_grid_items(dcpk_kernels[id].grid(params));
     if (items == 0)
         return;
-    launch(kernel, *static_cast<const P *>(params), dim3((unsigned)std::min<uint64_t>(items, 3)), dim3(threads));
+    harness_launch_on(kernel, *static_cast<const P *>(params), dim3((unsigned)std::min<uint64_t>(items, 3)),
+                      dim3(threads));
 }
 
 /* ---- the harness's kernels on the emulated GPU -------------------------------- */
 
 /** Which attention entry the harness's launches take: the tensor-core one where there is one, or SIMT. */
 bool attn_simt_only;
+/** Mutant kernels the harness's attention and sparse launches take instead of the entries (null: the entries). */
+AttnKernel attn_override;
+using SparseKernel = void (*)(dcpk_sparse_attn_params);
+SparseKernel sparse_override;
 
 /** The SIMT entry of a shape and dtype (dcpk_attn_variant_find prefers the tensor-core one). */
 const dcpk_attn_variant *attn_simt_variant(uint32_t qk, uint32_t v, uint32_t shared, uint32_t dtype)
@@ -74,7 +89,36 @@ void emu_attn(const dcpk_attn_params &given)
     const dcpk_grid g = dcpk_attn_grid(&p);
     if (dcpk_grid_items(g) == 0)
         return;
-    launch(attn_entry(v->entry), p, dim3(g.x, g.y, g.z), dim3(v->threads));
+    harness_launch_on(attn_override ? attn_override : attn_entry(v->entry), p, dim3(g.x, g.y, g.z), dim3(v->threads));
+}
+
+SparseKernel sparse_entry(const char *name)
+{
+#define SPARSE_ENTRY_(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize) \
+    if (std::strcmp(name, "dcpk_sparse_attn__" #layout "_" #dt) == 0)              \
+        return dcpk_sparse_attn__##layout##_##dt;
+    DCPK_SPARSE_VARIANTS(SPARSE_ENTRY_)
+    DCPK_SPARSE_TC_VARIANTS(SPARSE_ENTRY_)
+#undef SPARSE_ENTRY_
+    return nullptr;
+}
+
+/** dcpk_sparse_attn on the entry the CUDA backend would pick, head_tile within the KV head's heads. */
+void emu_sparse(const dcpk_sparse_attn_params &given)
+{
+    dcpk_sparse_attn_params p = given;
+    const dcpk_attn_variant *v = dcpk_sparse_variant_find(p.qk_dim, p.v_dim, p.v_cache == p.k_cache, p.dtype);
+    if (!v || !sparse_entry(v->entry))
+        fail_msg("no GPU sparse entry for qk %u v %u dtype %u", p.qk_dim, p.v_dim, p.dtype);
+    p.precision = DCPK_PRECISION_EXACT; // the group tests check to fp32 accuracy
+    const uint32_t per_kv = p.num_heads / p.num_kv_heads;
+    if (p.head_tile == 0 || p.head_tile > per_kv)
+        p.head_tile = per_kv;
+    const dcpk_grid g = dcpk_sparse_attn_grid(&p);
+    if (dcpk_grid_items(g) == 0)
+        return;
+    harness_launch_on(sparse_override ? sparse_override : sparse_entry(v->entry), p, dim3(g.x, g.y, g.z),
+                      dim3(v->threads));
 }
 
 /** harness_launch: every family with a GPU entry runs it here. */
@@ -86,6 +130,9 @@ int emu_run(enum dcpk_kernel_id id, const void *params)
         return 1;
     case DCPK_KERNEL_attn:
         emu_attn(*static_cast<const dcpk_attn_params *>(params));
+        return 1;
+    case DCPK_KERNEL_sparse_attn:
+        emu_sparse(*static_cast<const dcpk_sparse_attn_params *>(params));
         return 1;
     case DCPK_KERNEL_merge:
         launch_simple(dcpk_merge, id, params, dcpk::kBlock_merge);
@@ -118,7 +165,12 @@ struct OnGpu {
         harness_launch = emu_run;
         attn_simt_only = simt_only;
     }
-    ~OnGpu() { harness_launch = nullptr; }
+    ~OnGpu()
+    {
+        harness_launch = nullptr;
+        attn_override = nullptr;
+        sparse_override = nullptr;
+    }
 };
 
 /** Problems with GPU shapes (head dims 64 and 128; MLA 576/512), short sequences. */
@@ -128,6 +180,254 @@ void gpu_problem(attn_problem *pb, uint32_t n, uint32_t il, uint32_t block, int 
 {
     const problem_limits lim = {kGpuDims, 2, max_len, mla};
     random_problem_shaped(pb, n, il, block, &lim, rng);
+}
+
+/* ---- sliding windows and sparse top-k ------------------------------------------------ */
+
+/** The gqa_d64 fp32 SIMT entry (dcpk_attn or dcpk_sparse_attn) with a deliberate bug M (attn.cuh, KeysMutant). */
+template <dcpk::KeysMutant M>
+void attn_mutant(dcpk_attn_params p)
+{
+    dcpk::attn_kernel<dcpk::AttnCfg<64, 64, 0, DCPK_FP32, 128, 16, 64>, M>(p);
+}
+
+template <dcpk::KeysMutant M>
+void sparse_mutant(dcpk_sparse_attn_params p)
+{
+    dcpk::sparse_kernel<dcpk::AttnCfg<64, 64, 0, DCPK_FP32, 128, 16, 64>, M>(p);
+}
+
+/** The bf16 MLA tensor-core entries (dcpk_attn, dcpk_sparse_attn) with a deliberate bug M (KeysMutant). */
+template <dcpk::KeysMutant M>
+struct MlaTcMutants {
+    template <class C>
+    using Dense = dcpk::MlaTcBlockOf<C, dcpk::DenseKeysOf<M>>;
+    template <class C>
+    using Sparse = dcpk::MlaTcBlockOf<C, dcpk::SparseKeys<C, M>>;
+};
+
+template <dcpk::KeysMutant M>
+void mla_tc_attn_mutant(dcpk_attn_params p)
+{
+    dcpk::attn_tc_kernel<MlaTcMutants<M>::template Dense, dcpk::MlaTcCfg<DCPK_BF16, 256, 32, 32>>(p);
+}
+
+template <dcpk::KeysMutant M>
+void mla_tc_sparse_mutant(dcpk_sparse_attn_params p)
+{
+    dcpk::sparse_tc_kernel<MlaTcMutants<M>::template Sparse, dcpk::MlaTcCfg<DCPK_BF16, 256, 32, 32>>(p);
+}
+
+/** A group problem of the GPU shapes with the layout and dtype asked for (drawn until one comes). */
+void shaped_problem(attn_problem *pb, uint32_t n, uint32_t il, uint32_t block, int mla, uint32_t dtype, uint32_t min_len,
+                    test_rng *rng, uint32_t q_len = 0)
+{
+    for (;;) {
+        gpu_problem(pb, n, il, block, mla, 70, rng);
+        if (pb->dtype == dtype && pb->seq_len[0] >= min_len && (mla || pb->qk_dim == 64) &&
+            (!q_len || pb->q_len[0] == q_len))
+            return;
+        problem_free(pb);
+    }
+}
+
+/** Whether a group's run of pb fails (emulator errors or results off the oracle), quietly. */
+bool group_fails(const attn_problem &pb, uint32_t n, uint32_t il, test_rng *rng)
+{
+    emu::quiet = true;
+    harness_soft_failures = 0;
+    run_problem_tol(&pb, n, il, 1, 1e-4, rng);
+    const bool failed = harness_soft_failures > 0;
+    harness_soft_failures = -1;
+    emu::quiet = false;
+    emu::reset_errors();
+    return failed;
+}
+
+/*
+ * Sliding windows through whole groups on the SIMT entries (every shape; the
+ * tensor-core entries do not read windows yet): windows from 1 token (shorter than
+ * any shard) to longer than the sequence, keys in per-sequence rings or the paged
+ * cache, multi-token steps, both merges, against the windowed oracle; without the
+ * window's start in the rows' ranges (the mutant) it fails.
+ */
+void test_window_groups(void **state)
+{
+    (void)state;
+    test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0x5a1e);
+    const OnGpu gpu(true);
+    const uint32_t groups[] = {1, 2, 4, 8}, windows[] = {1, 3, 17, 1000};
+    const int reps = test_quick() ? 1 : 2;
+    for (uint32_t n : groups)
+        for (int rep = 0; rep < reps; rep++) {
+            const uint32_t il = 1u << test_rng_range(&rng, 0, 1), block = il * (uint32_t)test_rng_range(&rng, 1, 4);
+            attn_problem pb;
+            gpu_problem(&pb, n, il, block, rep == 1 ? 1 : 0, 70, &rng);
+            pb.window = windows[test_rng_range(&rng, 0, 3)];
+            pb.ring = test_rng_range(&rng, 0, 1) && pb.window < 1000;
+            run_problem_tol(&pb, n, il, 0, 1e-4, &rng);
+            problem_free(&pb);
+        }
+    // The mutant: a window of 3 under 4-token steps (the rows' windows start apart), gqa_d64 fp32.
+    attn_problem pb;
+    shaped_problem(&pb, 2, 1, 4, 0, DCPK_FP32, 20, &rng, 4);
+    pb.window = 3;
+    attn_override = attn_mutant<dcpk::KeysMutant::none>;
+    if (group_fails(pb, 2, 1, &rng))
+        fail_msg("the unmutated gqa_d64 fp32 entry fails the window harness");
+    attn_override = attn_mutant<dcpk::KeysMutant::no_window>;
+    if (!group_fails(pb, 2, 1, &rng))
+        fail_msg("mutant 'no window start' went unnoticed");
+    attn_override = nullptr;
+    problem_free(&pb);
+    print_message("windows: every group matches the oracle; mutant 'no window start' caught\n");
+}
+
+/*
+ * Sparse top-k through whole groups on the GPU sparse entries (GQA and MLA):
+ * random lists (positions past the token, padding), lists of one rank's tokens
+ * only (the others empty: LSE -inf from the count), empty lists, every position;
+ * both merges against the oracle's attention over the listed keys. Lists longer
+ * than one shared-memory segment take several. A sparse entry without its
+ * cp.async wait fails.
+ */
+void test_sparse_groups(void **state)
+{
+    (void)state;
+    test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0x70bd);
+    const OnGpu gpu;
+    const uint32_t groups[] = {1, 2, 3, 8}, ks[] = {1, 8, 64, 1100};
+    const int reps = test_quick() ? 1 : 2;
+    for (uint32_t n : groups)
+        for (int rep = 0; rep < reps * 2; rep++) {
+            const uint32_t il = 1u << test_rng_range(&rng, 0, 1), block = il * (uint32_t)test_rng_range(&rng, 1, 4);
+            attn_problem pb;
+            gpu_problem(&pb, n, il, block, rep == 3 ? 1 : 0, rep == 2 ? 1200 : 70, &rng);
+            pb.num_topk = rep == 2 ? ks[3] : ks[test_rng_range(&rng, 0, 2)];
+            random_topk(&pb, n, il, rep == 2 ? 3 : rep % 4, (uint32_t)test_rng_range(&rng, 0, n - 1), &rng);
+            run_problem_tol(&pb, n, il, 1, 1e-4, &rng);
+            problem_free(&pb);
+        }
+    attn_problem pb;
+    do {
+        gpu_problem(&pb, 2, 1, 4, 0, 60, &rng);
+        if (pb.dtype == DCPK_FP32 && pb.qk_dim == 64 && pb.seq_len[0] > 20)
+            break;
+        problem_free(&pb);
+    } while (true);
+    pb.num_topk = 16;
+    random_topk(&pb, 2, 1, 0, 0, &rng);
+    sparse_override = sparse_mutant<dcpk::KeysMutant::none>;
+    if (group_fails(pb, 2, 1, &rng))
+        fail_msg("the unmutated gqa_d64 fp32 sparse entry fails the harness");
+    sparse_override = sparse_mutant<dcpk::KeysMutant::no_wait>;
+    if (!group_fails(pb, 2, 1, &rng))
+        fail_msg("mutant 'no cp.async wait' went unnoticed");
+    sparse_override = nullptr;
+    problem_free(&pb);
+    print_message("sparse top-k: every group matches the oracle; mutant 'no cp.async wait' caught\n");
+}
+
+/*
+ * Sliding windows on the tensor-core entries (GQA d64/d128, MLA; bf16, fp16 and
+ * fp8 latents), the same groups as test_window_groups; then a NaN in the value of
+ * a key only a multi-token step's first tokens see (before the last token's
+ * window: the keys the entries zero before P.V): exactly the rows that see it are
+ * NaN, through the GQA and MLA entries; and the MLA entry without the window's
+ * start fails.
+ */
+void test_window_tensor_cores(void **state)
+{
+    (void)state;
+    test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0x5a1f);
+    const OnGpu gpu;
+    const uint32_t groups[] = {2, 1, 4}, windows[] = {2, 5, 40};
+    const uint32_t dtypes[] = {DCPK_BF16, DCPK_FP16, DCPK_FP8_E4M3};
+    for (size_t gi = 0; gi < (test_quick() ? 1u : 3u); gi++) // DCP_TEST_QUICK: a group of 2
+        for (int mla = 0; mla < 2; mla++) {
+            const uint32_t n = groups[gi];
+            const uint32_t dt = dtypes[test_rng_range(&rng, 0, mla ? 2 : 1)];
+            attn_problem pb;
+            shaped_problem(&pb, n, 1, 4, mla, dt, 1, &rng);
+            pb.window = windows[test_rng_range(&rng, 0, 2)];
+            pb.ring = test_rng_range(&rng, 0, 1);
+            run_problem_tol(&pb, n, 1, 0, 1e-4, &rng);
+            problem_free(&pb);
+        }
+    for (int mla = 0; mla < 2; mla++) {
+        attn_problem pb;
+        shaped_problem(&pb, 2, 1, 4, mla, DCPK_BF16, 12, &rng, 4);
+        pb.window = 3; // sequence 0's query tokens at p0 .. p0 + 3: p0 - 2 only the first one sees
+        const uint32_t pos = pb.seq_len[0] - 4 - 2;
+        float *v = mla ? pb.k_src[0] : pb.v_src[0];
+        const uint32_t row = mla ? pb.qk_dim : pb.v_dim;
+        v[(size_t)pos * pb.kv_heads * row + 5] = NAN; // KV head 0
+        run_problem_tol(&pb, 2, 1, 1, 1e-4, &rng);
+        problem_free(&pb);
+    }
+    attn_problem pb; // a window of 3 under 4-token steps: the rows' windows start apart
+    shaped_problem(&pb, 2, 1, 4, 1, DCPK_BF16, 20, &rng, 4);
+    pb.window = 3;
+    attn_override = mla_tc_attn_mutant<dcpk::KeysMutant::none>;
+    if (group_fails(pb, 2, 1, &rng))
+        fail_msg("the unmutated mla_tc bf16 entry fails the window harness");
+    attn_override = mla_tc_attn_mutant<dcpk::KeysMutant::no_window>;
+    if (!group_fails(pb, 2, 1, &rng))
+        fail_msg("mutant 'no window start' of mla_tc went unnoticed");
+    attn_override = nullptr;
+    problem_free(&pb);
+    print_message("windows on tensor cores: groups and NaN rows match the oracle; mutant 'no window start' caught\n");
+}
+
+/*
+ * Sparse top-k on the tensor-core MLA entries (DSA: bf16, fp16, fp8 latents):
+ * random lists, one rank's tokens only, empty lists, lists of several segments;
+ * the entry that also takes other ranks' entries fails.
+ */
+void test_sparse_tensor_cores(void **state)
+{
+    (void)state;
+    test_rng rng;
+    test_rng_seed(&rng, test_seed() ^ 0x70be);
+    const OnGpu gpu;
+    const uint32_t dtypes[] = {DCPK_BF16, DCPK_FP16, DCPK_FP8_E4M3};
+    for (int shape = 0; shape < (test_quick() ? 3 : 4); shape++) { // DCP_TEST_QUICK: not the long one
+        const uint32_t n = shape == 3 ? 1u : 2u + (uint32_t)shape;
+        attn_problem pb;
+        shaped_problem(&pb, n, 1, 4, 1, dtypes[shape % 3], 1, &rng);
+        if (shape == 3) { // one long sequence, every position: two segments of the list
+            problem_free(&pb);
+            const problem_limits lim = {kGpuDims, 2, 700, 1};
+            do {
+                random_problem_shaped(&pb, 1, 1, 4, &lim, &rng);
+                if (pb.dtype != DCPK_FP32 && pb.seq_len[0] > 520)
+                    break;
+                problem_free(&pb);
+            } while (true);
+            pb.num_topk = 600;
+        } else {
+            pb.num_topk = 16;
+        }
+        random_topk(&pb, n, 1, shape, (uint32_t)test_rng_range(&rng, 0, n - 1), &rng);
+        run_problem_tol(&pb, n, 1, 1, 1e-4, &rng);
+        problem_free(&pb);
+    }
+    attn_problem pb;
+    shaped_problem(&pb, 2, 1, 4, 1, DCPK_BF16, 20, &rng);
+    pb.num_topk = 16;
+    random_topk(&pb, 2, 1, 0, 0, &rng);
+    sparse_override = mla_tc_sparse_mutant<dcpk::KeysMutant::none>;
+    if (group_fails(pb, 2, 1, &rng))
+        fail_msg("the unmutated mla_tc bf16 sparse entry fails the harness");
+    sparse_override = mla_tc_sparse_mutant<dcpk::KeysMutant::no_owner>;
+    if (!group_fails(pb, 2, 1, &rng))
+        fail_msg("mutant 'no owner check' went unnoticed");
+    sparse_override = nullptr;
+    problem_free(&pb);
+    print_message("sparse top-k on tensor cores: groups match the oracle; mutant 'no owner check' caught\n");
 }
 
 /* ---- the sink ------------------------------------------------------------------- */
@@ -516,6 +816,10 @@ int main()
     emu::set_shared(dcpk_smem, sizeof dcpk_smem);
     emu::set_seed(test_seed());
     const CMUnitTest tests[] = {
+        cmocka_unit_test(test_window_groups),
+        cmocka_unit_test(test_sparse_groups),
+        cmocka_unit_test(test_window_tensor_cores),
+        cmocka_unit_test(test_sparse_tensor_cores),
         cmocka_unit_test(test_sink_rules),
         cmocka_unit_test(test_sink_groups),
         cmocka_unit_test(test_index_bits),

@@ -362,7 +362,8 @@ struct dcpk_sparse_attn_params {
     float kv_scale;             ///< fp8: value = stored * kv_scale.
     uint32_t q_dtype;           ///< enum dcpk_dtype of q (an activation dtype).
     uint32_t out_dtype;         ///< enum dcpk_dtype of out (an activation dtype).
-    uint32_t pad0;
+    uint32_t precision;         ///< enum dcpk_precision of the tensor-core entries, as in dcpk_attn (0: fast); the others
+                                ///< ignore it (an unknown value is still refused).
 };
 DCPK_STATIC_ASSERT(sizeof(struct dcpk_sparse_attn_params) == 184, "sparse_attn ABI");
 

@@ -34,17 +34,6 @@
 #define DCPK_INDEX_SCORE_MAX_DIM 4096u
 
 /*
- * Families of DCPK_KERNEL_FAMILIES (cpu.h) whose GPU entries are not written yet:
- * X(name). They have CPU implementations (the host backend runs them, and the
- * float64 oracle checks them); the CUDA backend loads no entry for them, refuses
- * a launch of one, and reports in its capabilities that it cannot run them, so
- * the engine refuses on CUDA a layer kind that needs one. Writing an entry moves
- * the family from this list to DCPK_SIMPLE_KERNELS (or, like attn, to variants).
- */
-#define DCPK_GPU_PENDING_KERNELS(X) \
-    X(sparse_attn)
-
-/*
  * Attention entries, one per layout and cache dtype:
  *   X(layout, qk_dim, v_dim, shared_kv, threads, rows, tile_tokens, dtype_name, dtype, esize)
  *   shared_kv:   1 when V is the first v_dim values of the K row (MLA: v_cache ==
@@ -92,6 +81,17 @@
     X(gqa_d256_tc, 256, 256, 0, 64, 8, 32, fp16, DCPK_FP16, 2)
 #define DCPK_ATTN_TC_VARIANTS(X) DCPK_ATTN_MLA_TC_VARIANTS(X) DCPK_ATTN_GQA_TC_VARIANTS(X)
 
+/*
+ * Sparse attention entries (dcpk_sparse_attn), "dcpk_sparse_attn__<layout>_<dtype>",
+ * same row format: the attention entries' blocks over the keys of a token's top-k
+ * list that this rank owns, compacted into a list in shared memory (after the
+ * attention entry's plan) DCPK_SPARSE_CAP keys at a time. One for every SIMT
+ * attention entry (every shape and dtype).
+ */
+#define DCPK_SPARSE_VARIANTS(X) DCPK_ATTN_VARIANTS(X)
+/* ... and the tensor-core MLA ones (DSA: bf16, fp16 and fp8 latents), which the lookup prefers. */
+#define DCPK_SPARSE_TC_VARIANTS(X) DCPK_ATTN_MLA_TC_VARIANTS(X)
+
 /* ---- shared-memory plan of an attention entry ---------------------------- */
 /* The kernel carves its dynamic shared memory with these same macros.          */
 
@@ -121,15 +121,33 @@
 #define DCPK_ATTN_S_STRIDE(tile) ((tile) + 8u)
 /** Bytes of the score / probability tile. */
 #define DCPK_ATTN_SMEM_S(rows, tile) ((rows) * DCPK_ATTN_S_STRIDE(tile) * 4u)
-/** Bytes of the per-row state (visible-key count, rescale factor, softmax sum). */
-#define DCPK_ATTN_SMEM_ROWS(rows) ((rows) * 12u)
+/** Bytes of the per-row state (visible-key end, rescale factor, softmax sum, visible-key start). */
+#define DCPK_ATTN_SMEM_ROWS(rows) ((rows) * 16u)
 /** Dynamic shared memory of an attention entry, in bytes. */
 #define DCPK_ATTN_SMEM_BYTES(qk, v, shared_kv, esize, threads, rows, tile)          \
     (DCPK_ATTN_SMEM_K(qk, esize, threads, rows, tile) +                               \
      DCPK_ATTN_SMEM_V(v, shared_kv, esize, tile) + DCPK_ATTN_SMEM_Q(qk, rows) +      \
      DCPK_ATTN_SMEM_S(rows, tile) + DCPK_ATTN_SMEM_ROWS(rows))
 
+/* ---- shared-memory plan of a sparse entry -------------------------------- */
+
+/**
+ * Keys of a sparse entry's list in shared memory: 480 rounded down to whole tiles
+ * (the list and its counts fit the 2 KiB the tensor-core MLA entry leaves of an
+ * A100's 163 KiB).
+ */
+#define DCPK_SPARSE_CAP(threads, tile) (480u / (tile) * (tile))
+/** Bytes of the list, of the per-warp counts that rank its keys, and of the token's and the list's key counts. */
+#define DCPK_SPARSE_SMEM_LIST(threads, tile) ((DCPK_SPARSE_CAP(threads, tile) + (threads) / 32u + 2u) * 4u)
+/** Dynamic shared memory of a SIMT sparse entry: its attention entry's plan, then the list. */
+#define DCPK_SPARSE_SMEM_BYTES(qk, v, shared_kv, esize, threads, rows, tile) \
+    (DCPK_ATTN_SMEM_BYTES(qk, v, shared_kv, esize, threads, rows, tile) + DCPK_SPARSE_SMEM_LIST(threads, tile))
+
 /* ---- shared-memory plan of a tensor-core entry --------------------------- */
+
+/** Dynamic shared memory of a tensor-core MLA sparse entry: its attention entry's plan, then the list. */
+#define DCPK_SPARSE_TC_SMEM_BYTES(qk, esize, threads, rows, tile) \
+    (DCPK_ATTN_TC_SMEM_BYTES(qk, esize, threads, rows, tile) + DCPK_SPARSE_SMEM_LIST(threads, tile))
 
 /** Warps per m16 row group: each owns 1/quarters of the qk depth (S) and of v_dim (O). */
 #define DCPK_ATTN_TC_QUARTERS(threads, rows) ((threads) / 32u / ((rows) / 16u))
@@ -229,6 +247,44 @@ static inline const struct dcpk_attn_variant *dcpk_attn_variant_at(uint32_t i)
     return i < DCPK_ATTN_VARIANT_COUNT ? &table[i] : (const struct dcpk_attn_variant *)0;
 }
 
+/** Number of sparse attention entries. */
+#define DCPK_SPARSE_VARIANT_COUNT (0u DCPK_SPARSE_VARIANTS(DCPK_PLUS_ONE_) DCPK_SPARSE_TC_VARIANTS(DCPK_PLUS_ONE_))
+
+/** Sparse attention entry i (0 <= i < DCPK_SPARSE_VARIANT_COUNT), or NULL; rows and tile_tokens as its attention entry's. */
+static inline const struct dcpk_attn_variant *dcpk_sparse_variant_at(uint32_t i)
+{
+#define DCPK_SPARSE_ROW_(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize) \
+    {"dcpk_sparse_attn__" #layout "_" #dt, qk, v, shared, dtype, threads, rows, tile, \
+     DCPK_SPARSE_SMEM_BYTES(qk, v, shared, esize, threads, rows, tile), 0},
+#define DCPK_SPARSE_TC_ROW_(layout, qk, v, shared, threads, rows, tile, dt, dtype, esize) \
+    {"dcpk_sparse_attn__" #layout "_" #dt, qk, v, shared, dtype, threads, rows, tile,    \
+     DCPK_SPARSE_TC_SMEM_BYTES(qk, esize, threads, rows, tile), 1},
+    /* SIMT first (one per SIMT attention entry, in their order), then tensor cores. */
+    static const struct dcpk_attn_variant table[] = {DCPK_SPARSE_VARIANTS(DCPK_SPARSE_ROW_)
+                                                         DCPK_SPARSE_TC_VARIANTS(DCPK_SPARSE_TC_ROW_)};
+#undef DCPK_SPARSE_ROW_
+#undef DCPK_SPARSE_TC_ROW_
+    return i < DCPK_SPARSE_VARIANT_COUNT ? &table[i] : (const struct dcpk_attn_variant *)0;
+}
+
+/**
+ * The entry of a table (at(i) for i < count) for a shape and dtype: the tensor-core
+ * one where the table has one, else the SIMT one; NULL when none computes it.
+ */
+static inline const struct dcpk_attn_variant *dcpk_variant_find_in(const struct dcpk_attn_variant *(*at)(uint32_t),
+                                                                   uint32_t count, uint32_t qk_dim, uint32_t v_dim,
+                                                                   uint32_t shared_kv, uint32_t dtype)
+{
+    const struct dcpk_attn_variant *found = (const struct dcpk_attn_variant *)0;
+    for (uint32_t i = 0; i < count; i++) {
+        const struct dcpk_attn_variant *v = at(i);
+        if (v->qk_dim == qk_dim && v->v_dim == v_dim && v->shared_kv == (shared_kv != 0) &&
+            v->dtype == dtype && (!found || v->tensor_core))
+            found = v;
+    }
+    return found;
+}
+
 /**
  * The attention entry for a call: shared_kv selects MLA (qk 576, v 512), otherwise
  * qk_dim == v_dim must be 64, 128 or 256. A tensor-core entry when one computes the
@@ -238,14 +294,14 @@ static inline const struct dcpk_attn_variant *dcpk_attn_variant_at(uint32_t i)
 static inline const struct dcpk_attn_variant *dcpk_attn_variant_find(uint32_t qk_dim, uint32_t v_dim,
                                                                      uint32_t shared_kv, uint32_t dtype)
 {
-    const struct dcpk_attn_variant *found = (const struct dcpk_attn_variant *)0;
-    for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT; i++) {
-        const struct dcpk_attn_variant *v = dcpk_attn_variant_at(i);
-        if (v->qk_dim == qk_dim && v->v_dim == v_dim && v->shared_kv == (shared_kv != 0) &&
-            v->dtype == dtype && (!found || v->tensor_core))
-            found = v;
-    }
-    return found;
+    return dcpk_variant_find_in(dcpk_attn_variant_at, DCPK_ATTN_VARIANT_COUNT, qk_dim, v_dim, shared_kv, dtype);
+}
+
+/** The sparse entry for a call, as dcpk_attn_variant_find picks an attention entry. */
+static inline const struct dcpk_attn_variant *dcpk_sparse_variant_find(uint32_t qk_dim, uint32_t v_dim,
+                                                                       uint32_t shared_kv, uint32_t dtype)
+{
+    return dcpk_variant_find_in(dcpk_sparse_variant_at, DCPK_SPARSE_VARIANT_COUNT, qk_dim, v_dim, shared_kv, dtype);
 }
 
 /**

@@ -75,22 +75,27 @@ static int open_device(struct cuda_engine *ce, struct cuda_device *d, int ordina
     if ((err = dcp_module_load(ce->cu, m, &d->module)))
         return err;
     for (int k = 0; k < DCPK_KERNEL_COUNT; k++) {
-        if (k == DCPK_KERNEL_attn || cuda_kernel_pending((enum dcpk_kernel_id)k))
+        if (k == DCPK_KERNEL_attn || k == DCPK_KERNEL_sparse_attn)
             continue;
         char name[64];
         snprintf(name, sizeof(name), "dcpk_%s", dcpk_kernels[k].name);
         if ((err = dcp_module_get_function(d->module, name, &d->fn[k])))
             return err;
     }
-    if ((err = dcp_module_get_function(d->module, ce->attn->entry, &d->fn[DCPK_KERNEL_attn])))
-        return err;
-    if (ce->attn->smem_bytes > (uint32_t)optin)
-        return dcp_error(DCP_ENOTSUP, "%s needs %u bytes of shared memory per block; %s allows %d",
-                         ce->attn->entry, ce->attn->smem_bytes, d->info.name, optin);
-    if ((err = CU_CALL(api, cuFuncSetAttribute, d->fn[DCPK_KERNEL_attn],
-                                             CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                             (int)ce->attn->smem_bytes)))
-        return err;
+    /* The entries of the engine's shape and dtype, with the shared memory they ask for. */
+    const struct dcpk_attn_variant *const entries[2] = {ce->attn, ce->sparse};
+    const int families[2] = {DCPK_KERNEL_attn, DCPK_KERNEL_sparse_attn};
+    for (int i = 0; i < 2; i++) {
+        const struct dcpk_attn_variant *v = entries[i];
+        if ((err = dcp_module_get_function(d->module, v->entry, &d->fn[families[i]])))
+            return err;
+        if (v->smem_bytes > (uint32_t)optin)
+            return dcp_error(DCP_ENOTSUP, "%s needs %u bytes of shared memory per block; %s allows %d", v->entry,
+                             v->smem_bytes, d->info.name, optin);
+        if ((err = CU_CALL(api, cuFuncSetAttribute, d->fn[families[i]], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                           (int)v->smem_bytes)))
+            return err;
+    }
     d->vmm = d->info.vmm_supported && e->cfg->runtime.cuda.use_vmm;
     return DCP_OK;
 }
@@ -154,6 +159,11 @@ static int cuda_engine_init(const struct dcp_engine *e, void **state, struct dcp
         return dcp_error(DCP_ENOTSUP, "no GPU attention kernel for qk_dim=%u v_dim=%u (%s) with %s KV; "
                          "GPU kernels cover head_dim 64/128/256 and MLA 576/512",
                          e->geo.qk_dim, e->geo.v_dim, e->mla ? "mla" : "gqa/mha", dcp_dtype_name(e->dtype));
+    /* Every attention shape and dtype has a sparse entry too (variants.h: one per SIMT entry). */
+    ce->sparse = dcpk_sparse_variant_find(e->geo.qk_dim, e->geo.v_dim, shared_kv, e->dtype);
+    if (!ce->sparse)
+        return dcp_error(DCP_ENOTSUP, "no GPU sparse attention kernel for qk_dim=%u v_dim=%u with %s KV",
+                         e->geo.qk_dim, e->geo.v_dim, dcp_dtype_name(e->dtype));
 
     struct dcp_launch_env env;
     if ((err = dcp_launch_env_detect(&env)))
@@ -198,10 +208,9 @@ static int cuda_engine_init(const struct dcp_engine *e, void **state, struct dcp
     caps->head_tile = dcpk_attn_pick_head_tile(ce->attn, heads_per_kv, DCP_MAX(1u, e->cfg->workload.q_len));
     caps->max_splits = slots;
     caps->host_memory = false;
-    /* Full and KV-free layers only: the window, sink and sparse top-k kernels have no GPU entry yet
-     * (DCPK_GPU_PENDING_KERNELS, attn_launch_ok). */
-    caps->layer_types = (1u << DCP_LAYER_FULL) | (1u << DCP_LAYER_NONE);
-    caps->sinks = false;
+    caps->layer_types = (1u << DCP_LAYER_FULL) | (1u << DCP_LAYER_NONE) | (1u << DCP_LAYER_SPARSE_TOPK) |
+                        (1u << DCP_LAYER_SLIDING_WINDOW);
+    caps->sinks = true;
     snprintf(caps->detail, sizeof(caps->detail), "%s (sm_%d%d, %d SMs), %s%s, %s (%s); %s", d0->info.name,
              d0->info.cc_major, d0->info.cc_minor, d0->info.sm_count,
              ce->comm == CUDA_COMM_VIRTUAL ? (e->geo.dcp > 1 ? "virtual ranks on one GPU" : "ranks on one GPU")

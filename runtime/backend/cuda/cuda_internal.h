@@ -104,6 +104,7 @@ struct cuda_engine {
     struct rank_group *groups;   ///< Virtual ranks: one per group.
     ncclUniqueId *ids;           ///< NCCL: one per group.
     const struct dcpk_attn_variant *attn; ///< The attention entry for this model and dtype.
+    const struct dcpk_attn_variant *sparse; ///< The sparse attention entry for them (dcpk_sparse_attn).
     uint32_t num_devices;
     struct cuda_device *devices;
 };
@@ -129,8 +130,6 @@ static inline int use_rank(const struct dcp_rank *r)
 int cuda_rank_init(struct dcp_rank *r);
 void cuda_rank_fini(struct dcp_rank *r);
 int cuda_launch(struct dcp_rank *r, enum dcpk_kernel_id kernel, const void *params);
-/** Whether a kernel family has no GPU entry yet (DCPK_GPU_PENDING_KERNELS, variants.h). */
-bool cuda_kernel_pending(enum dcpk_kernel_id kernel);
 int cuda_synchronize(struct dcp_rank *r);
 /** Waits for ev (recorded on the rank's streams); with NCCL a bounded poll that aborts on failure. */
 int cuda_wait_event(struct dcp_rank *r, CUevent ev, const char *what);
@@ -205,7 +204,7 @@ int cuda_copy(struct dcp_rank *r, uint64_t dst, uint64_t src, size_t bytes);
 /* cuda_launch_check.c */
 /**
  * Why kernel could not serve a launch with these params, block size and dynamic
- * shared memory (attn: the engine's attention entry), or NULL when it can. The
+ * shared memory (attn: the entry launched for attn or sparse_attn, variants.h), or NULL when it can. The
  * GPU kernels would do nothing (attention) or fault (misaligned buffers), so
  * cuda_launch refuses such a launch with an error instead.
  */

@@ -18,9 +18,21 @@ static int known_dtype(uint32_t dtype) { return dtype < DCPK_DTYPE_COUNT; }
 /* The kernels do nothing with another activation dtype (params.h). */
 static int act_dtypes_ok(uint32_t a, uint32_t b) { return dcpk_act_dtype_ok(a) && dcpk_act_dtype_ok(b); }
 
-/* Mirrors attn_launch_ok (ptx/kernels/attn.cuh), plus the head split. */
-static const char *attn_problem(const struct dcpk_attn_variant *v, uint32_t threads, uint32_t smem,
-                                const struct dcpk_attn_params *p)
+/* What dcpk_attn_params and dcpk_sparse_attn_params share, as an attention entry reads it. */
+struct attn_launch {
+    uint64_t q, k_cache, v_cache, out, lse, block_table, seq_lens, q_start;
+    uint32_t num_heads, heads_per_chunk, num_kv_heads, head_tile, qk_dim, v_dim, v_row_stride, block_size;
+    uint32_t group_size, interleave, dtype, q_dtype, out_dtype;
+};
+#define ATTN_LAUNCH_OF(p)                                                                                      \
+    ((struct attn_launch){(p)->q, (p)->k_cache, (p)->v_cache, (p)->out, (p)->lse, (p)->block_table,          \
+                          (p)->seq_lens, (p)->q_start, (p)->num_heads, (p)->heads_per_chunk, (p)->num_kv_heads, \
+                          (p)->head_tile, (p)->qk_dim, (p)->v_dim, (p)->v_row_stride, (p)->block_size,       \
+                          (p)->group_size, (p)->interleave, (p)->dtype, (p)->q_dtype, (p)->out_dtype})
+
+/* Mirrors attn_launch_ok (ptx/kernels/attn.cuh), plus the head split: what both families need. */
+static const char *entry_problem(const struct dcpk_attn_variant *v, uint32_t threads, uint32_t smem,
+                                 const struct attn_launch *p)
 {
     if (threads != v->threads)
         return "block size differs from the entry's";
@@ -36,23 +48,49 @@ static const char *attn_problem(const struct dcpk_attn_variant *v, uint32_t thre
     if (!aligned(p->k_cache | p->v_cache, 16))
         return "KV cache not 16-byte aligned";
     if (!p->num_kv_heads || !p->head_tile || !p->block_size || !p->group_size || !p->interleave ||
-        !p->heads_per_chunk || !p->num_splits)
+        !p->heads_per_chunk)
         return "a zero size";
     if (p->num_heads % p->num_kv_heads != 0)
         return "query heads not a multiple of the KV heads";
     if (!act_dtypes_ok(p->q_dtype, p->out_dtype))
         return "unknown activation dtype (q or out)";
     if (!aligned(p->q, dcpk_dtype_size(p->q_dtype)) || !aligned(p->out, dcpk_dtype_size(p->out_dtype)) ||
-        !aligned(p->lse | p->ws_o | p->ws_lse, 4) ||
-        !aligned(p->block_table | p->seq_lens | p->q_start, 4))
+        !aligned(p->lse | p->block_table | p->seq_lens | p->q_start, 4))
+        return "misaligned buffer";
+    return NULL;
+}
+
+static const char *attn_problem(const struct dcpk_attn_variant *v, uint32_t threads, uint32_t smem,
+                                const struct dcpk_attn_params *p)
+{
+    const struct attn_launch l = ATTN_LAUNCH_OF(p);
+    const char *problem = entry_problem(v, threads, smem, &l);
+    if (problem)
+        return problem;
+    if (!p->num_splits)
+        return "a zero size";
+    if (!aligned(p->ws_o | p->ws_lse, 4))
         return "misaligned buffer";
     if (p->precision > DCPK_PRECISION_EXACT)
         return "unknown precision";
     if (p->num_splits > 1 && (!p->ws_o || !p->ws_lse))
         return "split-KV without a workspace";
-    if (p->window || p->ring_pages)
-        return "a sliding window or ring pages, which no GPU attention entry reads yet";
     return NULL;
+}
+
+/* sparse_item (ptx/kernels/attn.cuh) also needs a sequence and the top-k rows. */
+static const char *sparse_problem(const struct dcpk_attn_variant *v, uint32_t threads, uint32_t smem,
+                                  const struct dcpk_sparse_attn_params *p)
+{
+    const struct attn_launch l = ATTN_LAUNCH_OF(p);
+    const char *problem = entry_problem(v, threads, smem, &l);
+    if (problem)
+        return problem;
+    if (!p->batch)
+        return "a zero size";
+    if (p->precision > DCPK_PRECISION_EXACT)
+        return "unknown precision";
+    return aligned(p->topk, 4) ? NULL : "misaligned buffer";
 }
 
 const char *cuda_launch_problem(const struct dcpk_attn_variant *attn, enum dcpk_kernel_id kernel,
@@ -61,6 +99,8 @@ const char *cuda_launch_problem(const struct dcpk_attn_variant *attn, enum dcpk_
     switch (kernel) {
     case DCPK_KERNEL_attn:
         return attn_problem(attn, threads, smem, params);
+    case DCPK_KERNEL_sparse_attn:
+        return sparse_problem(attn, threads, smem, params);
     case DCPK_KERNEL_kv_append: {
         const struct dcpk_kv_append_params *p = params;
         if (!known_dtype(p->dtype))

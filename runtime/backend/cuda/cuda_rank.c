@@ -93,20 +93,10 @@ static const uint32_t simple_threads[DCPK_KERNEL_COUNT] = {
 #undef DCPK_THREADS_
 };
 #define DCPK_COUNT_(name, threads) +1
-#define DCPK_PENDING_COUNT_(name) +1
-_Static_assert(0 DCPK_SIMPLE_KERNELS(DCPK_COUNT_) DCPK_GPU_PENDING_KERNELS(DCPK_PENDING_COUNT_) + 1 ==
-                   DCPK_KERNEL_COUNT,
-               "every kernel family of DCPK_KERNEL_FAMILIES but attn needs a DCPK_SIMPLE_KERNELS entry "
-               "(or, until its GPU entry is written, a DCPK_GPU_PENDING_KERNELS one)");
-#undef DCPK_PENDING_COUNT_
+_Static_assert(0 DCPK_SIMPLE_KERNELS(DCPK_COUNT_) + 2 == DCPK_KERNEL_COUNT,
+               "every kernel family of DCPK_KERNEL_FAMILIES but attn and sparse_attn (entries per shape and "
+               "dtype: variants.h) needs a DCPK_SIMPLE_KERNELS entry");
 #undef DCPK_COUNT_
-
-bool cuda_kernel_pending(enum dcpk_kernel_id kernel)
-{
-#define DCPK_IS_PENDING_(name) kernel == DCPK_KERNEL_##name ||
-    return DCPK_GPU_PENDING_KERNELS(DCPK_IS_PENDING_) false;
-#undef DCPK_IS_PENDING_
-}
 
 int cuda_launch(struct dcp_rank *r, enum dcpk_kernel_id kernel, const void *params)
 {
@@ -115,18 +105,17 @@ int cuda_launch(struct dcp_rank *r, enum dcpk_kernel_id kernel, const void *para
     int err = use_rank(r);
     if (err)
         return err;
-    if (cuda_kernel_pending(kernel))
-        return dcp_error(DCP_ENOTSUP, "dcpk_%s has no GPU entry yet (DCPK_GPU_PENDING_KERNELS): it runs on the "
-                         "host backend only", dcpk_kernels[kernel].name);
     const struct dcpk_grid g = dcpk_kernels[kernel].grid(params);
     if (dcpk_grid_items(g) == 0)
         return DCP_OK;
+    /* attn and sparse_attn: the engine's entries (variants.h), with their block size and shared memory. */
+    const struct dcpk_attn_variant *v = kernel == DCPK_KERNEL_sparse_attn ? ce->sparse : ce->attn;
     uint32_t threads = simple_threads[kernel], smem = 0;
-    if (kernel == DCPK_KERNEL_attn) {
-        threads = ce->attn->threads;
-        smem = ce->attn->smem_bytes;
+    if (kernel == DCPK_KERNEL_attn || kernel == DCPK_KERNEL_sparse_attn) {
+        threads = v->threads;
+        smem = v->smem_bytes;
     }
-    const char *problem = cuda_launch_problem(ce->attn, kernel, params, threads, smem);
+    const char *problem = cuda_launch_problem(v, kernel, params, threads, smem);
     if (problem)
         return dcp_error(DCP_EINVAL, "dcpk_%s cannot serve this launch (%s): refused rather than left to "
                          "do nothing on the GPU", dcpk_kernels[kernel].name, problem);
