@@ -103,6 +103,7 @@ class GqaTcBlock {
     float o_[C::kKSteps][C::kNTiles][4]; // O^T C fragments: dims 16 m + g + 8 (i / 2), row 8 n + 2t + i % 2
     float m_[C::kNTiles][2], l_[C::kNTiles][2]; // rows 8 n + 2t + j: running max (log2), this lane's share of the sum
     uint32_t vis_[C::kNTiles][2];               // keys of the pass those rows see: [its start, vis_); 0: none
+    uint32_t from_[C::kNTiles][2];              // those rows' window starts (row_begin), once per pass
     uint32_t lead_;                             // keys before the last row's window start (some rows do not see them)
     uint32_t bad_;                              // bit 2n + j: row 8n + 2t + j met a NaN or +inf score
 
@@ -171,6 +172,7 @@ class GqaTcBlock {
                 if (r < nvalid)
                     keys_.row_range(first + r, begin, end);
                 vis_[n][j] = end > begin ? end : 0u;
+                from_[n][j] = begin; // the tile loop reads it, so its divisions stay out of the loop
             }
     }
 
@@ -223,7 +225,7 @@ class GqaTcBlock {
      * Phase 2: masks the warp's scores, updates each row's running max and sum,
      * rescales O^T, and stores P^T (hi, lo) in the warp's transposition tiles.
      */
-    __device__ void softmax(uint32_t first, uint32_t tile, uint32_t nvalid, float (&st)[C::kNTiles][4])
+    __device__ void softmax(uint32_t tile, uint32_t nvalid, float (&st)[C::kNTiles][4])
     {
         const int g = lane_ / 4, t = lane_ % 4;
         const uint32_t key0 = tile * C::kTK + 16 * (uint32_t)warp_ + (uint32_t)g; // keys key0, key0 + 8
@@ -236,8 +238,7 @@ class GqaTcBlock {
 #pragma unroll
             for (int j = 0; j < 2; j++) {
                 float *lo_key = &st[n][j], *hi_key = &st[n][2 + j];
-                const uint32_t r = (uint32_t)(8 * n + 2 * t + j);
-                const uint32_t from = lead && r < nvalid ? keys_.row_begin(first + r) : 0u; // the row's window start
+                const uint32_t from = lead ? from_[n][j] : 0u; // the row's window start (0 for rows past nvalid)
                 *lo_key = key0 >= from && key0 < vis_[n][j] ? *lo_key : neg_inf();
                 *hi_key = key0 + 8 >= from && key0 + 8 < vis_[n][j] ? *hi_key : neg_inf();
                 // A visible NaN or +inf score (masked ones are -inf): fmaxf would drop a NaN.
@@ -486,7 +487,7 @@ class GqaTcBlock {
             }
             float st[C::kNTiles][4] = {};
             scores(s, nvalid, st);
-            softmax(first, tile, nvalid, st);
+            softmax(tile, nvalid, st);
             if constexpr (C::kMutant != TcMutant::no_syncwarp)
                 __syncwarp(); // the warp's P^T stores visible to its ldmatrix
             accumulate(s, nvalid);
