@@ -7,6 +7,7 @@
 #define DCP_TEST_KERNEL_LIST_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,16 +42,45 @@ static inline size_t kernel_list(struct kernel_entry *list)
     return n;
 }
 
-/** The SM numbers of DCP_KERNEL_ARCHS ("80,90,100"), ascending; returns the count. */
+/*
+ * A kernel_archs target as a number: 10 x the SM number, + 1 for an architecture-specific
+ * "a" target (sm_90 = 900, sm_90a = 901, sm_100 = 1000), so the numbers sort as the targets do.
+ */
+static inline unsigned kernel_arch_sm(unsigned code) { return code / 10; }
+static inline int kernel_arch_specific(unsigned code) { return (int)(code % 10); }
+
+/** "sm_90a" for 901 (prefix "sm_" or "compute_"); returns buf. */
+static inline char *kernel_arch_name(unsigned code, const char *prefix, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s%u%s", prefix, kernel_arch_sm(code), kernel_arch_specific(code) ? "a" : "");
+    return buf;
+}
+
+/** The SM number the PTX is built for: the newest, without a suffix (nvcc_fatbin.py). */
+static inline unsigned kernel_arch_ptx(const unsigned *archs, size_t n)
+{
+    unsigned sm = 0;
+    for (size_t i = 0; i < n; i++)
+        sm = kernel_arch_sm(archs[i]) > sm ? kernel_arch_sm(archs[i]) : sm;
+    return sm;
+}
+
+/** The targets of DCP_KERNEL_ARCHS ("80,90,90a,100") as numbers above, ascending; returns the count. */
 static inline size_t kernel_archs(unsigned *archs)
 {
     const char *s = getenv("DCP_KERNEL_ARCHS");
     size_t n = 0;
     while (s && *s && n < KERNEL_ARCHS_MAX) {
+        while (*s == ' ')
+            s++;
         char *end;
-        const unsigned long a = strtoul(s, &end, 10);
+        unsigned long a = strtoul(s, &end, 10);
         if (end == s)
             break;
+        a = a * 10 + (*end == 'a');
+        end += *end == 'a';
+        while (*end == ' ')
+            end++;
         size_t at = n++;
         while (at > 0 && archs[at - 1] > a) {
             archs[at] = archs[at - 1];

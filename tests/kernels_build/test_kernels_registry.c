@@ -35,6 +35,8 @@ enum {
     FATBIN_ENTRIES_MAX = 32,
 };
 #define FATBIN_FLAGS_COMPRESSED 0xA000ull
+/* An architecture-specific image (sm_90a): the same arch number, this flag set. */
+#define FATBIN_FLAGS_ARCH_SPECIFIC 0x100000ull
 
 struct fatbin_entry {
     unsigned kind, arch;
@@ -88,10 +90,12 @@ static int parse_fatbin(void)
     return 0;
 }
 
-static const struct fatbin_entry *find_fat(unsigned kind, unsigned arch)
+/** The image of kind for target code (kernel_list.h: 900 sm_90, 901 sm_90a). */
+static const struct fatbin_entry *find_fat(unsigned kind, unsigned code)
 {
     for (size_t i = 0; i < nfat; i++)
-        if (fat[i].kind == kind && fat[i].arch == arch)
+        if (fat[i].kind == kind && fat[i].arch == kernel_arch_sm(code) &&
+            ((fat[i].flags & FATBIN_FLAGS_ARCH_SPECIFIC) != 0) == kernel_arch_specific(code))
             return &fat[i];
     return NULL;
 }
@@ -106,9 +110,10 @@ static void test_registry_entry(void **state)
     assert_true(m->zstd_size < m->image_size);
     /* targets = sm_<a> for each arch, then compute_<newest>. */
     char want[256] = "";
+    char name[16];
     for (size_t a = 0; a < narchs; a++)
-        snprintf(want + strlen(want), sizeof(want) - strlen(want), "sm_%u,", archs[a]);
-    snprintf(want + strlen(want), sizeof(want) - strlen(want), "compute_%u", archs[narchs - 1]);
+        snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s,", kernel_arch_name(archs[a], "sm_", name, sizeof(name)));
+    snprintf(want + strlen(want), sizeof(want) - strlen(want), "compute_%u", kernel_arch_ptx(archs, narchs));
     assert_string_equal(m->targets, want);
 }
 
@@ -125,10 +130,11 @@ static void test_fatbin_targets(void **state)
 {
     (void)state;
     assert_int_equal(parse_fatbin(), 0);
+    char name[16];
     for (size_t a = 0; a < narchs; a++)
         if (!find_fat(FATBIN_ELF, archs[a]))
-            fail_msg("no SASS for sm_%u", archs[a]);
-    assert_non_null(find_fat(FATBIN_PTX, archs[narchs - 1]));
+            fail_msg("no SASS for %s", kernel_arch_name(archs[a], "sm_", name, sizeof(name)));
+    assert_non_null(find_fat(FATBIN_PTX, 10 * kernel_arch_ptx(archs, narchs)));
     /* Exactly those: one ELF per target plus one PTX. */
     assert_int_equal(nfat, narchs + 1);
     for (size_t i = 0; i < nfat; i++) {
@@ -182,7 +188,7 @@ static const char *ptx_body(const struct fatbin_entry *f, const char *name, size
 static void test_tensor_core_entries_use_mma(void **state)
 {
     (void)state;
-    const struct fatbin_entry *ptx = find_fat(FATBIN_PTX, archs[narchs - 1]);
+    const struct fatbin_entry *ptx = find_fat(FATBIN_PTX, 10 * kernel_arch_ptx(archs, narchs));
     assert_non_null(ptx);
     unsigned tc = 0;
     for (uint32_t i = 0; i < DCPK_ATTN_VARIANT_COUNT; i++) {
@@ -225,8 +231,11 @@ static void test_tensor_core_entries_sass(void **state)
         unsigned arch = 0, hmma[KERNEL_ARCHS_MAX] = {0}, ldsm[KERNEL_ARCHS_MAX] = {0};
         while (fgets(line, sizeof(line), p)) {
             const char *a = strstr(line, "arch = sm_");
-            if (a)
-                arch = (unsigned)strtoul(a + 10, NULL, 10);
+            if (a) {
+                char *end;
+                arch = 10 * (unsigned)strtoul(a + 10, &end, 10);
+                arch += *end == 'a';
+            }
             for (size_t k = 0; k < narchs; k++)
                 if (archs[k] == arch) {
                     hmma[k] += strstr(line, "HMMA.16816.F32") != NULL;
@@ -235,9 +244,11 @@ static void test_tensor_core_entries_sass(void **state)
         }
         assert_int_equal(pclose(p), 0);
         for (size_t k = 0; k < narchs; k++) {
+            char name[16];
+            kernel_arch_name(archs[k], "sm_", name, sizeof(name));
             if (!hmma[k] || !ldsm[k])
-                fail_msg("%s for sm_%u: %u HMMA.16816.F32, %u LDSM in its SASS", v->entry, archs[k], hmma[k], ldsm[k]);
-            print_message("%s sm_%u: %u HMMA.16816.F32, %u LDSM\n", v->entry, archs[k], hmma[k], ldsm[k]);
+                fail_msg("%s for %s: %u HMMA.16816.F32, %u LDSM in its SASS", v->entry, name, hmma[k], ldsm[k]);
+            print_message("%s %s: %u HMMA.16816.F32, %u LDSM\n", v->entry, name, hmma[k], ldsm[k]);
         }
     }
     unlink(path);
@@ -271,15 +282,15 @@ static void test_cuobjdump_agrees(void **state)
     const char *elf = cuobjdump(tool, "--list-elf", path);
     assert_non_null(elf);
     for (size_t a = 0; a < narchs; a++) {
-        char want[32];
-        snprintf(want, sizeof(want), ".sm_%u.cubin", archs[a]);
+        char want[32], name[16];
+        snprintf(want, sizeof(want), ".%s.cubin", kernel_arch_name(archs[a], "sm_", name, sizeof(name)));
         if (!strstr(elf, want))
             fail_msg("cuobjdump --list-elf shows no %s:\n%s", want, elf);
     }
     const char *ptx = cuobjdump(tool, "--list-ptx", path);
     assert_non_null(ptx);
     char want[32];
-    snprintf(want, sizeof(want), ".sm_%u.ptx", archs[narchs - 1]);
+    snprintf(want, sizeof(want), ".sm_%u.ptx", kernel_arch_ptx(archs, narchs));
     if (!strstr(ptx, want))
         fail_msg("cuobjdump --list-ptx shows no %s:\n%s", want, ptx);
     unlink(path);

@@ -62,7 +62,7 @@ static unsigned smem_limit(const char *arch)
 {
     if (strcmp(arch, "sm_80") == 0)
         return 166912;
-    if (strcmp(arch, "sm_90") == 0 || strcmp(arch, "sm_100") == 0)
+    if (strcmp(arch, "sm_90") == 0 || strcmp(arch, "sm_90a") == 0 || strcmp(arch, "sm_100") == 0)
         return 232448;
     return 0;
 }
@@ -73,7 +73,7 @@ static void test_every_entry_for_every_target(void **state)
     assert_true(narchs > 0);
     for (size_t a = 0; a < narchs; a++) {
         char arch[16];
-        snprintf(arch, sizeof(arch), "sm_%u", archs[a]);
+        kernel_arch_name(archs[a], "sm_", arch, sizeof(arch));
         for (size_t e = 0; e < nentries; e++) {
             unsigned found = 0;
             for (size_t i = 0; i < nrows; i++)
