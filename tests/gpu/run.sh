@@ -243,13 +243,13 @@ IFS='
 for c in $cases; do [ -n "$c" ] && set -- "$@" --case "$c"; done
 IFS=$saved_ifs
 set +f
-step check 110 "$gpu_check" $quick "$@"
-step graph 30 "$gpu_check" --graph $quick "$@"
+step check 100 "$gpu_check" $quick "$@"
+step graph 45 "$gpu_check" --graph $quick "$@"
 step reference 75 "$gpu_check" --bench --ref "$B/ptx/kernels/dcp_ref_kernels.fatbin" $quick "$@"
 # ncu: the MLA-128 and GQA-d128 tensor-core launches, one profile each (the third
 # launch of the entry: the first timed one, after an L2 flush), reports kept.
 if command -v ncu >/dev/null 2>&1; then
-    step ncu 40 sh -c '
+    step ncu 45 sh -c '
         g=$1 logs=$2 quick=$3
         status=0
         for c in "mla 128 heads bf16:mla128" "gqa d128 8q/kv bf16:gqa128"; do
@@ -281,9 +281,9 @@ else
 fi
 # shellcheck disable=SC2086
 step bench 35 "$B/runtime/cli/dcp-run" bench --backend cuda --quiet $bench_args
-step breakdown 25 "$gpu_check" --breakdown $quick
+step breakdown 20 "$gpu_check" --breakdown $quick
 # shellcheck disable=SC2086
-step run 25 "$B/runtime/cli/dcp-run" run --backend cuda --quiet $run_args
+step run 20 "$B/runtime/cli/dcp-run" run --backend cuda --quiet $run_args
 { echo "== GPU state after"; gpu_state; } | tee -a "$out/state.txt"
 
 summary() {
