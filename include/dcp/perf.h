@@ -250,6 +250,7 @@ struct dcp_perf_model {
     double network_bandwidth;    ///< hardware.internode_gbps in bytes/s (0: not given).
     double collective_latency;   ///< hardware.collective_latency_us in seconds.
     double network_hop_latency;  ///< hardware.internode_latency_us in seconds.
+    double peer_latency;         ///< hardware.peer_latency_us in seconds: the fixed cost of a round of peer writes.
 };
 
 /**
@@ -329,11 +330,12 @@ DCP_API uint32_t dcp_perf_wins_from(const struct dcp_perf_model *a, uint64_t a_f
  * Seconds one collective of `kind` among `ranks` ranks takes over `link` for `bytes`
  * bytes per rank: a calibrated fit if params has one for it, else
  * collective_latency + steps x hop + bytes / (bandwidth x link_efficiency), with
- * n - 1 steps (2 (n - 1) for an all-reduce, 1 for peer writes), plus
- * eager_collective outside a graph. An all-reduce over NVLink (bytes = 2 (n - 1) / n of
- * the buffer S, what a ring sends) takes the cheaper of that ring and a one-shot
- * all-reduce: oneshot_latency + (n - 1) S / (bandwidth x link_efficiency), graph or
- * eager alike. 0 for fewer than 2 ranks.
+ * n - 1 steps (2 (n - 1) for an all-reduce), or for peer writes (comm p2p)
+ * peer_latency + bytes / (bandwidth x link_efficiency), plus eager_collective
+ * outside a graph. An all-reduce over NVLink (bytes = 2 (n - 1) / n of the buffer S,
+ * what a ring sends) takes the cheaper of that ring and a one-shot all-reduce:
+ * oneshot_latency + (n - 1) S / (bandwidth x link_efficiency), graph or eager alike.
+ * 0 for fewer than 2 ranks.
  */
 DCP_API double dcp_perf_collective_time(const struct dcp_perf_model *m, enum dcp_plan_comm_kind kind, uint32_t ranks,
                                         enum dcp_perf_link link, double bytes, bool graph);

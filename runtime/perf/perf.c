@@ -227,6 +227,7 @@ int dcp_perf_model_init(const dcp_deployment *dep, uint32_t dcp, const struct dc
     m->network_bandwidth = hw->internode_bandwidth;
     m->collective_latency = hw->collective_latency;
     m->network_hop_latency = hw->internode_latency;
+    m->peer_latency = hw->peer_latency;
 
     /* Weights. P = dense + E e and A = dense + k e give one routed expert's
      * parameters e (all layers) and the part every token reads. */
@@ -299,7 +300,6 @@ static double ring_steps(enum dcp_plan_comm_kind kind, uint32_t n)
 {
     switch (kind) {
     case DCP_PLAN_COMM_ALL_REDUCE: return 2.0 * (n - 1);
-    case DCP_PLAN_COMM_PEER_WRITE: return 1;
     default: return n - 1;
     }
 }
@@ -316,7 +316,10 @@ double dcp_perf_collective_time(const struct dcp_perf_model *m, enum dcp_plan_co
     const bool net = link == DCP_PERF_LINK_NETWORK;
     const double hop = net ? m->network_hop_latency : m->params.hop_latency;
     const double bw = (net ? m->network_bandwidth : m->nvlink_bandwidth) * m->params.link_efficiency;
-    const double ring = m->collective_latency + ring_steps(kind, ranks) * hop + (bw > 0 ? bytes / bw : 0) + eager;
+    /* One round of one-sided stores with its epoch (comm p2p): its own fixed cost, no ring. */
+    const double fixed = kind == DCP_PLAN_COMM_PEER_WRITE ? m->peer_latency
+                                                          : m->collective_latency + ring_steps(kind, ranks) * hop;
+    const double ring = fixed + (bw > 0 ? bytes / bw : 0) + eager;
     if (kind != DCP_PLAN_COMM_ALL_REDUCE || net || !(m->params.oneshot_latency > 0) || !(bw > 0))
         return ring;
     /* One-shot: every rank reads the n - 1 peers' whole buffers S = bytes n / (2 (n - 1))

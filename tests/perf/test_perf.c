@@ -305,8 +305,8 @@ static void test_prefill_gather(void **state)
 
 /*
  * Each collective kind by its formula: latency 12 us + steps x hop + bytes / (link x 0.8):
- * all-gather, reduce-scatter and all-to-all n - 1 ring steps, all-reduce 2 (n - 1), peer
- * writes one; over NVLink a hop is 0.47 us at 900 GB/s, over the network
+ * all-gather, reduce-scatter and all-to-all n - 1 ring steps, all-reduce 2 (n - 1); peer
+ * writes 3.7 us (peer_latency_us) + bytes / (link x 0.8); over NVLink a hop is 0.47 us at 900 GB/s, over the network
  * internode_latency_us (2.7 us) at internode_gbps.
  */
 static void test_collective_kinds(void **state)
@@ -330,10 +330,12 @@ static void test_collective_kinds(void **state)
         {DCP_PLAN_COMM_ALL_REDUCE, 2, 2},    {DCP_PLAN_COMM_ALL_TO_ALL, 2, 1},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        double nv = 12e-6 + cases[i].steps * 0.47e-6 + B / (900e9 * 0.8);
+        /* A round of peer writes (comm p2p): hardware.peer_latency_us (3.7 us) and no ring. */
+        const bool peer = cases[i].kind == DCP_PLAN_COMM_PEER_WRITE;
+        double nv = (peer ? 3.7e-6 : 12e-6 + cases[i].steps * 0.47e-6) + B / (900e9 * 0.8);
         if (cases[i].kind == DCP_PLAN_COMM_ALL_REDUCE) /* or one-shot over NVLink: n/2 x B from the peers */
             nv = fmin(nv, 6e-6 + cases[i].ranks / 2.0 * B / (900e9 * 0.8));
-        const double net = 12e-6 + cases[i].steps * 2.7e-6 + B / (50e9 * 0.8);
+        const double net = (peer ? 3.7e-6 : 12e-6 + cases[i].steps * 2.7e-6) + B / (50e9 * 0.8);
         check_near(dcp_perf_collective_time(&m, cases[i].kind, cases[i].ranks, DCP_PERF_LINK_NVLINK, B, true), nv,
                    1e-12, "nvlink collective");
         check_near(dcp_perf_collective_time(&m, cases[i].kind, cases[i].ranks, DCP_PERF_LINK_NETWORK, B, true), net,
