@@ -11,8 +11,9 @@
  *   linear     max(weight bytes / (hbm x weight_efficiency),
  *                  2 x active parameters x tokens / tp / (peak of the weight dtype x gemm_efficiency))
  *              with the expert weights of the experts the step's tokens touch (MoE)
- *   attention  max(KV bytes / (hbm x kv_efficiency) + attention_call x layers,
- *                  attention FLOPs / (bf16 peak x attention_efficiency))
+ *   attention  per phase (the decode rows, the prefill chunks: two kernels, one after the other)
+ *              max(KV bytes / (hbm x kv_efficiency) + attention_call x layers,
+ *                  attention FLOPs / (bf16 peak x attention_efficiency)), the phases summed,
  *              with the KV each layer kind reads (the model layer's figures) and the tokens
  *              it attends (all, a window, the top-k)
  *   comm       per layer: 2 TP all-reduces of the activations, and DCP's exchanges (the plan's
@@ -262,9 +263,11 @@ struct dcp_perf_step {
     double weights;              ///< Weight bytes read / (hbm x weight_efficiency).
     double gemm;                 ///< GEMM FLOPs / (peak x gemm_efficiency).
     double linear;               ///< max(weights, gemm).
-    double kv;                   ///< KV bytes read / (hbm x kv_efficiency) + attention_call x layers.
-    double attention_flops;      ///< Attention FLOPs / (bf16 peak x attention_efficiency).
-    double attention;            ///< max(kv, attention_flops).
+    double kv;                   ///< KV bytes read / (hbm x kv_efficiency) + attention_call x layers per phase
+                                 ///< with sequences, both phases summed.
+    double attention_flops;      ///< Attention FLOPs / (bf16 peak x attention_efficiency), both phases summed.
+    double phase_attention[2];   ///< [0] decode rows, [1] prefill chunks: max(that phase's kv, its FLOPs time).
+    double attention;            ///< phase_attention[0] + phase_attention[1] (separate kernels).
     double tp_comm;              ///< TP all-reduces.
     double dcp_comm;             ///< DCP exchanges: decode rows, prefill Q gathers or KV gathers.
     double overhead;             ///< Gaps between kernels.
