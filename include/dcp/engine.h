@@ -195,6 +195,8 @@ struct dcp_engine_info {
     uint64_t max_context;         ///< In use (defaults applied).
     enum dcp_dtype act_dtype;     ///< Element type of q, k, v and out (dcp_engine_params.act_dtype).
     enum dcp_dtype comm_dtype;    ///< Wire type of the gathered queries and partial outputs (parallel.comm_dtype).
+    enum dcp_comm_scheme comm;    ///< Merge scheme in use: parallel.comm, with auto resolved to p2p or a2a
+                                  ///< (dcp > 1; a2a's value when dcp = 1, which merges nothing).
     const struct dcp_layer_kind *layers; ///< [num_layers]: each layer's kind (model.layers, repeat 1), valid as long as
                                          ///< the engine (docs/design.md §13).
     uint32_t ring_pages;          ///< Pages of one sequence's ring per sliding_window layer (the window plus a step's
