@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "backend/group.h"
@@ -128,25 +127,21 @@ static int host_peer_put(struct dcp_rank *r, uint32_t peer, uint64_t dst, uint64
     return DCP_OK;
 }
 
-/* Spins on the epochs (acquire loads), yielding, then sleeping 20 us between looks once the
- * wait is long (valgrind runs one thread at a time); gives up after the group's timeout. */
+/* Polls the epochs (acquire loads) at dcp_poll's pace (a short spin, then sleeps doubling
+ * from 20 us to 1 ms); gives up after the group's timeout. */
 static int host_peer_wait(struct dcp_rank *r, uint64_t flags, uint32_t n, uint64_t epoch)
 {
     struct rank_group *g = HR(r)->group;
     const _Atomic uint64_t *f = (const _Atomic uint64_t *)(uintptr_t)flags;
     const double start = dcp_now_seconds();
-    uint64_t looks = 0;
+    struct dcp_poll poll;
+    dcp_poll_init(&poll);
     for (uint32_t m = 0; m < n; m++) {
         while (atomic_load_explicit(&f[m], memory_order_acquire) < epoch) {
             if (__atomic_load_n(&g->aborted, __ATOMIC_ACQUIRE))
                 return dcp_error(DCP_EABORTED, "rank %u: the step was aborted while it waited for group rank %u's "
                                  "partial results (p2p)", r->tp_rank, m);
-            if (++looks < 1000) {
-                sched_yield();
-                continue;
-            }
-            const double waited = dcp_now_seconds() - start;
-            if (waited > g->timeout_s) {
+            if (dcp_now_seconds() - start > g->timeout_s) {
                 const uint64_t has = atomic_load_explicit(&f[m], memory_order_acquire);
                 rank_group_abort(g);
                 return dcp_error(DCP_ETIMEOUT, "rank %u: group rank %u did not publish epoch %llu of its p2p stores "
@@ -154,8 +149,7 @@ static int host_peer_wait(struct dcp_rank *r, uint64_t flags, uint32_t n, uint64
                                  "(runtime.cuda.nccl_timeout_s)", r->tp_rank, m, (unsigned long long)epoch,
                                  g->timeout_s, (unsigned long long)has);
             }
-            const struct timespec ts = {0, 20000};
-            nanosleep(&ts, NULL);
+            dcp_poll_pause(&poll);
         }
     }
     return DCP_OK;
