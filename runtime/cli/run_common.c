@@ -180,6 +180,7 @@ int run_setup_create(struct run_setup *s, const dcp_deployment *dep, uint32_t dc
     s->sinks = calloc(L, sizeof(*s->sinks));
     if (!s->sinks)
         return DCP_ENOMEM;
+    s->sink_layers = L;
     for (uint32_t l = 0; l < L; l++) {
         const struct dcp_layer_kind k = dcp_model_layer_kind(&s->cfg->model, l);
         if (k.type == DCP_LAYER_SPARSE_TOPK)
@@ -224,7 +225,7 @@ void run_setup_destroy(struct run_setup *s)
     free(s->seq);
     free(s->req_len);
     dcp_engine_destroy(&s->engine);
-    for (uint32_t l = 0; s->sinks && l < s->cfg->model.num_layers; l++)
+    for (uint32_t l = 0; s->sinks && l < s->sink_layers; l++)
         free(s->sinks[l]);
     free(s->sinks);
     memset(s, 0, sizeof(*s));

@@ -83,6 +83,7 @@ struct run_setup {
     uint32_t num_checked;
     uint32_t max_topk;      ///< Largest top-k of the sparse layers (0: none).
     float **sinks;          ///< [layers] the sink logits given at creation (layers with a sink), else NULL.
+    uint32_t sink_layers;   ///< Entries of sinks: the engine's layers (--layers may run fewer than the model's).
 };
 
 /**
