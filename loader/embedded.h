@@ -20,6 +20,8 @@ struct dcp_embedded_module {
     uint64_t zstd_hash;          ///< FNV-1a 64 of the compressed bytes (checked before decompressing).
     uint64_t image_hash;         ///< FNV-1a 64 of the decompressed fatbin (checked after).
     const char *targets;         ///< What the fatbin holds, e.g. "sm_80,sm_90,sm_100,compute_100".
+    int toolkit_version;         ///< CUDA release of the nvcc that built it, encoded as cuDriverGetVersion
+                                 ///< does (1000*major + 10*minor: 13000 for 13.0); 0 when unknown.
 };
 
 /** All embedded modules. */

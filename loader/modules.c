@@ -264,6 +264,41 @@ static int load_into_driver(struct dcp_module *mod, const struct dcp_embedded_mo
     return status;
 }
 
+int dcp_module_min_driver(const struct dcp_embedded_module *m)
+{
+    return m && m->toolkit_version >= 1000 ? m->toolkit_version / 1000 * 1000 : 0;
+}
+
+/* The first driver branch of a CUDA major release (NVIDIA's CUDA Toolkit release
+ * notes, table "CUDA Toolkit and Corresponding Driver Versions"); 0 when not known here. */
+static int driver_branch(int cuda_major)
+{
+    switch (cuda_major) {
+    case 11: return 450;
+    case 12: return 525;
+    case 13: return 580;
+    default: return 0;
+    }
+}
+
+int dcp_module_check_driver(const struct dcp_cuda *cu, const struct dcp_embedded_module *m)
+{
+    const int need = dcp_module_min_driver(m);
+    if (!cu || !m || need == 0 || cu->driver_version >= need)
+        return DCP_OK;
+    char have[16], built[16], branch[32] = "";
+    const int r = driver_branch(need / 1000);
+    if (r)
+        snprintf(branch, sizeof(branch), " (R%d or newer)", r);
+    return dcp_error(DCP_EDRIVERVERSION,
+                     "embedded module %s was built by CUDA %s, which needs a CUDA %d.x driver%s; the driver "
+                     "is CUDA %s (%s), which cannot load its images: update the NVIDIA driver, or build "
+                     "libdcp with a CUDA %s (or older) toolkit",
+                     module_name(m), dcp_cuda_version_string(m->toolkit_version, built, sizeof(built)), need / 1000,
+                     branch, dcp_cuda_version_string(cu->driver_version, have, sizeof(have)),
+                     cu->path ? cu->path : "?", have);
+}
+
 int dcp_module_load(const struct dcp_cuda *cu, const struct dcp_embedded_module *m,
                     struct dcp_module **out)
 {
@@ -272,9 +307,12 @@ int dcp_module_load(const struct dcp_cuda *cu, const struct dcp_embedded_module 
     *out = NULL;
     if (!cu || !m)
         return dcp_error(DCP_EINVAL, "dcp_module_load: NULL driver or module");
+    int status = dcp_module_check_driver(cu, m);
+    if (status)
+        return status;
     double start = dcp_now_seconds();
     struct device_target dev;
-    int status = current_device_target(cu, &dev);
+    status = current_device_target(cu, &dev);
     if (status)
         return status;
     char picked[64];

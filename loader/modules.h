@@ -45,12 +45,27 @@ enum dcp_image_choice dcp_module_pick_image(const char *targets, int cc_major, i
                                             char *buf, size_t size);
 
 /**
+ * The oldest driver (as cuDriverGetVersion encodes it) that loads module m: a fatbin
+ * from CUDA toolkit X.Y needs a driver of release X.0 or newer (minor-version
+ * compatibility within X; an older major rejects the image with an opaque error).
+ * 0 when the module does not record its toolkit.
+ */
+int dcp_module_min_driver(const struct dcp_embedded_module *m);
+
+/**
+ * DCP_OK if cu's driver can load module m (dcp_module_min_driver), else
+ * DCP_EDRIVERVERSION with a message naming the driver's version, the toolkit's
+ * and the driver branch it needs ("CUDA 13.0 ... R580 or newer").
+ */
+int dcp_module_check_driver(const struct dcp_cuda *cu, const struct dcp_embedded_module *m);
+
+/**
  * Decompresses, verifies and loads embedded module m for the device of the
  * calling thread's current context (which must be set: cuModuleLoadDataEx needs
  * it, and the report names what runs on that device). Returns DCP_OK and *out,
  * or DCP_EMODULE ("embedded module dcp_kernels: compressed data hash mismatch
  * (corrupt library?)", or the driver's error with its JIT error log), DCP_ENOMEM,
- * DCP_EINVAL, or a dcp_cuda_check() status.
+ * DCP_EINVAL, DCP_EDRIVERVERSION (dcp_module_check_driver), or a dcp_cuda_check() status.
  */
 int dcp_module_load(const struct dcp_cuda *cu, const struct dcp_embedded_module *m,
                     struct dcp_module **out);

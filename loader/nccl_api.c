@@ -160,16 +160,6 @@ void dcp_nccl_close(struct dcp_nccl **nccl)
 /* ------------------------------------------------------------------------- */
 /* Waiting. */
 
-/* Sleeps between polls: short at first (collectives take microseconds), then
- * up to a millisecond so a long wait does not burn a core. */
-static void poll_pause(long *pause_ns)
-{
-    struct timespec ts = {0, *pause_ns};
-    nanosleep(&ts, NULL);
-    if (*pause_ns < 1000000)
-        *pause_ns *= 2;
-}
-
 /* Aborts *comm and records the failure; the message was formatted beforehand
  * because NCCL's last-error text dies with the communicator. */
 static int abort_comm(const struct dcp_nccl *nccl, ncclComm_t *comm, int status,
@@ -222,7 +212,8 @@ int dcp_nccl_wait_cancellable(const struct dcp_nccl *nccl, ncclComm_t *comm, con
         return dcp_error(DCP_EINVAL, "dcp_nccl_wait: NULL argument");
     what = what ? what : "NCCL operation";
     double deadline = dcp_now_seconds() + (timeout_s > 0 ? timeout_s : 0);
-    long pause_ns = 20000;
+    struct dcp_poll poll; /* an enqueue or collective takes microseconds: spin first (util.h) */
+    dcp_poll_init(&poll);
     for (;;) {
         ncclResult_t async = ncclSuccess;
         ncclResult_t r = nccl->api.ncclCommGetAsyncError(*comm, &async);
@@ -244,6 +235,6 @@ int dcp_nccl_wait_cancellable(const struct dcp_nccl *nccl, ncclComm_t *comm, con
         }
         if (dcp_now_seconds() >= deadline)
             return timeout_failure(nccl, comm, timeout_s, async, what);
-        poll_pause(&pause_ns);
+        dcp_poll_pause(&poll);
     }
 }

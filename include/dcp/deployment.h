@@ -63,6 +63,13 @@ enum dcp_weight_dtype {
 enum dcp_comm_scheme {
     DCP_COMM_AG_RS = 0, ///< AllGather LSEs, scale locally, ReduceScatter (sum) the outputs.
     DCP_COMM_A2A = 1,   ///< One all-to-all of outputs+LSEs, merged in fp32 by the receiver.
+    DCP_COMM_P2P = 2,   ///< a2a's rows and merge, moved by one-sided stores into each peer's receive slots
+                        ///< (allocated once at engine creation) and published by a per-exchange epoch that
+                        ///< the receiver waits for (bounded): no collective call. Every rank of a DCP group
+                        ///< must be in this process and reach the others' memory. Bitwise equal to a2a.
+    DCP_COMM_AUTO = 3,  ///< p2p when the engine's ranks can write into each other's memory (every rank of each
+                        ///< DCP group in this process, peer access), else a2a. The planner prices p2p when
+                        ///< no DCP group spans nodes.
 };
 
 /** Which backend executes the ranks. */
@@ -194,6 +201,10 @@ struct dcp_hardware_config {
                                       ///< spans nodes, and for P/D KV transfers. Default 0.
     double internode_latency;         ///< Latency of one network hop of a collective between nodes, seconds
                                       ///< (YAML: internode_latency_us). Default 2.7 us.
+    double peer_latency;              ///< Fixed cost of one round of one-sided peer writes with its epoch
+                                      ///< (parallel.comm p2p), before its bytes, seconds (YAML: peer_latency_us).
+                                      ///< Default 3.7 us: a published barrier-free one-sided NVLink all-to-all
+                                      ///< of <= 4 KB per peer on 8 GPUs (docs/plan.md).
 };
 
 /** The parallel layout. */
@@ -343,7 +354,7 @@ DCP_API const char *dcp_attention_kind_name(enum dcp_attention_kind kind);
 DCP_API const char *dcp_dtype_name(enum dcp_dtype dtype);               ///< "fp32", "bf16", "fp16", "fp8_e4m3".
 DCP_API const char *dcp_wire_dtype_name(enum dcp_wire_dtype wire);         ///< "fp32", "bf16", "fp16", "auto".
 DCP_API const char *dcp_weight_dtype_name(enum dcp_weight_dtype dtype); ///< "fp32", "bf16", ..., "nvfp4".
-DCP_API const char *dcp_comm_scheme_name(enum dcp_comm_scheme scheme);  ///< "ag_rs" or "a2a".
+DCP_API const char *dcp_comm_scheme_name(enum dcp_comm_scheme scheme);  ///< "ag_rs", "a2a", "p2p" or "auto".
 DCP_API const char *dcp_backend_kind_name(enum dcp_backend_kind kind);  ///< "auto", "cuda", "host".
 DCP_API const char *dcp_layer_type_name(enum dcp_layer_type type);    ///< "full", "sliding_window", "sparse_topk", "none".
 

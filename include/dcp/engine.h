@@ -195,6 +195,8 @@ struct dcp_engine_info {
     uint64_t max_context;         ///< In use (defaults applied).
     enum dcp_dtype act_dtype;     ///< Element type of q, k, v and out (dcp_engine_params.act_dtype).
     enum dcp_dtype comm_dtype;    ///< Wire type of the gathered queries and partial outputs (parallel.comm_dtype).
+    enum dcp_comm_scheme comm;    ///< Merge scheme in use: parallel.comm, with auto resolved to p2p or a2a
+                                  ///< (dcp > 1; a2a's value when dcp = 1, which merges nothing).
     const struct dcp_layer_kind *layers; ///< [num_layers]: each layer's kind (model.layers, repeat 1), valid as long as
                                          ///< the engine (docs/design.md §13).
     uint32_t ring_pages;          ///< Pages of one sequence's ring per sliding_window layer (the window plus a step's
@@ -467,7 +469,8 @@ DCP_API int dcp_rank_synchronize(dcp_rank *rank);
  *  and writes the same buffers, as with any CUDA graph. Virtual ranks (one GPU, one
  *  process) capture one graph per DCP group; the calls below are then SPMD over the
  *  group (every rank calls them, from its thread), like a step's rank functions.
- *  Not capturable: profile = true (timing events), dcp_rank_upload/download.
+ *  Not capturable: profile = true (timing events), dcp_rank_upload/download (refused
+ *  with DCP_EINVAL while the rank's stream captures, the library's capture or the caller's).
  */
 
 /**
@@ -588,11 +591,13 @@ DCP_API void dcp_rank_free(dcp_rank *rank, void *ptr);
 /**
  * Copies host memory to backend memory, in order with the rank's work: after
  * what is queued already, before what is queued later (CUDA: on the rank's
- * stream). src may be reused as soon as the call returns.
+ * stream). src may be reused as soon as the call returns. Refused (DCP_EINVAL)
+ * while the rank's stream is capturing a graph.
  */
 DCP_API int dcp_rank_upload(dcp_rank *rank, void *dst, const void *src, size_t bytes);
 
-/** Copies backend memory to host memory (synchronous; waits for queued work). */
+/** Copies backend memory to host memory (synchronous; waits for queued work). Refused
+ *  (DCP_EINVAL) while the rank's stream is capturing a graph. */
 DCP_API int dcp_rank_download(dcp_rank *rank, void *dst, const void *src, size_t bytes);
 
 /**

@@ -11,8 +11,9 @@
  *   linear     max(weight bytes / (hbm x weight_efficiency),
  *                  2 x active parameters x tokens / tp / (peak of the weight dtype x gemm_efficiency))
  *              with the expert weights of the experts the step's tokens touch (MoE)
- *   attention  max(KV bytes / (hbm x kv_efficiency) + attention_call x layers,
- *                  attention FLOPs / (bf16 peak x attention_efficiency))
+ *   attention  per phase (the decode rows, the prefill chunks: two kernels, one after the other)
+ *              max(KV bytes / (hbm x kv_efficiency) + attention_call x layers,
+ *                  attention FLOPs / (bf16 peak x attention_efficiency)), the phases summed,
  *              with the KV each layer kind reads (the model layer's figures) and the tokens
  *              it attends (all, a window, the top-k)
  *   comm       per layer: 2 TP all-reduces of the activations, and DCP's exchanges (the plan's
@@ -245,6 +246,7 @@ struct dcp_perf_model {
     double network_bandwidth;    ///< hardware.internode_gbps in bytes/s (0: not given).
     double collective_latency;   ///< hardware.collective_latency_us in seconds.
     double network_hop_latency;  ///< hardware.internode_latency_us in seconds.
+    double peer_latency;         ///< hardware.peer_latency_us in seconds: the fixed cost of a round of peer writes.
 };
 
 /**
@@ -261,9 +263,11 @@ struct dcp_perf_step {
     double weights;              ///< Weight bytes read / (hbm x weight_efficiency).
     double gemm;                 ///< GEMM FLOPs / (peak x gemm_efficiency).
     double linear;               ///< max(weights, gemm).
-    double kv;                   ///< KV bytes read / (hbm x kv_efficiency) + attention_call x layers.
-    double attention_flops;      ///< Attention FLOPs / (bf16 peak x attention_efficiency).
-    double attention;            ///< max(kv, attention_flops).
+    double kv;                   ///< KV bytes read / (hbm x kv_efficiency) + attention_call x layers per phase
+                                 ///< with sequences, both phases summed.
+    double attention_flops;      ///< Attention FLOPs / (bf16 peak x attention_efficiency), both phases summed.
+    double phase_attention[2];   ///< [0] decode rows, [1] prefill chunks: max(that phase's kv, its FLOPs time).
+    double attention;            ///< phase_attention[0] + phase_attention[1] (separate kernels).
     double tp_comm;              ///< TP all-reduces.
     double dcp_comm;             ///< DCP exchanges: decode rows, prefill Q gathers or KV gathers.
     double overhead;             ///< Gaps between kernels.
@@ -322,8 +326,9 @@ DCP_API uint32_t dcp_perf_wins_from(const struct dcp_perf_model *a, uint64_t a_f
  * Seconds one collective of `kind` among `ranks` ranks takes over `link` for `bytes`
  * bytes per rank: a calibrated fit if params has one for it, else
  * collective_latency + steps x hop + bytes / (bandwidth x link_efficiency), with
- * n - 1 steps (2 (n - 1) for an all-reduce, 1 for peer writes), plus
- * eager_collective outside a graph. 0 for fewer than 2 ranks.
+ * n - 1 steps (2 (n - 1) for an all-reduce), or for peer writes (comm p2p)
+ * peer_latency + bytes / (bandwidth x link_efficiency), plus eager_collective
+ * outside a graph. 0 for fewer than 2 ranks.
  */
 DCP_API double dcp_perf_collective_time(const struct dcp_perf_model *m, enum dcp_plan_comm_kind kind, uint32_t ranks,
                                         enum dcp_perf_link link, double bytes, bool graph);

@@ -1,6 +1,7 @@
 /*
  * merge.c: exact merge of partial attention results by their LSEs (dcpk_merge,
- * params.h): the split-KV combine and the a2a DCP merge. Work item = row. The
+ * params.h): the split-KV combine and the a2a DCP merge. Work item =
+ * DCPK_MERGE_ROWS_PER_ITEM rows. The
  * edge-case rules live in dcp_kernels/merge.h, shared with the CUDA kernel.
  * Sources are read (src_dtype) and the output stored (out_dtype) element by
  * element; a row accumulates in fp32 scratch and is rounded once.
@@ -16,7 +17,7 @@
 struct dcpk_grid dcpk_merge_grid(const void *params)
 {
     const struct dcpk_merge_params *p = params;
-    struct dcpk_grid g = {p->rows, 1, 1};
+    struct dcpk_grid g = {(uint32_t)(((uint64_t)p->rows + DCPK_MERGE_ROWS_PER_ITEM - 1) / DCPK_MERGE_ROWS_PER_ITEM), 1, 1};
     return g;
 }
 
@@ -36,7 +37,8 @@ void dcpk_merge_cpu(const void *params, uint64_t begin, uint64_t end, void *scra
     float *acc = (float *)(((uintptr_t)scratch + MERGE_ALIGN - 1) & ~(uintptr_t)(MERGE_ALIGN - 1));
     if (!dcpk_act_dtype_ok(p->src_dtype) || !dcpk_act_dtype_ok(p->out_dtype))
         return; /* refused, as the GPU kernel does (params.h) */
-    for (uint64_t r = begin; r < end; r++) {
+    const uint64_t last = end * DCPK_MERGE_ROWS_PER_ITEM < p->rows ? end * DCPK_MERGE_ROWS_PER_ITEM : p->rows;
+    for (uint64_t r = begin * DCPK_MERGE_ROWS_PER_ITEM; r < last; r++) {
         const float lambda = dcpk_merge_lambda(src_lse + r, p->n_src, p->src_stride_lse);
         const uint64_t out_row = (r / per_chunk) * p->out_chunk_stride + (r % per_chunk) * p->v_dim;
         memset(acc, 0, (size_t)p->v_dim * sizeof(float));

@@ -2,11 +2,12 @@
  * embed.c: build tool that turns the kernels' fatbin into the C source of the
  * embedded module registry (loader/embedded.h):
  *
- *   dcp-embed NAME TARGETS INPUT.fatbin OUTPUT.c
+ *   dcp-embed NAME TARGETS TOOLKIT INPUT.fatbin OUTPUT.c
  *
  * The fatbin is compressed with zstd (level 19, content size in the frame
  * header) and written as a static byte array with its sizes, the FNV-1a hashes
- * of the compressed and the decompressed bytes, and the targets string.
+ * of the compressed and the decompressed bytes, the targets string and the CUDA
+ * toolkit release that built it (TOOLKIT, e.g. 13000 for 13.0).
  * Runs on the build machine only; exits non-zero with a message on any failure.
  */
 #include <errno.h>
@@ -75,8 +76,8 @@ static void write_bytes(FILE *f, const unsigned char *bytes, size_t size)
 }
 
 /** Writes the registry source; 0 or -1 (with a message). */
-static int write_source(const char *path, const char *name, const char *targets, const unsigned char *z,
-                        size_t z_size, size_t image_size, uint64_t image_hash)
+static int write_source(const char *path, const char *name, const char *targets, int toolkit,
+                        const unsigned char *z, size_t z_size, size_t image_size, uint64_t image_hash)
 {
     FILE *f = fopen(path, "w");
     if (!f) {
@@ -101,11 +102,12 @@ static int write_source(const char *path, const char *name, const char *targets,
             "        .zstd_hash = UINT64_C(0x%016llx),\n"
             "        .image_hash = UINT64_C(0x%016llx),\n"
             "        .targets = \"%s\",\n"
+            "        .toolkit_version = %d,\n"
             "    },\n"
             "};\n\n"
             "const size_t dcp_embedded_module_count = 1;\n",
             name, z_size, image_size, (unsigned long long)dcp_fnv1a64(z, z_size),
-            (unsigned long long)image_hash, targets);
+            (unsigned long long)image_hash, targets, toolkit);
     if (fclose(f) != 0) {
         fprintf(stderr, "dcp-embed: %s: %s\n", path, strerror(errno));
         return -1;
@@ -115,12 +117,18 @@ static int write_source(const char *path, const char *name, const char *targets,
 
 int main(int argc, char **argv)
 {
-    if (argc != 5) {
-        fprintf(stderr, "usage: %s NAME TARGETS INPUT.fatbin OUTPUT.c\n", argv[0]);
+    if (argc != 6) {
+        fprintf(stderr, "usage: %s NAME TARGETS TOOLKIT INPUT.fatbin OUTPUT.c\n", argv[0]);
+        return 2;
+    }
+    char *end = NULL;
+    const long toolkit = strtol(argv[3], &end, 10);
+    if (end == argv[3] || *end || toolkit < 1000 || toolkit > 99999) {
+        fprintf(stderr, "dcp-embed: TOOLKIT \"%s\" is no CUDA release as 1000*major+10*minor (13000)\n", argv[3]);
         return 2;
     }
     size_t image_size = 0, z_size = 0;
-    unsigned char *image = read_file(argv[3], &image_size);
+    unsigned char *image = read_file(argv[4], &image_size);
     if (!image)
         return 1;
     unsigned char *z = compress(image, image_size, &z_size);
@@ -128,10 +136,10 @@ int main(int argc, char **argv)
     free(image);
     if (!z)
         return 1;
-    const int rc = write_source(argv[4], argv[1], argv[2], z, z_size, image_size, image_hash);
+    const int rc = write_source(argv[5], argv[1], argv[2], (int)toolkit, z, z_size, image_size, image_hash);
     free(z);
     if (rc != 0) {
-        remove(argv[4]);
+        remove(argv[5]);
         return 1;
     }
     printf("dcp-embed: %s: %zu bytes of fatbin -> %zu bytes zstd-%d (%.1f%%)\n", argv[1], image_size, z_size,

@@ -1,7 +1,8 @@
 /*
  * rows.cuh: the row-wise kernels (params.h): kv_append, fill, merge, lse_scale,
  * reduce, uv_proj and sink. One entry each ("dcpk_<family>"), the dtype chosen at run time. Each
- * block walks the work items of params.h (rows; 1024-element blocks for reduce)
+ * block walks the work items of params.h (rows; a row per warp for merge;
+ * 1024-element blocks for reduce)
  * with a grid-stride loop, so any grid is correct; dcpk_<family>_grid() gives one
  * block per item. Block sizes: DCPK_SIMPLE_KERNELS in variants.h.
  * Activation arrays (K/V sources, partial and merged outputs, reduce operands) are
@@ -92,6 +93,147 @@ __device__ __forceinline__ void sink_rows(const dcpk_sink_params &p)
     }
 }
 
+/**
+ * Deliberate bugs of the merge kernel, for tests/kernels_build to prove that its
+ * emulated tests catch them (the fatbin instantiates none): short_max drops the
+ * xor-16 step of the warp's max, so lanes 0-15 never see the LSEs lanes 16-31
+ * hold (a row whose largest LSE is there overflows exp); tree_sum adds the
+ * exponentials as a butterfly instead of in source order (other bits than the
+ * CPU implementation's).
+ */
+enum class MergeMutant { none, short_max, tree_sum };
+
+constexpr uint32_t kFullWarp = 0xffffffffu;
+/** Rows dcpk_merge's block merges at once: one per warp (params.h's work item). */
+constexpr uint32_t kMergeWarps = kBlock_merge / 32;
+static_assert(kMergeWarps == DCPK_MERGE_ROWS_PER_ITEM, "a dcpk_merge work item is one row per warp");
+/** Output columns a lane accumulates per pass over the sources (32 x this per warp). */
+constexpr uint32_t kMergeCols = 4;
+
+/**
+ * dcpk_merge_lambda of one row, by one warp: the lanes take sources lane, lane +
+ * 32, ...; the max (and whether any LSE is NaN or +inf) by xor shuffles, exact in
+ * any order; the exponentials computed by their lanes and added in source order
+ * (each lane adds the 32 of a round, shuffled from their lanes, one after another),
+ * the order of dcpk_merge_lambda: the same bits. Every lane returns it.
+ */
+template <MergeMutant M>
+__device__ __forceinline__ float warp_merge_lambda(const float *lse, uint32_t n, uint64_t stride, uint32_t lane)
+{
+    const float neg_inf = dcpk_neg_inf();
+    float m = neg_inf;
+    uint32_t bad = 0;
+    for (uint32_t s = lane; s < n; s += 32) {
+        const float v = lse[s * stride];
+        bad |= dcpk_lse_poisoned(v) ? 1u : 0u;
+        m = v > m ? v : m;
+    }
+    for (int off = M == MergeMutant::short_max ? 8 : 16; off > 0; off >>= 1) {
+        const float o = __shfl_xor_sync(kFullWarp, m, off);
+        m = o > m ? o : m;
+        bad |= __shfl_xor_sync(kFullWarp, bad, off);
+    }
+    m = __shfl_sync(kFullWarp, m, 0); // one max for all lanes (+0 and -0 tie)
+    if (bad)
+        return dcpk_qnan();
+    if (m == neg_inf)
+        return neg_inf;
+    float sum = 0.0f;
+    for (uint32_t s0 = 0; s0 < n; s0 += 32) {
+        const float v = s0 + lane < n ? lse[(s0 + lane) * stride] : neg_inf;
+        const float t = dcpk_lse_empty(v) ? 0.0f : expf(v - m); // + 0 leaves the sum's bits as they are
+        if constexpr (M == MergeMutant::tree_sum) {
+            float x = t;
+            for (int off = 16; off > 0; off >>= 1)
+                x += __shfl_xor_sync(kFullWarp, x, off);
+            sum += x;
+        } else {
+            const uint32_t k = min(n - s0, 32u);
+            for (uint32_t j = 0; j < k; j++)
+                sum += __shfl_sync(kFullWarp, t, (int)j);
+        }
+    }
+    return m + logf(sum);
+}
+
+/**
+ * dcpk_merge from sources of dtype SD: one warp per row (kMergeWarps rows per block, rows grid-strided by
+ * warp). Lambda by warp_merge_lambda; then, kMergeCols x 32 columns at a time, each
+ * lane's weight exp(lse_s - Lambda) of source s0 + lane, the sources' non-empty
+ * mask by ballot, and every lane adds weight_s * o_s of its columns over s in
+ * order, from 0 (weights shuffled from their lanes), rounding to out_dtype once:
+ * dcpk_merge_cpu's arithmetic in its order, for any number of sources. No shared
+ * memory, no block barrier.
+ */
+template <MergeMutant M, uint32_t SD>
+__device__ __forceinline__ void merge_rows_from(const dcpk_merge_params &p)
+{
+    const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const float neg_inf = dcpk_neg_inf();
+    const float *src_lse = reinterpret_cast<const float *>(p.src_lse);
+    const void *src_o = reinterpret_cast<const void *>(p.src_o);
+    for (uint64_t row = block_linear() * kMergeWarps + warp; row < p.rows; row += grid_blocks() * kMergeWarps) {
+        const float total = warp_merge_lambda<M>(src_lse + row, p.n_src, p.src_stride_lse, lane);
+        const uint64_t chunk = row / p.rows_per_chunk, in_chunk = row % p.rows_per_chunk;
+        const uint64_t out_row = chunk * p.out_chunk_stride + in_chunk * p.v_dim;
+        for (uint32_t d0 = 0; d0 < p.v_dim; d0 += 32 * kMergeCols) {
+            float acc[kMergeCols];
+#pragma unroll
+            for (uint32_t k = 0; k < kMergeCols; k++)
+                acc[k] = 0.0f;
+            for (uint32_t s0 = 0; s0 < p.n_src; s0 += 32) {
+                const bool mine = s0 + lane < p.n_src;
+                const float lse = mine ? src_lse[(s0 + lane) * p.src_stride_lse + row] : neg_inf;
+                const float w = dcpk_merge_weight(lse, total);
+                const uint32_t live = __ballot_sync(kFullWarp, mine && !dcpk_lse_empty(lse));
+                const uint32_t n = min(p.n_src - s0, 32u);
+                for (uint32_t j = 0; j < n; j++) {
+                    const float wj = __shfl_sync(kFullWarp, w, (int)j);
+                    if (!(live >> j & 1u))
+                        continue; // never 0 * o: an empty source's o may hold anything
+                    const uint64_t o = (s0 + j) * p.src_stride_o + row * p.v_dim;
+#pragma unroll
+                    for (uint32_t k = 0; k < kMergeCols; k++) {
+                        const uint32_t d = d0 + 32 * k + lane;
+                        if (d < p.v_dim) // even at weight 0: a NaN in o_s shows
+                            acc[k] += wj * dcpk_load_as_f32(src_o, o + d, SD);
+                    }
+                }
+            }
+#pragma unroll
+            for (uint32_t k = 0; k < kMergeCols; k++) {
+                const uint32_t d = d0 + 32 * k + lane;
+                if (d < p.v_dim)
+                    store_as(p.out, out_row + d, p.out_dtype, acc[k]);
+            }
+        }
+        if (p.out_lse != 0 && lane == 0)
+            reinterpret_cast<float *>(p.out_lse)[chunk * p.out_lse_chunk_stride + in_chunk] = total;
+    }
+}
+
+/**
+ * dcpk_merge's body: merge_rows_from of the sources' dtype (a compile-time dtype: one
+ * load per element, no dtype switch in the inner loop).
+ */
+template <MergeMutant M>
+__device__ __forceinline__ void merge_rows(const dcpk_merge_params &p)
+{
+    if (p.rows_per_chunk == 0 || !dcpk_act_dtype_ok(p.src_dtype) || !dcpk_act_dtype_ok(p.out_dtype))
+        return;
+#define DCPK_MERGE_FROM_(NAME, name, bytes, scaled, wire, codec) \
+    case DCPK_##NAME:                                             \
+        if constexpr ((wire) != 0)                                \
+            merge_rows_from<M, DCPK_##NAME>(p);                   \
+        return;
+    switch (p.src_dtype) {
+        DCPK_DTYPES(DCPK_MERGE_FROM_)
+    default:
+        return;
+    }
+#undef DCPK_MERGE_FROM_
+}
+
 } // namespace dcpk
 
 /** Work item = (token, kv head): writes its K row and, unless MLA, its V row. */
@@ -132,52 +274,11 @@ extern "C" __global__ void __launch_bounds__(dcpk::kBlock_fill) dcpk_fill(const 
     }
 }
 
-/**
- * Work item = row: out = sum over sources of weight * o_s, empty sources (LSE
- * -inf) skipped, in source order. Lambda and the weights are computed once per
- * row (dcpk_merge_lambda / dcpk_merge_weight), the weights a batch at a time.
- */
-extern "C" __global__ void __launch_bounds__(dcpk::kBlock_merge) dcpk_merge(const dcpk_merge_params p)
+/* At least 8 blocks per SM: without a minimum ptxas held the entry to 32 registers
+ * and spilled. */
+extern "C" __global__ void __launch_bounds__(dcpk::kBlock_merge, 8) dcpk_merge(const dcpk_merge_params p)
 {
-    constexpr uint32_t kBatch = dcpk::kBlock_merge;
-    static __shared__ float weight[kBatch];
-    static __shared__ bool empty[kBatch];
-    static __shared__ float lambda;
-    if (p.rows_per_chunk == 0 || !dcpk_act_dtype_ok(p.src_dtype) || !dcpk_act_dtype_ok(p.out_dtype))
-        return;
-    const float *src_lse = reinterpret_cast<const float *>(p.src_lse);
-    const void *src_o = reinterpret_cast<const void *>(p.src_o);
-    for (uint64_t row = dcpk::block_linear(); row < p.rows; row += dcpk::grid_blocks()) {
-        if (threadIdx.x == 0)
-            lambda = dcpk_merge_lambda(src_lse + row, p.n_src, p.src_stride_lse);
-        __syncthreads();
-        const float total = lambda;
-        const uint64_t chunk = row / p.rows_per_chunk, in_chunk = row % p.rows_per_chunk;
-        const uint64_t out_row = chunk * p.out_chunk_stride + in_chunk * p.v_dim;
-        // Batches of sources: the first starts from 0, later ones add to what is
-        // there (one batch holds up to kBlock_merge sources: out is rounded to
-        // out_dtype once per batch, once in every merge the engine makes).
-        for (uint32_t s0 = 0; s0 == 0 || s0 < p.n_src; s0 += kBatch) {
-            const uint32_t n = p.n_src > s0 ? min(p.n_src - s0, kBatch) : 0u;
-            if (threadIdx.x < n) {
-                const float lse = src_lse[(s0 + threadIdx.x) * p.src_stride_lse + row];
-                empty[threadIdx.x] = dcpk_lse_empty(lse);
-                weight[threadIdx.x] = dcpk_merge_weight(lse, total);
-            }
-            __syncthreads();
-            for (uint32_t d = threadIdx.x; d < p.v_dim; d += blockDim.x) {
-                float acc = s0 == 0 ? 0.f : dcpk_load_as_f32(reinterpret_cast<const void *>(p.out), out_row + d, p.out_dtype);
-                for (uint32_t s = 0; s < n; s++)
-                    if (!empty[s]) // even at weight 0: a NaN in o_s shows
-                        acc += weight[s] * dcpk_load_as_f32(src_o, (s0 + s) * p.src_stride_o + row * p.v_dim + d,
-                                                            p.src_dtype);
-                dcpk::store_as(p.out, out_row + d, p.out_dtype, acc);
-            }
-            __syncthreads();
-        }
-        if (p.out_lse != 0 && threadIdx.x == 0)
-            reinterpret_cast<float *>(p.out_lse)[chunk * p.out_lse_chunk_stride + in_chunk] = total;
-    }
+    dcpk::merge_rows<dcpk::MergeMutant::none>(p);
 }
 
 /**

@@ -46,6 +46,7 @@ struct layout_result {
     double median_step, p99_step, tokens_per_second;
     struct check_result check;
     enum dcp_dtype wire;          /* what the engine put on the DCP wire (its info.comm_dtype); dcp 1: none */
+    enum dcp_comm_scheme comm;    /* the merge scheme the engine runs (its info.comm: auto resolved) */
     bool ok;
 };
 
@@ -201,6 +202,7 @@ static int run_layout(const dcp_deployment *dep, const struct run_opts *o, uint3
     }
     snprintf(res->backend, sizeof(res->backend), "%s (%s)", s.info.backend, s.info.backend_detail);
     res->wire = s.info.comm_dtype;
+    res->comm = s.info.comm;
     snprintf(res->notice, sizeof(res->notice), "%s", s.info.backend_notice);
     snprintf(res->libraries, sizeof(res->libraries), "%s", s.info.backend_libraries);
     res->offered = reqs->count;
@@ -258,7 +260,7 @@ static void print_text(const struct dcp_config *cfg, const char *path, const str
         if (r[i].dcp == 1)
             snprintf(h, sizeof(h), "TP baseline (dcp=1)");
         else
-            snprintf(h, sizeof(h), "DCP (dcp=%u, %s)", r[i].dcp, dcp_comm_scheme_name(cfg->parallel.comm));
+            snprintf(h, sizeof(h), "DCP (dcp=%u, %s)", r[i].dcp, dcp_comm_scheme_name(r[i].comm));
         printf("%24s", h);
     }
     printf("\n");
@@ -319,6 +321,7 @@ static void print_json(const struct dcp_config *cfg, const char *path, const str
         json_begin_object(&w);
         json_kv_string(&w, "name", r[i].dcp == 1 ? "tp_baseline" : "dcp");
         json_kv_uint(&w, "dcp", r[i].dcp);
+        json_kv_string(&w, "comm", dcp_comm_scheme_name(r[i].comm));
         json_kv_string(&w, "backend", r[i].backend);
         json_kv_string(&w, "backend_notice", r[i].notice);
         json_kv_string(&w, "backend_libraries", r[i].libraries);

@@ -87,6 +87,7 @@ const struct config_key config_keys[] = {
     NUMBER("hardware.tflops_fp4", hardware.flops_fp4, 0, 0, 0, 1e6, 1e12),
     NUMBER("hardware.internode_gbps", hardware.internode_bandwidth, 0, 0, 0, 1e6, 1e9),
     NUMBER("hardware.internode_latency_us", hardware.internode_latency, 0, 2.7, 0, 1e6, 1e-6),
+    NUMBER("hardware.peer_latency_us", hardware.peer_latency, 0, 3.7, 0, 1e6, 1e-6),
 
     SECTION("parallel", ALL),
     INT("parallel.tp", parallel.tp, ALL, ALL, 0, 1, 65536),

@@ -520,7 +520,7 @@ DCP_API int dcp_engine_create(const struct dcp_engine_params *params, dcp_engine
     if (err)
         goto fail;
     err = open_backend(e);
-    if (err || (err = dcp_engine_layers_check_backend(e)))
+    if (err || (err = dcp_engine_layers_check_backend(e)) || (err = dcp_merge_resolve(e)))
         goto fail;
     err = size_pools(e, e->caps.host_memory);
     if (err)
@@ -638,6 +638,7 @@ DCP_API void dcp_engine_get_info(const dcp_engine *e, struct dcp_engine_info *in
         .max_context = e->max_context,
         .act_dtype = (enum dcp_dtype)e->act_dtype,
         .comm_dtype = (enum dcp_dtype)e->part_dtype,
+        .comm = e->comm,
         .layers = e->layer_kinds,
         .ring_pages = e->ring_pages,
     };
@@ -683,6 +684,8 @@ static int settle(struct dcp_engine *e)
         int err = e->ops->recover ? e->ops->recover(e)
                                   : dcp_error(DCP_EABORTED, "the %s backend cannot restart its collectives",
                                               e->ops->name);
+        if (!err)
+            err = dcp_merge_recover(e);
         if (err)
             dcp_engine_fail(e, dcp_last_error()[0] ? dcp_last_error() : dcp_strerror(err));
     }

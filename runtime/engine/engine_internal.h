@@ -70,6 +70,17 @@ struct dcp_backend_ops {
     int (*reduce_scatter)(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t count, uint32_t dtype);
     /** recv[s][bytes] = member s's send[group_rank][bytes]. */
     int (*all_to_all)(struct dcp_rank *r, uint64_t send, uint64_t recv, size_t bytes);
+    /** Optional (parallel.comm p2p, with caps.peer_writes): queues stores of bytes from src (this rank's
+     *  memory) to dst, memory of group member peer (this rank included) that this rank reaches, then a
+     *  release store (system scope) of epoch into the uint64 at flag (member peer's), ordered after every
+     *  store before it. Bytes for another member count as wire bytes. */
+    int (*peer_put)(struct dcp_rank *r, uint32_t peer, uint64_t dst, uint64_t src, size_t bytes, uint64_t flag,
+                    uint64_t epoch);
+    /** Optional (p2p): queues a wait until each of the n uint64 at flags (this rank's; member g publishes
+     *  flags[g]) is at least epoch (acquire loads), before the work queued after it. Bounded by the comm
+     *  timeout: DCP_ETIMEOUT naming the member whose epoch did not come (the group is aborted), never a
+     *  hang; DCP_EABORTED when the step was aborted meanwhile. */
+    int (*peer_wait)(struct dcp_rank *r, uint64_t flags, uint32_t n, uint64_t epoch);
     /** Optional: bytes the rank's collectives sent to other ranks so far, counted where the
      *  backend sees them move (shared-memory and device copies: what peers copied from it;
      *  NCCL: what it handed NCCL for other ranks). For tests (tests/engine/test_engine_wire.c). */
@@ -123,6 +134,7 @@ struct dcp_backend_caps {
     char libraries[512];    ///< Files it loaded and their versions, for dcp_engine_info.backend_libraries.
     uint32_t layer_types;   ///< Bit 1 << enum dcp_layer_type per layer kind it runs (its kernels have entries).
     bool sinks;             ///< It runs the sink kernel (layers with sink: true).
+    bool peer_writes;       ///< peer_put/peer_wait work between the ranks of each DCP group of this process.
 };
 
 /** Per-rank buffers of the layer kinds (runtime/engine/layers.c); 0 where the engine has no such layer. */
@@ -348,6 +360,14 @@ enum dcp_collective { DCP_ALL_GATHER, DCP_REDUCE_SCATTER, DCP_ALL_TO_ALL };
 /** Runs one collective of the rank's group, timed as PROF_COMM: n is bytes per member, or
  *  elements of the engine's part_dtype per member for DCP_REDUCE_SCATTER. */
 int dcp_rank_collective(struct dcp_rank *r, enum dcp_collective kind, uint64_t send, uint64_t recv, size_t n);
+
+/** Starts a timed operation of the rank (profile): pair with dcp_rank_timed_end. */
+int dcp_rank_timed_begin(struct dcp_rank *r, uint32_t *token);
+/** Ends it, counted as one call of cat when err is DCP_OK; returns err (or the timer's error). */
+int dcp_rank_timed_end(struct dcp_rank *r, uint32_t token, enum dcp_prof_cat cat, int err);
+/** Before waiting for the rest of the group: refuses (and aborts the step) when this thread also drives a
+ *  member it would wait for (rank.c check_group_threads). */
+int dcp_rank_check_group(struct dcp_rank *r);
 
 /** The backend's wire byte count of a rank (ops->wire_bytes), 0 when it keeps none. */
 uint64_t dcp_rank_wire_bytes(const struct dcp_rank *r);

@@ -108,7 +108,8 @@ static void plan_q_buffers(const struct dcp_engine *e, struct dcp_merge_buffers 
     const uint64_t T = e->max_qtokens, H = e->geo.q_heads_per_rank, N = e->geo.dcp, part = dcpk_dtype_size(e->part_dtype);
     if (e->replicate_q)
         return;
-    dcp_buffer_plan_add(bp, &b->q_gathered, N * T, H, e->geo.qk_dim, part);
+    /* p2p: two slots the peers store into, by the exchange's parity (p2p_exchange). */
+    dcp_buffer_plan_add(bp, &b->q_gathered, (e->comm == DCP_COMM_P2P ? 2 : 1) * N * T, H, e->geo.qk_dim, part);
     if (e->act_dtype != e->part_dtype) { /* this rank's queries, converted (convert_q) */
         dcp_buffer_plan_add(bp, &b->q_own, T, H, e->geo.qk_dim, part);
         dcp_buffer_plan_add(bp, &b->q_lse_zero, T, H, sizeof(float), 1);
@@ -282,6 +283,113 @@ static int a2a_run(struct dcp_rank *r, uint64_t out, uint64_t lse)
     return err ? err : merge_packed(r, b->recv, out, lse);
 }
 
+/* ---- p2p: a2a's chunks stored straight into the peers' receive slots, published by an epoch ---- */
+
+enum dcp_p2p_mutant dcp_p2p_test_mutant = DCP_P2P_MUTANT_NONE;
+
+/* The same rows as a2a (queries, then outputs + LSEs), each one round of peer writes. */
+static void p2p_rows(const struct comm_dims *d, struct dcp_plan_comm *c)
+{
+    q_gather_row(d, c, DCP_PLAN_COMM_PEER_WRITE);
+    add_row(c, DCP_PLAN_COMM_PEER_WRITE, "outputs + LSEs", d, d->peers * d->heads * (d->v * d->wire + LSE_BYTES));
+}
+
+/* a2a's send chunks; two receive areas of dcp chunks (by the exchange's parity: a slot is
+ * stored into again two exchanges later, when every peer has consumed it, see p2p_exchange);
+ * the epochs the members publish. The query slots are planned with the gather's (plan_q_buffers). */
+static void p2p_buffers(const struct dcp_engine *e, struct dcp_merge_buffers *b, struct dcp_buffer_plan *bp)
+{
+    const struct packed_chunk c = engine_chunk(e, e->max_qtokens, &bp->overflow);
+    dcp_buffer_plan_add(bp, &b->part, e->geo.dcp, c.bytes, 1, 1);
+    dcp_buffer_plan_add(bp, &b->recv, 2 * (uint64_t)e->geo.dcp, c.bytes, 1, 1);
+    dcp_buffer_plan_add(bp, &b->p2p_flags, e->geo.dcp, sizeof(uint64_t), 1, 1);
+}
+
+/* Member g of r's group (dcp_merge_resolve made sure every member is a local rank). */
+static const struct dcp_rank *member(const struct dcp_rank *r, uint32_t g)
+{
+    return &r->engine->ranks[r->local_index - r->group_rank + g];
+}
+
+/* Which receive area of a kind an exchange uses. */
+struct p2p_slot {
+    uint64_t area_bytes;   ///< Bytes of one parity's area (sized for max_query_tokens).
+    bool queries;          ///< The query slots (q_gathered), else the outputs' (recv).
+};
+
+static uint64_t slot_base(const struct dcp_rank *m, const struct p2p_slot *s, uint64_t epoch)
+{
+    return (s->queries ? m->buf.merge.q_gathered : m->buf.merge.recv) + (epoch & 1) * s->area_bytes;
+}
+
+/*
+ * One exchange: this rank's chunk for member g (bytes at src + g * src_stride) is stored into
+ * member g's slot of this rank in its receive area of this exchange's parity, and this rank's
+ * epoch into member g's flags; then the rank waits until every member's epoch is this
+ * exchange's. Every rank runs the same exchanges in the same order, so the epochs agree.
+ * A slot is stored into again two exchanges later: by then its owner has consumed it (a member
+ * stores exchange e + 2 only after its wait of e + 1, which needs the owner's stores of e + 1,
+ * queued after the owner's consumer of e). Returns the epoch in *epoch.
+ */
+static int p2p_exchange(struct dcp_rank *r, const struct p2p_slot *s, uint64_t src, uint64_t src_stride,
+                        uint64_t bytes, uint64_t *epoch)
+{
+    const struct dcp_engine *e = r->engine;
+    const uint32_t n = e->geo.dcp, self = r->group_rank;
+    const enum dcp_p2p_mutant mutant = dcp_p2p_test_mutant;
+    uint32_t t = 0;
+    int err = dcp_rank_check_group(r);
+    if (err || (err = dcp_rank_timed_begin(r, &t)))
+        return err;
+    struct dcp_merge_buffers *b = &r->buf.merge;
+    const uint64_t ep = mutant == DCP_P2P_MUTANT_NO_EPOCH_BUMP ? 1 : ++b->p2p_epoch;
+    const uint64_t published = mutant == DCP_P2P_MUTANT_NO_PUBLISH ? ep - 1 : ep;
+    /* Peers from the next one round, this rank's own slot last. */
+    for (uint32_t k = 1; k <= n && !err; k++) {
+        const uint32_t g = (self + k) % n;
+        const struct dcp_rank *m = member(r, g);
+        const uint32_t slot = mutant == DCP_P2P_MUTANT_WRONG_SLOT ? g : self;
+        err = e->ops->peer_put(r, g, slot_base(m, s, ep) + slot * bytes, src + g * src_stride, bytes,
+                               m->buf.merge.p2p_flags + self * sizeof(uint64_t), published);
+    }
+    if (!err)
+        err = e->ops->peer_wait(r, b->p2p_flags, n, ep);
+    *epoch = ep;
+    return dcp_rank_timed_end(r, t, PROF_COMM, err);
+}
+
+/* The query gather as one exchange: this rank's T x H_l queries (converted to the wire dtype
+ * first, as gather_q_collective does) into every member's query slot; *q_all: this rank's slots. */
+static int gather_q_p2p(struct dcp_rank *r, uint64_t q, uint64_t *q_all)
+{
+    const struct dcp_engine *e = r->engine;
+    const struct dcp_merge_buffers *b = &r->buf.merge;
+    const bool convert = e->act_dtype != e->part_dtype;
+    int err = convert ? convert_rows(r, PROF_OTHER, q, b->q_lse_zero, b->q_own, e->geo.qk_dim, e->act_dtype,
+                                     e->part_dtype)
+                      : DCP_OK;
+    const uint64_t row = (uint64_t)e->geo.q_heads_per_rank * e->geo.qk_dim * dcpk_dtype_size(e->part_dtype);
+    const struct p2p_slot slot = {.area_bytes = (uint64_t)e->geo.dcp * e->max_qtokens * row, .queries = true};
+    uint64_t ep = 0;
+    if (!err)
+        err = p2p_exchange(r, &slot, convert ? b->q_own : q, 0, e->step.tokens * row, &ep);
+    *q_all = slot_base(r, &slot, ep);
+    return err;
+}
+
+static int p2p_run(struct dcp_rank *r, uint64_t out, uint64_t lse)
+{
+    const struct dcp_engine *e = r->engine;
+    bool ovf = false;
+    const struct p2p_slot slot = {.area_bytes = dcp_mul_u64(e->geo.dcp, engine_chunk(e, e->max_qtokens, &ovf).bytes,
+                                                            &ovf),
+                                  .queries = false};
+    const uint64_t chunk = step_chunk(e).bytes;
+    uint64_t ep = 0;
+    const int err = p2p_exchange(r, &slot, r->buf.merge.part, chunk, chunk, &ep);
+    return err ? err : merge_packed(r, slot_base(r, &slot, ep), out, lse);
+}
+
 /* ---- the table ----------------------------------------------------------------------------- */
 
 /** One merge scheme's behaviour. */
@@ -299,18 +407,23 @@ struct merge_scheme {
 const char *const dcp_merge_scheme_names[DCP_MERGE_SCHEME_COUNT] = {
     [DCP_COMM_AG_RS] = "ag_rs",
     [DCP_COMM_A2A] = "a2a",
+    [DCP_COMM_P2P] = "p2p",
+    [DCP_COMM_AUTO] = "auto",
 };
 
-static const struct merge_scheme schemes[DCP_MERGE_SCHEME_COUNT] = {
+/* p2p sends its partial outputs from a2a's chunks (a2a_target). auto has no row: the
+ * engine (dcp_merge_resolve) and the planner (plan_scheme) resolve it first. */
+static const struct merge_scheme schemes[DCP_COMM_AUTO] = {
     [DCP_COMM_AG_RS] = {ag_rs_rows, ag_rs_buffers, ag_rs_target, ag_rs_run},
     [DCP_COMM_A2A] = {a2a_rows, a2a_buffers, a2a_target, a2a_run},
+    [DCP_COMM_P2P] = {p2p_rows, p2p_buffers, a2a_target, p2p_run},
 };
 
-/* The row of a scheme (configs are validated: a value outside the table is a
- * programming error, and gets the first row rather than a crash). */
+/* The row of a scheme (configs are validated and auto is resolved: a value outside the
+ * table is a programming error, and gets a2a's row rather than a crash). */
 static const struct merge_scheme *scheme_of(enum dcp_comm_scheme s)
 {
-    return (unsigned)s < DCP_MERGE_SCHEME_COUNT ? &schemes[s] : &schemes[0];
+    return (unsigned)s < DCP_COMM_AUTO ? &schemes[s] : &schemes[DCP_COMM_A2A];
 }
 
 /* ---- the interface (merge.h) ------------------------------------------------------------- */
@@ -339,6 +452,43 @@ int dcp_merge_rank_init(struct dcp_rank *r)
     return err;
 }
 
+int dcp_merge_resolve(struct dcp_engine *e)
+{
+    const uint32_t n = e->geo.dcp;
+    const bool groups_here = e->params.rank_begin % n == 0 && e->num_ranks % n == 0;
+    const bool can = e->caps.peer_writes && e->ops->peer_put && e->ops->peer_wait;
+    if (e->comm == DCP_COMM_AUTO)
+        e->comm = n > 1 && can && groups_here ? DCP_COMM_P2P : DCP_COMM_A2A;
+    if (e->comm != DCP_COMM_P2P || n == 1)
+        return DCP_OK;
+    if (!can)
+        return dcp_error(DCP_ENOTSUP, "parallel.comm p2p: the %s backend cannot store into the other ranks' memory "
+                         "here; use a2a, or auto (a2a where p2p cannot run)", e->ops->name);
+    if (!groups_here)
+        return dcp_error(DCP_ENOTSUP, "parallel.comm p2p: this process runs ranks %u..%u, and p2p needs every rank "
+                         "of a DCP group (dcp=%u) in one process; use a2a, or auto", e->params.rank_begin,
+                         e->params.rank_begin + e->num_ranks - 1, n);
+    return DCP_OK;
+}
+
+int dcp_merge_recover(struct dcp_engine *e)
+{
+    if (e->comm != DCP_COMM_P2P || e->geo.dcp == 1)
+        return DCP_OK;
+    const uint64_t zeros[64] = {0};
+    for (uint32_t i = 0; i < e->num_ranks; i++) {
+        struct dcp_rank *r = &e->ranks[i];
+        r->buf.merge.p2p_epoch = 0;
+        for (uint32_t g = 0; g < e->geo.dcp; g += 64) {
+            const uint32_t k = DCP_MIN(64u, e->geo.dcp - g);
+            int err = e->ops->upload(r, r->buf.merge.p2p_flags + g * sizeof(uint64_t), zeros, k * sizeof(uint64_t));
+            if (err)
+                return err;
+        }
+    }
+    return DCP_OK;
+}
+
 int dcp_merge_gather_q(struct dcp_rank *r, uint64_t q, uint64_t *q_all, uint32_t *q_dtype)
 {
     const struct dcp_engine *e = r->engine;
@@ -347,8 +497,10 @@ int dcp_merge_gather_q(struct dcp_rank *r, uint64_t q, uint64_t *q_all, uint32_t
         *q_dtype = e->act_dtype;
         return DCP_OK;
     }
-    *q_all = r->buf.merge.q_gathered;
     *q_dtype = e->part_dtype;
+    if (e->comm == DCP_COMM_P2P)
+        return gather_q_p2p(r, q, q_all);
+    *q_all = r->buf.merge.q_gathered;
     return gather_q_collective(r, q);
 }
 
@@ -364,10 +516,25 @@ int dcp_merge_run(struct dcp_rank *r, uint64_t out, uint64_t lse)
 
 /* Per-rank geometry without DCP (the heads a rank owns), as the planner uses it.
  * The deployment was validated, so dcp = 1 always has a geometry. */
+/* The scheme the planner prices: auto is p2p unless a DCP group spans nodes (peer stores
+ * reach only this node's GPUs), where it is a2a. */
+static enum dcp_comm_scheme plan_scheme(const struct dcp_config *cfg)
+{
+    if (cfg->parallel.comm != DCP_COMM_AUTO)
+        return cfg->parallel.comm;
+    const uint64_t per_node = cfg->hardware.gpus_per_node ? cfg->hardware.gpus_per_node : 1;
+    const uint64_t n = cfg->parallel.dcp ? cfg->parallel.dcp : 1;
+    const uint64_t gpus = per_node * (cfg->hardware.nodes ? cfg->hardware.nodes : 1);
+    for (uint64_t first = 0; first + n <= gpus; first += n) /* groups are n consecutive GPUs */
+        if (first / per_node != (first + n - 1) / per_node)
+            return DCP_COMM_A2A;
+    return DCP_COMM_P2P;
+}
+
 void dcp_merge_plan_comm(const struct dcp_config *cfg, struct dcp_plan_comm *out)
 {
     memset(out, 0, sizeof(*out));
-    out->scheme = cfg->parallel.comm;
+    out->scheme = plan_scheme(cfg);
     const uint32_t n = cfg->parallel.dcp;
     if (n <= 1)
         return;
@@ -382,7 +549,7 @@ void dcp_merge_plan_comm(const struct dcp_config *cfg, struct dcp_plan_comm *out
         .wire = dcp_dtype_size(dcp_wire_dtype_of(cfg->parallel.comm_dtype, DCP_PLAN_ACT_DTYPE)),
         .replicate_q = cfg->parallel.replicate_q,
     };
-    scheme_of(cfg->parallel.comm)->plan_rows(&d, out);
+    scheme_of(out->scheme)->plan_rows(&d, out);
     for (uint32_t i = 0; i < out->num_rows; i++) {
         out->total_send += out->rows[i].send_bytes;
         out->total_recv += out->rows[i].recv_bytes;

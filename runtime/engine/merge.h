@@ -19,20 +19,24 @@
 struct dcp_engine;
 struct dcp_rank;
 
-/** Values of enum dcp_comm_scheme that name a scheme (the config's choices, in enum order). */
-#define DCP_MERGE_SCHEME_COUNT 2
+/** Values of enum dcp_comm_scheme the config names (ag_rs, a2a, p2p, auto: in enum order). */
+#define DCP_MERGE_SCHEME_COUNT 4
 /** Config names of the schemes, indexed by enum dcp_comm_scheme (merge.c). */
 extern const char *const dcp_merge_scheme_names[DCP_MERGE_SCHEME_COUNT];
 
 /** Per-rank buffers the schemes use (0 where a scheme needs none). Sized for T = max_query_tokens. */
 struct dcp_merge_buffers {
-    uint64_t q_gathered; ///< comm dtype [dcp][T][H_l][qk]: every rank's queries (dcp > 1 without replicate_q)
+    uint64_t q_gathered; ///< comm dtype [dcp][T][H_l][qk]: every rank's queries (dcp > 1 without replicate_q);
+                         ///< p2p: two such slots (by the exchange's parity) that the peers store into
     uint64_t q_own;      ///< comm dtype [T][H_l][qk]: this rank's queries converted for the gather (act != comm dtype)
     uint64_t q_lse_zero; ///< fp32 [T][H_l] zeros: the LSEs of that conversion by the merge kernel
     uint64_t part;       ///< Partial outputs, comm dtype, [dcp] destination chunks (a2a: each an a2a chunk, LSEs packed)
     uint64_t part_lse;   ///< fp32 [dcp][T][H_l] partial LSEs (ag_rs)
-    uint64_t recv;       ///< a2a: received chunks [dcp][a2a chunk]; ag_rs: the LSE gather [dcp][dcp][T][H_l] fp32
+    uint64_t recv;       ///< a2a: received chunks [dcp][a2a chunk]; ag_rs: the LSE gather [dcp][dcp][T][H_l] fp32;
+                         ///< p2p: two a2a receive areas (by the exchange's parity) that the peers store into
     uint64_t rs_out;     ///< comm dtype [T][H_l][o]: the ag_rs ReduceScatter's result when out is of another dtype
+    uint64_t p2p_flags;  ///< p2p: uint64 [dcp]: the epoch each member published into this rank (peers store it)
+    uint64_t p2p_epoch;  ///< p2p: exchanges this rank ran since creation or the last recovery (a host counter)
 };
 
 /** Buffers to allocate per rank: sizes and where each address goes. */
@@ -63,6 +67,26 @@ uint32_t dcp_merged_v_dim(const struct dcp_config *cfg, uint32_t v_dim);
 
 /** The engine's scheme's buffers (dcp > 1), added to bp with their addresses in b. */
 void dcp_merge_plan_buffers(const struct dcp_engine *e, struct dcp_merge_buffers *b, struct dcp_buffer_plan *bp);
+
+/**
+ * After the backend is open: resolves parallel.comm auto into e->comm (p2p when the backend
+ * reports peer_writes and every DCP group with a rank here is all here, else a2a), and refuses
+ * p2p where it cannot run (DCP_ENOTSUP with the reason).
+ */
+int dcp_merge_resolve(struct dcp_engine *e);
+
+/** After an aborted step, while no rank runs: the p2p epochs start again from 0 on every rank. */
+int dcp_merge_recover(struct dcp_engine *e);
+
+/** Test hook: a deliberate bug in the p2p exchange, which the tests must catch (0: none). */
+enum dcp_p2p_mutant {
+    DCP_P2P_MUTANT_NONE = 0,
+    DCP_P2P_MUTANT_NO_EPOCH_BUMP, ///< Every exchange publishes and waits for epoch 1.
+    DCP_P2P_MUTANT_WRONG_SLOT,    ///< A rank stores into the peer's slot of the peer, not its own.
+    DCP_P2P_MUTANT_NO_PUBLISH,    ///< The epochs are never stored (the release store deleted).
+};
+/** The mutant the p2p exchange runs (tests only; set while no engine runs). */
+extern enum dcp_p2p_mutant dcp_p2p_test_mutant;
 
 /** After the rank's buffers are allocated: fills what the scheme needs before the first step. */
 int dcp_merge_rank_init(struct dcp_rank *r);

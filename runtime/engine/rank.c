@@ -117,6 +117,15 @@ static int timer_end(struct dcp_rank *r, uint32_t token, enum dcp_prof_cat cat, 
     return err;
 }
 
+int dcp_rank_timed_begin(struct dcp_rank *r, uint32_t *token) { return timer_begin(r, token); }
+
+int dcp_rank_timed_end(struct dcp_rank *r, uint32_t token, enum dcp_prof_cat cat, int err)
+{
+    return timer_end(r, token, cat, err);
+}
+
+int dcp_rank_check_group(struct dcp_rank *r) { return check_group_threads(r); }
+
 int dcp_rank_launch(struct dcp_rank *r, enum dcp_prof_cat cat, enum dcpk_kernel_id kernel, const void *params)
 {
     uint32_t t = 0;

@@ -225,6 +225,7 @@ int dcp_perf_model_init(const dcp_deployment *dep, uint32_t dcp, const struct dc
     m->network_bandwidth = hw->internode_bandwidth;
     m->collective_latency = hw->collective_latency;
     m->network_hop_latency = hw->internode_latency;
+    m->peer_latency = hw->peer_latency;
 
     /* Weights. P = dense + E e and A = dense + k e give one routed expert's
      * parameters e (all layers) and the part every token reads. */
@@ -297,7 +298,6 @@ static double ring_steps(enum dcp_plan_comm_kind kind, uint32_t n)
 {
     switch (kind) {
     case DCP_PLAN_COMM_ALL_REDUCE: return 2.0 * (n - 1);
-    case DCP_PLAN_COMM_PEER_WRITE: return 1;
     default: return n - 1;
     }
 }
@@ -314,18 +314,23 @@ double dcp_perf_collective_time(const struct dcp_perf_model *m, enum dcp_plan_co
     const bool net = link == DCP_PERF_LINK_NETWORK;
     const double hop = net ? m->network_hop_latency : m->params.hop_latency;
     const double bw = (net ? m->network_bandwidth : m->nvlink_bandwidth) * m->params.link_efficiency;
-    return m->collective_latency + ring_steps(kind, ranks) * hop + (bw > 0 ? bytes / bw : 0) + eager;
+    /* One round of one-sided stores with its epoch (comm p2p): its own fixed cost, no ring. */
+    const double fixed = kind == DCP_PLAN_COMM_PEER_WRITE ? m->peer_latency
+                                                          : m->collective_latency + ring_steps(kind, ranks) * hop;
+    return fixed + (bw > 0 ? bytes / bw : 0) + eager;
 }
 
-/* What a step does, summed over its entries. */
+/* What a step does, summed over its entries. Decode and prefill attention are
+ * separate kernels (engines call a decode kernel for the decode rows and a prefill
+ * kernel for the chunks, one after the other): [0] decode, [1] prefill. */
 struct work {
     double tokens;          /* through the GEMMs */
-    double kv_bytes;        /* KV bytes read per GPU, all layers */
-    double attn_flops;      /* attention FLOPs per GPU, all layers */
+    double kv_bytes[2];     /* KV bytes read per GPU, all layers */
+    double attn_flops[2];   /* attention FLOPs per GPU, all layers */
     double dcp_tokens;      /* query tokens through DCP's exchanges */
     uint32_t gathers;       /* prefill chunks that gather their context's KV */
     double gather_seconds;  /* their all-gathers, all layers */
-    uint32_t sequences;     /* sequences whose KV the step reads (attention calls per layer) */
+    uint32_t sequences[2];  /* sequences whose KV each kernel reads */
     bool prefill;           /* some entry prefills: the step runs eagerly */
 };
 
@@ -362,8 +367,8 @@ static double attended(const struct dcp_perf_model *m, double context)
 static void add_decode(const struct dcp_perf_model *m, struct work *w, double n, uint64_t context, uint32_t q_len)
 {
     w->tokens += n * q_len;
-    w->kv_bytes += n * kv_read(m, &m->kv, context);
-    w->attn_flops += n * q_len * attended(m, (double)context) * m->decode_flops;
+    w->kv_bytes[0] += n * kv_read(m, &m->kv, context);
+    w->attn_flops[0] += n * q_len * attended(m, (double)context) * m->decode_flops;
     w->dcp_tokens += n * q_len;
 }
 
@@ -375,10 +380,10 @@ static void add_prefill(const struct dcp_perf_model *m, struct work *w, uint64_t
 {
     /* A chunk token attends on average up to the middle of the chunk past start. */
     w->tokens += q;
-    w->attn_flops += (double)q * attended(m, (double)start + (double)(q + 1) / 2) * m->prefill_flops;
+    w->attn_flops[1] += (double)q * attended(m, (double)start + (double)(q + 1) / 2) * m->prefill_flops;
     const double own = kv_read(m, &m->kv, start + q);
     if (m->dcp == 1 || start == 0 || !m->gather_layers) {
-        w->kv_bytes += own;
+        w->kv_bytes[1] += own;
         return;
     }
     const double hbm = m->hbm_bandwidth * m->params.kv_efficiency;
@@ -393,10 +398,10 @@ static void add_prefill(const struct dcp_perf_model *m, struct work *w, uint64_t
     if (gather_comm + gathered / hbm <= q_gather) {
         w->gathers++;
         w->gather_seconds += gather_comm;
-        w->kv_bytes += gathered;
+        w->kv_bytes[1] += gathered;
     } else {
         w->dcp_tokens += q;
-        w->kv_bytes += own;
+        w->kv_bytes[1] += own;
     }
 }
 
@@ -415,10 +420,18 @@ static void price(const struct dcp_perf_model *m, const struct work *w, struct d
                  (m->hbm_bandwidth * p->weight_efficiency);
     t->gemm = 2.0 * m->active_params * w->tokens / m->tp / (m->gemm_peak * p->gemm_efficiency);
     t->linear = DCP_MAX(t->weights, t->gemm);
-    /* One attention call per layer reads every sequence's KV (a batched kernel). */
-    t->kv = w->kv_bytes / (m->hbm_bandwidth * p->kv_efficiency) + (w->sequences ? p->attention_call * m->layers : 0);
-    t->attention_flops = w->attn_flops / (m->attention_peak * p->attention_efficiency);
-    t->attention = DCP_MAX(t->kv, t->attention_flops);
+    /* Per phase (decode rows, prefill chunks), one attention call per layer reads
+     * every sequence's KV (a batched kernel) and is bound by its bytes or its FLOPs;
+     * the two kernels run one after the other. */
+    for (int k = 0; k < 2; k++) {
+        const double kv = w->kv_bytes[k] / (m->hbm_bandwidth * p->kv_efficiency) +
+                          (w->sequences[k] ? p->attention_call * m->layers : 0);
+        const double fl = w->attn_flops[k] / (m->attention_peak * p->attention_efficiency);
+        t->kv += kv;
+        t->attention_flops += fl;
+        t->phase_attention[k] = DCP_MAX(kv, fl);
+    }
+    t->attention = t->phase_attention[0] + t->phase_attention[1];
     /* Two all-reduces per layer (after attention and after the MLP/MoE). */
     t->tp_comm = 2.0 * m->layers *
                  dcp_perf_collective_time(m, DCP_PLAN_COMM_ALL_REDUCE, m->tp, m->tp_link, w->tokens * m->allreduce_bytes,
@@ -441,7 +454,7 @@ void dcp_perf_step_time(const struct dcp_perf_model *m, const struct dcp_sched_s
         const struct dcp_sched_entry *e = &s->entries[i];
         if (e->loaded)
             continue;
-        w.sequences++;
+        w.sequences[e->decode ? 0 : 1]++;
         if (e->decode) {
             add_decode(m, &w, 1, e->start + e->q_len, e->q_len);
         } else {
@@ -457,7 +470,7 @@ void dcp_perf_decode_time(const struct dcp_perf_model *m, uint64_t batch, uint64
 {
     struct work w = {0};
     if (batch && q_len) {
-        w.sequences = (uint32_t)DCP_MIN(batch, (uint64_t)UINT32_MAX);
+        w.sequences[0] = (uint32_t)DCP_MIN(batch, (uint64_t)UINT32_MAX);
         add_decode(m, &w, (double)batch, context, q_len);
     }
     price(m, &w, out);

@@ -113,3 +113,30 @@ double dcp_now_seconds(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+void dcp_poll_init(struct dcp_poll *p)
+{
+    p->spin_until = dcp_now_seconds() + DCP_POLL_SPIN_S;
+    p->spins = 0;
+    p->pause_ns = DCP_POLL_FIRST_SLEEP_NS;
+}
+
+long dcp_poll_pause(struct dcp_poll *p)
+{
+    if (p->spins < DCP_POLL_SPIN_MAX && dcp_now_seconds() < p->spin_until) {
+        p->spins++;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+#endif
+        return 0;
+    }
+    p->spins = DCP_POLL_SPIN_MAX; /* spinning never resumes */
+    const long slept = p->pause_ns;
+    struct timespec ts = {0, slept};
+    nanosleep(&ts, NULL);
+    if (p->pause_ns < DCP_POLL_MAX_SLEEP_NS)
+        p->pause_ns = DCP_MIN(p->pause_ns * 2, DCP_POLL_MAX_SLEEP_NS);
+    return slept;
+}

@@ -81,4 +81,32 @@ int dcp_grow_array(void **buf, size_t *cap, size_t need, size_t elem_size);
 /** Monotonic clock in seconds. */
 double dcp_now_seconds(void);
 
+/**
+ * Pacing of a polling loop (device work, NCCL enqueues): the first polls spin
+ * (a CPU pause hint between them) for at most DCP_POLL_SPIN_S seconds and
+ * DCP_POLL_SPIN_MAX polls, because what is polled usually finishes within
+ * microseconds and the shortest sleep costs tens of them (timer slack); then
+ * sleeps of 20 us doubling up to 1 ms, so a long wait does not burn a core.
+ */
+struct dcp_poll {
+    double spin_until; /**< monotonic seconds at which spinning stops */
+    uint32_t spins;    /**< polls spent spinning so far */
+    long pause_ns;     /**< the next sleep, once spinning is over */
+};
+
+/** Spinning lasts at most this long (seconds)... */
+#define DCP_POLL_SPIN_S 50e-6
+/** ...and at most this many polls. */
+#define DCP_POLL_SPIN_MAX 4096u
+/** The first sleep after spinning, and the longest. */
+#define DCP_POLL_FIRST_SLEEP_NS 20000L
+#define DCP_POLL_MAX_SLEEP_NS 1000000L
+
+/** Starts a polling loop's pacing now. */
+void dcp_poll_init(struct dcp_poll *p);
+
+/** Waits before the next poll: returns 0 after a spin (a pause hint), else the
+ *  nanoseconds it slept. */
+long dcp_poll_pause(struct dcp_poll *p);
+
 #endif /* DCP_UTIL_H */

@@ -487,10 +487,10 @@ static void test_enum_did_you_mean(void **state)
                      "t.yaml:8:13: model.kv_dtype: invalid value \"bf61\"; did you mean 'bf16'? "
                      "valid: fp32, bf16, fp16, fp8_e4m3");
     expect_one_error(MLA_MODEL H200 "parallel:\n  tp: 8\n  comm: a2\n" WORKLOAD,
-                     "t.yaml:15:9: parallel.comm: invalid value \"a2\"; did you mean 'a2a'? valid: ag_rs, a2a");
+                     "t.yaml:15:9: parallel.comm: invalid value \"a2\"; did you mean 'a2a'? valid: ag_rs, a2a, p2p, auto");
     /* Nothing alike: no guess. */
     expect_one_error(MLA_MODEL H200 "parallel:\n  tp: 8\n  comm: ring\n" WORKLOAD,
-                     "t.yaml:15:9: parallel.comm: invalid value \"ring\"; valid: ag_rs, a2a");
+                     "t.yaml:15:9: parallel.comm: invalid value \"ring\"; valid: ag_rs, a2a, p2p, auto");
 }
 
 static void test_missing_required(void **state)
@@ -590,7 +590,7 @@ static void test_several_errors_at_once(void **state)
         "t.yaml:13:14: hardware.link_gbps: expected a number, got \"450\" (quoted, so a string)",
         "t.yaml:14:3: hardware.nodez: unknown key 'nodez'; did you mean 'nodes'?",
         "t.yaml:18:3: parallel.tp: duplicate key 'tp' (first defined at line 16)",
-        "t.yaml:19:9: parallel.comm: invalid value \"allreduce\"; valid: ag_rs, a2a",
+        "t.yaml:19:9: parallel.comm: invalid value \"allreduce\"; valid: ag_rs, a2a, p2p, auto",
         "t.yaml:21:17: memory.gpu_fraction: gpu_fraction=1.5 is out of range; valid: > 0 and <= 1",
         "t.yaml:23:21: workload.context_lengths[0]: context_lengths[0]=0 is out of range; valid: 1..4294967296",
         "t.yaml:8:3: model.kv_lora_rank: kv_lora_rank applies to mla; gqa uses head_dim and kv_heads",

@@ -266,7 +266,9 @@ static void test_names(void **state)
     assert_string_equal(dcp_weight_dtype_name((enum dcp_weight_dtype)7), "unknown");
     assert_string_equal(dcp_comm_scheme_name(DCP_COMM_AG_RS), "ag_rs");
     assert_string_equal(dcp_comm_scheme_name(DCP_COMM_A2A), "a2a");
-    assert_string_equal(dcp_comm_scheme_name((enum dcp_comm_scheme)2), "unknown");
+    assert_string_equal(dcp_comm_scheme_name(DCP_COMM_P2P), "p2p");
+    assert_string_equal(dcp_comm_scheme_name(DCP_COMM_AUTO), "auto");
+    assert_string_equal(dcp_comm_scheme_name((enum dcp_comm_scheme)4), "unknown");
     assert_string_equal(dcp_backend_kind_name(DCP_BACKEND_AUTO), "auto");
     assert_string_equal(dcp_backend_kind_name(DCP_BACKEND_CUDA), "cuda");
     assert_string_equal(dcp_backend_kind_name(DCP_BACKEND_HOST), "host");

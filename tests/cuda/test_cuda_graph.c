@@ -419,6 +419,14 @@ static void test_capture_refusals(void **state)
     assert_int_equal(dcp_rank_capture_begin(r0), DCP_EINVAL);
     assert_int_equal(dcp_engine_begin_step(e, &b), DCP_EINVAL);
     assert_contains(dcp_last_error(), "capturing a graph");
+    /* Host copies are refused, by name, instead of being recorded into the graph
+     * (an upload through a staging half that later uploads overwrite) or failing it. */
+    float host[4] = {1, 2, 3, 4};
+    assert_int_equal(dcp_rank_upload(r0, io.q[0], host, sizeof(host)), DCP_EINVAL);
+    assert_contains(dcp_last_error(), "rank_upload");
+    assert_contains(dcp_last_error(), "capturing a graph");
+    assert_int_equal(dcp_rank_download(r0, host, io.q[0], sizeof(host)), DCP_EINVAL);
+    assert_contains(dcp_last_error(), "rank_download");
     assert_int_equal(dcp_rank_set_stream(r0, NULL), DCP_OK); /* already its own: nothing to do */
     dcp_graph *g = NULL;
     assert_int_equal(dcp_rank_capture_end(r0, &g), DCP_OK); /* an empty graph */
@@ -426,6 +434,7 @@ static void test_capture_refusals(void **state)
     dcp_graph_destroy(&g);
     assert_null(g);
     assert_int_equal(dcp_engine_begin_step(e, &b), DCP_OK);
+    assert_int_equal(dcp_rank_upload(r0, io.q[0], host, sizeof(host)), DCP_OK); /* after the capture */
     io_free(&io);
     dcp_engine_destroy(&e);
     dcp_deployment_destroy(&dep);

@@ -5,6 +5,7 @@
  * and kernel lookup. Images are fatbins built by the test; the real registry is
  * loaded too when the build embedded one (nvcc present).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -239,7 +240,7 @@ static void test_frame_without_size(void **state)
     assert_false(ZSTD_isError(n));
     ZSTD_freeCCtx(cctx);
     struct dcp_embedded_module m = {"sizeless", frame, n, size, dcp_fnv1a64(frame, n),
-                                    dcp_fnv1a64(image, size), TARGETS};
+                                    dcp_fnv1a64(image, size), TARGETS, 0};
     assert_int_equal(ZSTD_getFrameContentSize(frame, n), ZSTD_CONTENTSIZE_UNKNOWN);
     expect_corrupt(&m, "embedded module sizeless: zstd frame does not record its decompressed size");
     free(frame);
@@ -303,6 +304,41 @@ static void test_registry_lookup(void **state)
                          &dcp_embedded_modules[i]);
 }
 
+/* A fatbin from CUDA 13 needs a 13.x driver (R580+): an older one is refused before
+ * the image reaches it, naming both versions, instead of failing with the driver's
+ * opaque image error; a newer minor of the same major (minor-version compatibility)
+ * and an unrecorded toolkit load. */
+static void test_driver_older_than_toolkit(void **state)
+{
+    (void)state;
+    struct test_module t;
+    make_default_module(&t);
+    t.m.toolkit_version = 13000;
+    assert_int_equal(dcp_module_min_driver(&t.m), 13000);
+    fake_env_set("FAKE_CUDA_DRIVER_VERSION", "12000");
+    struct dcp_cuda *cu = fake_open();
+    struct dcp_module *mod = NULL;
+    assert_int_equal(load_with_fake(cu, &t.m, &mod), DCP_EDRIVERVERSION);
+    assert_null(mod);
+    assert_contains(dcp_last_error(), "built by CUDA 13.0");
+    assert_contains(dcp_last_error(), "R580 or newer");
+    assert_contains(dcp_last_error(), "the driver is CUDA 12.0");
+    assert_int_equal(fake_calls(cu, "cuLibraryLoadData"), 0);
+    assert_int_equal(fake_calls(cu, "cuModuleLoadDataEx"), 0);
+    /* 12.8's fatbin on a 12.0 driver: the same major loads. */
+    t.m.toolkit_version = 12080;
+    assert_int_equal(dcp_module_min_driver(&t.m), 12000);
+    assert_int_equal(load_with_fake(cu, &t.m, &mod), DCP_OK);
+    dcp_module_unload(&mod);
+    t.m.toolkit_version = 0; /* unknown: not checked */
+    assert_int_equal(dcp_module_min_driver(&t.m), 0);
+    assert_int_equal(load_with_fake(cu, &t.m, &mod), DCP_OK);
+    dcp_module_unload(&mod);
+    fake_drop_current(cu, 0);
+    fake_close(&cu);
+    test_module_free(&t);
+}
+
 /* The modules this build embedded (nvcc present) load on the fake. */
 static void test_real_registry(void **state)
 {
@@ -321,7 +357,28 @@ static void test_real_registry(void **state)
         dcp_module_pick_image(m->targets, 9, 0, picked, sizeof(picked));
         assert_contains(dcp_module_report(mod), picked);
         dcp_module_unload(&mod);
+        /* The build recorded the toolkit (ptx/kernels/nvcc_fatbin.py --toolkit-version). */
+        assert_true(m->toolkit_version >= 11000);
     }
+    fake_drop_current(cu, 0);
+    fake_close(&cu);
+}
+
+/* A driver of the major release before the toolkit's cannot load this build's kernels. */
+static void test_real_registry_old_driver(void **state)
+{
+    (void)state;
+    if (dcp_embedded_module_count == 0)
+        skip();
+    const struct dcp_embedded_module *m = dcp_embedded_module_find("dcp_kernels");
+    assert_non_null(m);
+    char old[16];
+    snprintf(old, sizeof(old), "%d", dcp_module_min_driver(m) - 1000);
+    fake_env_set("FAKE_CUDA_DRIVER_VERSION", old);
+    struct dcp_cuda *cu = fake_open();
+    struct dcp_module *mod = NULL;
+    assert_int_equal(load_with_fake(cu, m, &mod), DCP_EDRIVERVERSION);
+    assert_contains(dcp_last_error(), "embedded module dcp_kernels was built by CUDA ");
     fake_drop_current(cu, 0);
     fake_close(&cu);
 }
@@ -340,6 +397,8 @@ int main(void)
         cmocka_unit_test_setup(test_pick_image, fake_test_setup),
         cmocka_unit_test_setup(test_registry_lookup, fake_test_setup),
         cmocka_unit_test_setup(test_real_registry, fake_test_setup),
+        cmocka_unit_test_setup(test_driver_older_than_toolkit, fake_test_setup),
+        cmocka_unit_test_setup(test_real_registry_old_driver, fake_test_setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

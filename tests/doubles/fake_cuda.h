@@ -134,6 +134,7 @@ struct fake_config {
     int no_library_api;     /* FAKE_CUDA_NO_LIBRARY_API */
     int eager;              /* FAKE_CUDA_EAGER: run work when enqueued (call order) */
     unsigned long hang_launch; /* FAKE_CUDA_HANG_LAUNCH: the k-th kernel launch never finishes (0: none) */
+    int break_replay;       /* FAKE_CUDA_BREAK_REPLAY: cuGraphLaunch leaves out the last node of the replay order */
 };
 
 /** A primary context. */

@@ -48,6 +48,7 @@ static void configure(void)
     c->no_library_api = (int)env_long("FAKE_CUDA_NO_LIBRARY_API", 0, 0, 1);
     c->eager = (int)env_long("FAKE_CUDA_EAGER", 0, 0, 1);
     c->hang_launch = (unsigned long)env_long("FAKE_CUDA_HANG_LAUNCH", 0, 0, 1L << 40);
+    c->break_replay = (int)env_long("FAKE_CUDA_BREAK_REPLAY", 0, 0, 1);
     for (int i = 0; i < FAKE_ENTRY_COUNT; i++)
         fake.requested_version[i] = -1;
     for (int d = 0; d < FAKE_MAX_DEVICES; d++)
@@ -262,7 +263,8 @@ CUresult fake_cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev)
     if (!valid_device(dev))
         return CUDA_ERROR_INVALID_DEVICE;
     fake_lock();
-    fake.contexts[dev].retained++;
+    if (fake.contexts[dev].retained++ == 0)
+        fake.stats.context_creations++; /* a driver creates the context here, and destroys it at the last release */
     fake_unlock();
     *ctx = &fake.contexts[dev];
     return CUDA_SUCCESS;

@@ -1127,7 +1127,9 @@ CUresult fake_cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsi
     return CUDA_SUCCESS;
 }
 
-/* Every node, in replay order, as work on the stream (after what it has queued). */
+/* Every node, in replay order, as work on the stream (after what it has queued).
+ * FAKE_CUDA_BREAK_REPLAY=1: all but the last (a broken replay, for tests that must
+ * see a graph's results differ from the eager run's). */
 CUresult fake_cuGraphLaunch(CUgraphExec exec, CUstream stream)
 {
     FAKE_ENTER(cuGraphLaunch);
@@ -1135,7 +1137,8 @@ CUresult fake_cuGraphLaunch(CUgraphExec exec, CUstream stream)
         return CUDA_ERROR_INVALID_HANDLE;
     if (fake_stream_capturing(stream))
         return fake_capture_refuse(stream, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-    for (size_t i = 0; i < exec->count; i++) {
+    const size_t count = fake.cfg.break_replay && exec->count ? exec->count - 1 : exec->count;
+    for (size_t i = 0; i < count; i++) {
         struct fake_node copy;
         if (copy_node(&copy, &exec->nodes[i]))
             return CUDA_ERROR_OUT_OF_MEMORY;

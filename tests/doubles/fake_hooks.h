@@ -25,6 +25,7 @@ struct fake_cuda_stats {
     unsigned long live_reservations;   ///< cuMemAddressReserve ranges not yet freed.
     unsigned long launches;            ///< Kernels run.
     unsigned long unserved_launches;   ///< Attention launches the entry would not serve: accepted, nothing done (as on a GPU).
+    unsigned long context_creations;   ///< Primary contexts made: cuDevicePrimaryCtxRetain with none held (what a driver pays for).
 };
 
 /** Snapshot of the counters. */

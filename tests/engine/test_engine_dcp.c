@@ -24,7 +24,7 @@
 
 /** What the random cases covered, printed at the end of the run. */
 static struct {
-    uint32_t cases, sequences, kinds[3], dcp[9], dtypes[4], comms[2], split_threads;
+    uint32_t cases, sequences, kinds[3], dcp[9], dtypes[4], comms[3], split_threads;
     uint32_t forks, releases, rejections;
 } coverage;
 
@@ -147,7 +147,10 @@ static struct fixture_shape random_shape(struct test_rng *rng, uint32_t index)
      * dtype x comm combination, and any 8 consecutive cases cover every dcp and dtype. */
     s.dcp = dcps[index % 5];
     s.dtype = (enum dcp_dtype)(index % 4);
-    s.comm = index % 8 < 4 ? DCP_COMM_AG_RS : DCP_COMM_A2A;
+    /* p2p (a2a's merge through peer stores) on the host backend, which runs it; a2a elsewhere. */
+    s.comm = index % 8 < 4                                      ? DCP_COMM_AG_RS
+             : index % 8 < 6 || s.backend != DCP_BACKEND_HOST ? DCP_COMM_A2A
+                                                                : DCP_COMM_P2P;
     s.tp = s.dcp <= 4 && test_rng_range(rng, 0, 1) ? 2 * s.dcp : s.dcp;
     s.block_size = pick(rng, blocks, 2);
     const uint32_t interleaves[] = {1, 2, 16, s.block_size};
@@ -262,12 +265,13 @@ static void test_random_deployments(void **state)
     for (uint32_t i = 0; i < cases; i++)
         random_case(i, quick);
     print_message("random deployments: %u cases, %u sequences; mla %u, gqa %u, mha %u; dcp 1/2/3/4/8: "
-                  "%u/%u/%u/%u/%u; fp32/bf16/fp16/fp8: %u/%u/%u/%u; ag_rs %u, a2a %u; split-KV threads %u; "
+                  "%u/%u/%u/%u/%u; fp32/bf16/fp16/fp8: %u/%u/%u/%u; ag_rs %u, a2a %u, p2p %u; split-KV threads %u; "
                   "forks %u, releases %u, rejections %u\n",
                   coverage.cases, coverage.sequences, coverage.kinds[DCP_ATTN_MLA], coverage.kinds[DCP_ATTN_GQA],
                   coverage.kinds[DCP_ATTN_MHA], coverage.dcp[1], coverage.dcp[2], coverage.dcp[3], coverage.dcp[4],
                   coverage.dcp[8], coverage.dtypes[0], coverage.dtypes[1], coverage.dtypes[2], coverage.dtypes[3],
-                  coverage.comms[DCP_COMM_AG_RS], coverage.comms[DCP_COMM_A2A], coverage.split_threads,
+                  coverage.comms[DCP_COMM_AG_RS], coverage.comms[DCP_COMM_A2A], coverage.comms[DCP_COMM_P2P],
+                  coverage.split_threads,
                   coverage.forks, coverage.releases, coverage.rejections);
 }
 

@@ -15,7 +15,7 @@
  *
  * What the emulation checks (each failure is an error of the launch, see
  * emu::errors() and emu::first_error()):
- *   - warp collectives (__shfl_*_sync, ldmatrix, mma.sync): every live lane of
+ *   - warp collectives (__shfl_*_sync, __ballot_sync, ldmatrix, mma.sync): every live lane of
  *     the warp takes part in the same operation, the member mask names exactly
  *     those lanes and every lane a value is read from;
  *   - mma.sync.aligned.m16n8k16 (bf16 or fp16 inputs, fp32 accumulators) and
@@ -432,7 +432,7 @@ inline void launch(void (*kernel)(P), const P &params, dim3 grid, dim3 block)
 
 /* ---- warp collectives ---------------------------------------------------------- */
 
-enum Op { kShfl = 1, kLdmatrix, kMmaBf16, kMmaFp16, kSyncwarp };
+enum Op { kShfl = 1, kLdmatrix, kMmaBf16, kMmaFp16, kSyncwarp, kBallot };
 
 /**
  * One warp collective: the lane posts (op, mask, in, addr); once every live lane
@@ -503,6 +503,21 @@ inline uint32_t shfl_idx(uint32_t mask, uint32_t v, int src_lane)
                for (unsigned l = 0; l < 32; l++)
                    if (lanes >> l & 1)
                        p[l].out[0] = p[shfl_source(p, lanes, l, p[l].in[1] & 31u)].in[0];
+           }).out[0];
+}
+
+/** __ballot_sync: bit l of the result is lane l's predicate, for every lane of the mask. */
+inline uint32_t ballot(uint32_t mask, bool pred)
+{
+    const uint32_t in[1] = {pred ? 1u : 0u};
+    return collective(kBallot, mask, in, 1, nullptr, [](Post *p, uint32_t lanes) {
+               uint32_t bits = 0;
+               for (unsigned l = 0; l < 32; l++)
+                   if (lanes >> l & 1 && p[l].in[0])
+                       bits |= 1u << l;
+               for (unsigned l = 0; l < 32; l++)
+                   if (lanes >> l & 1)
+                       p[l].out[0] = bits;
            }).out[0];
 }
 
@@ -683,6 +698,11 @@ inline unsigned atomicAdd(unsigned *address, unsigned val)
 inline int __popc(unsigned x)
 {
     return __builtin_popcount(x);
+}
+
+inline unsigned __ballot_sync(unsigned mask, int pred)
+{
+    return emu::ballot(mask, pred != 0);
 }
 
 inline float __shfl_xor_sync(unsigned mask, float v, int lane_mask)

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dcp/perf.h"
+#include "dcp/placement.h"
 #include "test_util.h"
 
 static void check_near(double a, double b, double rel, const char *what)
@@ -59,15 +60,30 @@ static dcp_deployment *make(const struct dcp_config *cfg)
     return dep;
 }
 
+/* A model points into its deployment's settings (struct dcp_perf_model.cfg): the
+ * deployments model_of() makes live until the test's teardown. */
+#define MAX_KEPT 32
+static dcp_deployment *kept[MAX_KEPT];
+static int num_kept;
+
+static int release_kept(void **state)
+{
+    (void)state;
+    while (num_kept > 0)
+        dcp_deployment_destroy(&kept[--num_kept]);
+    return 0;
+}
+
 static void model_of(const struct dcp_config *cfg, uint32_t dcp, const struct dcp_perf_params *p,
                      struct dcp_perf_model *m)
 {
+    assert_true(num_kept < MAX_KEPT);
     dcp_deployment *dep = make(cfg);
+    kept[num_kept++] = dep;
     const int err = dcp_perf_model_init(dep, dcp, p, m);
     if (err)
         print_error("%s\n", dcp_last_error());
     assert_int_equal(err, DCP_OK);
-    dcp_deployment_destroy(&dep);
 }
 
 /* The DeepSeek-V3 8xB200 model of layout dcp with the default inputs (cfg and p kept
@@ -274,6 +290,198 @@ static void test_prefill_gather(void **state)
     check_near(t.total, 0, 0, "loaded");
 }
 
+/*
+ * Each collective kind by its formula: latency 12 us + steps x hop + bytes / (link x 0.8):
+ * all-gather, reduce-scatter and all-to-all n - 1 ring steps, all-reduce 2 (n - 1); peer
+ * writes 3.7 us (peer_latency_us) + bytes / (link x 0.8); over NVLink a hop is 0.47 us at 900 GB/s, over the network
+ * internode_latency_us (2.7 us) at internode_gbps.
+ */
+static void test_collective_kinds(void **state)
+{
+    (void)state;
+    struct dcp_config cfg;
+    struct dcp_perf_params p;
+    struct dcp_perf_model m;
+    deepseek_b200(&cfg);
+    cfg.hardware.internode_bandwidth = 50e9;
+    dcp_perf_default_params(&p);
+    model_of(&cfg, 8, &p, &m);
+    const double B = 3e6;
+    static const struct {
+        enum dcp_plan_comm_kind kind;
+        uint32_t ranks;
+        double steps;
+    } cases[] = {
+        {DCP_PLAN_COMM_ALL_GATHER, 8, 7},    {DCP_PLAN_COMM_REDUCE_SCATTER, 8, 7}, {DCP_PLAN_COMM_ALL_TO_ALL, 8, 7},
+        {DCP_PLAN_COMM_ALL_REDUCE, 8, 14},   {DCP_PLAN_COMM_PEER_WRITE, 8, 1},     {DCP_PLAN_COMM_ALL_GATHER, 4, 3},
+        {DCP_PLAN_COMM_ALL_REDUCE, 2, 2},    {DCP_PLAN_COMM_ALL_TO_ALL, 2, 1},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        /* A round of peer writes (comm p2p): hardware.peer_latency_us (3.7 us) and no ring. */
+        const bool peer = cases[i].kind == DCP_PLAN_COMM_PEER_WRITE;
+        const double nv = (peer ? 3.7e-6 : 12e-6 + cases[i].steps * 0.47e-6) + B / (900e9 * 0.8);
+        const double net = (peer ? 3.7e-6 : 12e-6 + cases[i].steps * 2.7e-6) + B / (50e9 * 0.8);
+        check_near(dcp_perf_collective_time(&m, cases[i].kind, cases[i].ranks, DCP_PERF_LINK_NVLINK, B, true), nv,
+                   1e-12, "nvlink collective");
+        check_near(dcp_perf_collective_time(&m, cases[i].kind, cases[i].ranks, DCP_PERF_LINK_NETWORK, B, true), net,
+                   1e-12, "network collective");
+        check_near(dcp_perf_collective_time(&m, cases[i].kind, cases[i].ranks, DCP_PERF_LINK_NETWORK, B, false),
+                   net + 8e-6, 1e-12, "network collective, eager");
+    }
+    /* The network is slower per byte and per hop than NVLink: a group spanning nodes costs more. */
+    assert_true(dcp_perf_collective_time(&m, DCP_PLAN_COMM_ALL_GATHER, 8, DCP_PERF_LINK_NETWORK, 1e3, true) >
+                dcp_perf_collective_time(&m, DCP_PLAN_COMM_ALL_GATHER, 8, DCP_PERF_LINK_NVLINK, 1e3, true));
+    assert_string_equal(dcp_perf_link_name(DCP_PERF_LINK_NETWORK), "network");
+    assert_string_equal(dcp_perf_link_name(DCP_PERF_LINK_NVLINK), "nvlink");
+}
+
+/*
+ * Decode-only steps replay as CUDA graphs: kernels_per_layer x layers x 1 us, collectives
+ * without the eager cost; with cuda_graphs off, 4 us per kernel and + 8 us per collective.
+ */
+static void test_graph_and_eager(void **state)
+{
+    (void)state;
+    struct dcp_config cfg;
+    struct dcp_perf_params p;
+    struct dcp_perf_model g, e;
+    deepseek_model(&cfg, &p, 8, &g);
+    p.cuda_graphs = false;
+    model_of(&cfg, 8, &p, &e);
+    struct dcp_perf_step a, b;
+    dcp_perf_decode_time(&g, 16, 20000, 1, &a);
+    dcp_perf_decode_time(&e, 16, 20000, 1, &b);
+    assert_true(a.graph);
+    assert_false(b.graph);
+    check_near(a.overhead, 20 * 61 * 1e-6, 1e-12, "graph gaps");
+    check_near(b.overhead, 20 * 61 * 4e-6, 1e-12, "eager gaps");
+    check_near(b.tp_comm - a.tp_comm, 2 * 61 * 8e-6, 1e-9, "eager all-reduces");
+    check_near(b.dcp_comm - a.dcp_comm, (double)g.num_rows * 61 * 8e-6, 1e-9, "eager DCP rows");
+    check_near(b.linear, a.linear, 0, "same linear");
+    check_near(b.attention, a.attention, 0, "same attention");
+}
+
+/*
+ * A step with one decode row (context 10,000) and one prefill chunk (4,096 tokens from
+ * position 0), TP: the decode kernel and the prefill kernel run one after the other, each
+ * bound by its bytes or its FLOPs.
+ *   decode:  bytes 10,000 x 1,152 x 61 at 8e12 x 0.9, + 2 us x 61 layers;
+ *            FLOPs 10,000 x 2 x 16 x (576 + 512) x 61 at 2.25e15 x 0.6
+ *   prefill: bytes 4,096 x 1,152 x 61 (its own KV), + 2 us x 61;
+ *            FLOPs 4,096 x (0 + 4,097 / 2) x 2 x 16 x (128 + 64 + 128) x 61 at 2.25e15 x 0.6
+ *   GEMMs:   2 x 37e9 x 4,097 / 8 at 4.5e15 x 0.6 (all experts' weights read: below it)
+ *   comm:    2 x 61 all-reduces of 4,097 x 25,088 B, eager; overhead 20 x 61 x 4 us
+ */
+static void test_mixed_step(void **state)
+{
+    (void)state;
+    struct dcp_config cfg;
+    struct dcp_perf_params p;
+    struct dcp_perf_model m;
+    deepseek_model(&cfg, &p, 1, &m);
+    const struct dcp_sched_entry e[2] = {{.q_len = 1, .start = 9999, .decode = true}, {.q_len = 4096, .start = 0}};
+    const struct dcp_sched_step s = {.num_entries = 2, .entries = e, .num_decode = 1, .decode_tokens = 1,
+                                     .prefill_tokens = 4096};
+    struct dcp_perf_step t;
+    dcp_perf_step_time(&m, &s, &t);
+    const double hbm = 8e12 * 0.9, attn = 2.25e15 * 0.6;
+    const double kv_d = 10000 * 1152.0 * 61 / hbm + 2e-6 * 61, fl_d = 10000 * 2.0 * 16 * 1088 * 61 / attn;
+    const double kv_p = 4096 * 1152.0 * 61 / hbm + 2e-6 * 61;
+    const double fl_p = 4096 * (4097 / 2.0) * 2.0 * 16 * 320 * 61 / attn;
+    check_near(t.phase_attention[0], fmax(kv_d, fl_d), 1e-12, "decode kernel");
+    check_near(t.phase_attention[1], fmax(kv_p, fl_p), 1e-12, "prefill kernel");
+    check_near(t.attention, fmax(kv_d, fl_d) + fmax(kv_p, fl_p), 1e-12, "kernels one after the other");
+    check_near(t.kv, kv_d + kv_p, 1e-12, "kv both phases");
+    check_near(t.attention_flops, fl_d + fl_p, 1e-12, "flops both phases");
+    check_near(t.gemm, 2 * 37e9 * 4097 / 8 / (4.5e15 * 0.6), 1e-12, "gemm of all tokens");
+    check_near(t.linear, fmax(t.weights, t.gemm), 0, "linear");
+    const double ar = 12e-6 + 14 * 0.47e-6 + 4097 * 25088.0 / 720e9 + 8e-6;
+    check_near(t.tp_comm, 2 * 61 * ar, 1e-12, "eager all-reduces of every token");
+    check_near(t.overhead, 20 * 61 * 4e-6, 1e-12, "eager gaps");
+    assert_false(t.graph);
+    check_near(t.total, t.linear + t.attention + t.tp_comm + t.dcp_comm + t.overhead, 1e-12, "total");
+}
+
+/*
+ * DCP 8, one prefill chunk of q tokens after `start` cached ones: the model takes the
+ * cheaper of (a) gathering the context: 61 eager all-gathers of 7/8 x start x 1,152 B, then
+ * reading the whole context's KV (TP's bytes, start + q tokens) and (b) gathering the
+ * chunk's queries and merging: its own shard's read plus the plan's rows for q tokens.
+ */
+static double row_seconds(const struct dcp_perf_model *m, double tokens)
+{
+    double s = 0;
+    for (uint32_t i = 0; i < m->num_rows; i++)
+        s += m->rows[i].layers * (12e-6 + 7 * 0.47e-6 + 8e-6 + tokens * m->rows[i].bytes / 720e9);
+    return s;
+}
+
+static void test_prefill_cheaper(void **state)
+{
+    (void)state;
+    struct dcp_config cfg;
+    struct dcp_perf_params p;
+    struct dcp_perf_model m;
+    deepseek_model(&cfg, &p, 8, &m);
+    const double hbm = 8e12 * 0.9;
+    static const struct {
+        uint64_t start;
+        uint32_t q;
+    } cases[] = {{65536, 8192}, {65536, 1}, {1024, 64}, {131072, 512}, {4096, 4096}, {100000, 16}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const uint64_t start = cases[i].start, end = start + cases[i].q;
+        const double gather = 61 * (12e-6 + 7 * 0.47e-6 + 8e-6 + 7.0 / 8 * (double)start * 1152 / 720e9) +
+                              (double)end * 1152 * 61 / hbm;
+        const double own = (double)dcp_kv_local_length(end, 0, 8, 1) * 1152 * 61 / hbm;
+        const double qgather = own + row_seconds(&m, cases[i].q);
+        struct dcp_sched_entry e = {.q_len = cases[i].q, .start = start};
+        const struct dcp_sched_step s = {.num_entries = 1, .entries = &e, .prefill_tokens = cases[i].q};
+        struct dcp_perf_step t;
+        dcp_perf_step_time(&m, &s, &t);
+        /* The time of the chosen way: its exchanges plus its bytes (kv holds the attention call too). */
+        const double chosen = t.dcp_comm + t.kv - 2e-6 * 61;
+        check_near(chosen, fmin(gather, qgather), 1e-9, "the cheaper way");
+        assert_int_equal(t.gathered_chunks, gather <= qgather ? 1 : 0);
+    }
+    /* A chunk with nothing cached before it has nothing to gather: it reads its own shard. */
+    struct dcp_sched_entry e = {.q_len = 8192, .start = 0};
+    const struct dcp_sched_step s = {.num_entries = 1, .entries = &e, .prefill_tokens = 8192};
+    struct dcp_perf_step t;
+    dcp_perf_step_time(&m, &s, &t);
+    assert_int_equal(t.gathered_chunks, 0);
+    check_near(t.dcp_comm, 0, 0, "no exchange for a first chunk");
+}
+
+/*
+ * The decode rate of a closed loop: min(clients, fits) sequences per step of
+ * dcp_perf_decode_time(), per GPU; wins_from is the smallest concurrency from which b
+ * beats a at every larger one up to the limit.
+ */
+static void test_decode_rate(void **state)
+{
+    (void)state;
+    struct dcp_config cfg;
+    struct dcp_perf_params p;
+    struct dcp_perf_model tp, dcp;
+    deepseek_model(&cfg, &p, 1, &tp);
+    model_of(&cfg, 8, &p, &dcp);
+    struct dcp_perf_step t;
+    dcp_perf_decode_time(&tp, 10, 32768, 1, &t);
+    check_near(dcp_perf_decode_rate(&tp, 10, 64, 32768, 1), 10 / t.total / 8, 1e-12, "capped by what fits");
+    dcp_perf_decode_time(&tp, 3, 32768, 1, &t);
+    check_near(dcp_perf_decode_rate(&tp, 10, 3, 32768, 1), 3 / t.total / 8, 1e-12, "capped by the clients");
+    check_near(dcp_perf_decode_rate(&tp, 0, 3, 32768, 1), 0, 0, "nothing fits");
+    const uint32_t from = dcp_perf_wins_from(&tp, 31, &dcp, 250, 32768, 1, 64);
+    assert_true(from > 1 && from <= 64);
+    for (uint32_t c = 1; c <= 64; c++) {
+        const bool ahead = dcp_perf_decode_rate(&dcp, 250, c, 32768, 1) > dcp_perf_decode_rate(&tp, 31, c, 32768, 1);
+        if (c >= from)
+            assert_true(ahead);
+        if (c == from - 1)
+            assert_false(ahead);
+    }
+}
+
 static void expect_refused(const struct dcp_config *cfg, uint32_t dcp, const char *needle)
 {
     struct dcp_perf_params p;
@@ -359,6 +567,41 @@ static dcp_deployment *shipped(const char *name)
 }
 
 /*
+ * The decode steady state on the shipped DeepSeek-V3 8xB200 deployment, 64 clients:
+ * TP holds what its replicated cache fits and reads all of it on every GPU, DCP 8 holds 8x
+ * and reads 1/8 per GPU, so DCP's gain is larger at 128k than at 32k (the longer the
+ * context, the fewer requests TP fits); and the concurrency from which DCP wins is no
+ * larger at 128k than at 32k.
+ */
+static void test_deepseek_b200_context(void **state)
+{
+    (void)state;
+    dcp_deployment *dep = shipped("deepseek-v3-8xb200.yaml");
+    struct dcp_perf_params p;
+    struct dcp_perf_model tp, dcp;
+    dcp_perf_default_params(&p);
+    assert_int_equal(dcp_perf_model_init(dep, 1, &p, &tp), DCP_OK);
+    assert_int_equal(dcp_perf_model_init(dep, 8, &p, &dcp), DCP_OK);
+    struct dcp_plan plan;
+    assert_int_equal(dcp_plan_compute(dep, &plan), DCP_OK);
+    const uint64_t block = dcp_deployment_config(dep)->memory.block_size;
+    double gain[2];
+    uint32_t from[2];
+    const uint64_t ctx[2] = {32768 + 1024, 131072 + 1024};
+    for (int i = 0; i < 2; i++) {
+        const uint64_t tp_fits = plan.baseline.pages / ((ctx[i] + block - 1) / block);
+        const uint64_t dcp_fits = plan.dcp.pages / ((ctx[i] + 8 * block - 1) / (8 * block));
+        gain[i] = dcp_perf_decode_rate(&dcp, dcp_fits, 64, ctx[i], 1) / dcp_perf_decode_rate(&tp, tp_fits, 64, ctx[i], 1);
+        from[i] = dcp_perf_wins_from(&tp, tp_fits, &dcp, dcp_fits, ctx[i], 1, 64);
+        assert_true(gain[i] > 1);
+        assert_true(from[i] > 1);
+    }
+    assert_true(gain[1] >= gain[0]);
+    assert_true(from[1] <= from[0]);
+    dcp_deployment_destroy(&dep);
+}
+
+/*
  * Layer kinds (configs/qwen3-next-80b-8xh200.yaml: 36 KV-free linear layers, 12 full):
  * the KV a step reads is the model layer's figure; attention FLOPs count the 12 full
  * layers only; DCP's exchanges run in the 12 merged layers, not all 48. gpt-oss-120b's
@@ -404,15 +647,21 @@ static void test_layer_kinds(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_moe_weights),
-        cmocka_unit_test(test_kv_and_attention),
-        cmocka_unit_test(test_collectives),
-        cmocka_unit_test(test_network),
-        cmocka_unit_test(test_gemm_peak),
-        cmocka_unit_test(test_prefill_gather),
-        cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_deepseek_b200_sign),
-        cmocka_unit_test(test_layer_kinds),
+        cmocka_unit_test_teardown(test_moe_weights, release_kept),
+        cmocka_unit_test_teardown(test_kv_and_attention, release_kept),
+        cmocka_unit_test_teardown(test_collectives, release_kept),
+        cmocka_unit_test_teardown(test_collective_kinds, release_kept),
+        cmocka_unit_test_teardown(test_network, release_kept),
+        cmocka_unit_test_teardown(test_gemm_peak, release_kept),
+        cmocka_unit_test_teardown(test_graph_and_eager, release_kept),
+        cmocka_unit_test_teardown(test_mixed_step, release_kept),
+        cmocka_unit_test_teardown(test_prefill_gather, release_kept),
+        cmocka_unit_test_teardown(test_prefill_cheaper, release_kept),
+        cmocka_unit_test_teardown(test_decode_rate, release_kept),
+        cmocka_unit_test_teardown(test_refusals, release_kept),
+        cmocka_unit_test_teardown(test_deepseek_b200_sign, release_kept),
+        cmocka_unit_test_teardown(test_deepseek_b200_context, release_kept),
+        cmocka_unit_test_teardown(test_layer_kinds, release_kept),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -169,8 +169,10 @@ DCPK_STATIC_ASSERT(sizeof(struct dcpk_attn_params) == 216, "attn ABI");
  * these rules for both backends: dcp_kernels/merge.h.
  * Output row r = c * rows_per_chunk + i: out + c * out_chunk_stride + i * v_dim and
  * out_lse + c * out_lse_chunk_stride + i (out_lse == 0: not written).
- * Work item = row; grid = (rows).
+ * Work item = DCPK_MERGE_ROWS_PER_ITEM rows (the GPU block's warps, one row each);
+ * grid = (ceil(rows / DCPK_MERGE_ROWS_PER_ITEM)).
  */
+#define DCPK_MERGE_ROWS_PER_ITEM 4u
 struct dcpk_merge_params {
     uint64_t src_o;               ///< src_dtype partial outputs.
     uint64_t src_lse;             ///< fp32 partial LSEs.

@@ -125,6 +125,23 @@ int cuda_step_uploads(struct dcp_rank *r)
 
 /* ---- capture --------------------------------------------------------------------- */
 
+int cuda_refuse_capture(struct dcp_rank *r, const char *what)
+{
+    struct cuda_rank *cr = CR(r);
+    int status = CU_STREAM_CAPTURE_STATUS_NONE;
+    int err = use_rank(r);
+    if (!err)
+        err = CU_CALL(&CE(r->engine)->cu->api, cuStreamIsCapturing, cr->compute, &status);
+    if (err)
+        return err;
+    if (status == CU_STREAM_CAPTURE_STATUS_NONE && !cr->capturing)
+        return DCP_OK;
+    return dcp_error(DCP_EINVAL, "%s: rank %u's stream is capturing a graph (%s): a host copy cannot be "
+                     "captured (the graph would replay a copy from a staging buffer that later uploads "
+                     "overwrite, or the driver fails the capture); copy before the capture begins or after it ends",
+                     what, r->tp_rank, cr->capturing ? "dcp_rank_capture_begin" : "by the caller");
+}
+
 /* Ends a capture that capture_begin started but could not complete (the group's
  * barrier was aborted, a later call failed): the stream leaves capture mode and the
  * partial graph is dropped, so nothing stays open that no capture_end could close. */

@@ -159,6 +159,9 @@ int cuda_timer_collect(struct dcp_rank *r);
 int cuda_set_stream(struct dcp_rank *r, void *stream);
 void *cuda_get_stream(const struct dcp_rank *r);
 int cuda_step_uploads(struct dcp_rank *r);
+/** DCP_OK unless the rank's stream is capturing (the library's capture or the
+ *  caller's): then DCP_EINVAL, with a message naming what was refused. */
+int cuda_refuse_capture(struct dcp_rank *r, const char *what);
 int cuda_capture_begin(struct dcp_rank *r);
 int cuda_capture_end(struct dcp_rank *r, void **exec);
 int cuda_graph_launch(struct dcp_rank *r, void *exec);

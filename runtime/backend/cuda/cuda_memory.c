@@ -165,7 +165,7 @@ int cuda_upload(struct dcp_rank *r, uint64_t dst, const void *src, size_t bytes)
 {
     struct cuda_rank *cr = CR(r);
     const struct dcp_cuda_api *api = &CE(r->engine)->cu->api;
-    int err = use_rank(r);
+    int err = cuda_refuse_capture(r, "rank_upload");
     if (err)
         return err;
     cr->queued = true;
@@ -183,7 +183,9 @@ int cuda_upload(struct dcp_rank *r, uint64_t dst, const void *src, size_t bytes)
  * driver returns once the copy is done. */
 int cuda_download(struct dcp_rank *r, void *dst, uint64_t src, size_t bytes)
 {
-    int err = cuda_synchronize(r);
+    int err = cuda_refuse_capture(r, "rank_download"); /* it would wait on work a capture only records */
+    if (!err)
+        err = cuda_synchronize(r);
     if (!err)
         err = CU_CALL(&CE(r->engine)->cu->api, cuMemcpyDtoHAsync, dst, src, bytes, CR(r)->compute);
     return err ? err : cuda_wait_device(r, NULL, "rank_download");

@@ -134,15 +134,6 @@ double cuda_wait_bound(const struct dcp_engine *e)
     return t > 0 ? t : 0;
 }
 
-/* Sleeps between polls: short at first, then up to a millisecond. */
-static void poll_pause(long *pause_ns)
-{
-    struct timespec ts = {0, *pause_ns};
-    nanosleep(&ts, NULL);
-    if (*pause_ns < 1000000)
-        *pause_ns *= 2;
-}
-
 /* One look at ev, or at both streams of the rank: CUDA_SUCCESS (done),
  * CUDA_ERROR_NOT_READY, or the driver's error. The rank's device is current. */
 static CUresult query(const struct dcp_rank *r, CUevent ev)
@@ -168,7 +159,8 @@ int cuda_wait_device(struct dcp_rank *r, CUevent ev, const char *what)
     if (err)
         return err;
     const double deadline = dcp_now_seconds() + bound;
-    long pause_ns = 20000;
+    struct dcp_poll poll; /* spins briefly, then sleeps (util.h) */
+    dcp_poll_init(&poll);
     for (;;) {
         const CUresult res = query(r, ev);
         if (res != CUDA_ERROR_NOT_READY)
@@ -183,13 +175,14 @@ int cuda_wait_device(struct dcp_rank *r, CUevent ev, const char *what)
             dcp_engine_fail(r->engine, dcp_last_error());
             return st;
         }
-        poll_pause(&pause_ns);
+        dcp_poll_pause(&poll);
     }
 }
 
 uint32_t cuda_wait_ranks_idle(struct dcp_engine *e, double deadline)
 {
-    long pause_ns = 20000;
+    struct dcp_poll poll;
+    dcp_poll_init(&poll);
     for (;;) {
         uint32_t busy = 0;
         for (uint32_t i = 0; i < e->ranks_initialised; i++) {
@@ -208,7 +201,7 @@ uint32_t cuda_wait_ranks_idle(struct dcp_engine *e, double deadline)
             }
             return busy;
         }
-        poll_pause(&pause_ns);
+        dcp_poll_pause(&poll);
     }
 }
 

@@ -109,6 +109,52 @@ static int host_all_to_all(struct dcp_rank *r, uint64_t send, uint64_t recv, siz
     return rank_group_barrier(g);
 }
 
+/* ---- one-sided peer stores (parallel.comm p2p) ---------------------------------- */
+
+static int host_copy(struct dcp_rank *r, uint64_t dst, uint64_t src, size_t bytes);
+
+/* The ranks share one address space: a peer's memory is reached at its own address. The
+ * copy completes before the release store, so a member that loads the epoch with acquire
+ * sees the bytes. */
+static int host_peer_put(struct dcp_rank *r, uint32_t peer, uint64_t dst, uint64_t src, size_t bytes, uint64_t flag,
+                         uint64_t epoch)
+{
+    int err = host_copy(r, dst, src, bytes);
+    if (err)
+        return err;
+    rank_group_count_sent(HR(r)->group, peer, r->group_rank, bytes);
+    atomic_store_explicit((_Atomic uint64_t *)(uintptr_t)flag, epoch, memory_order_release);
+    return DCP_OK;
+}
+
+/* Polls the epochs (acquire loads) at dcp_poll's pace (a short spin, then sleeps doubling
+ * from 20 us to 1 ms); gives up after the group's timeout. */
+static int host_peer_wait(struct dcp_rank *r, uint64_t flags, uint32_t n, uint64_t epoch)
+{
+    struct rank_group *g = HR(r)->group;
+    const _Atomic uint64_t *f = (const _Atomic uint64_t *)(uintptr_t)flags;
+    const double start = dcp_now_seconds();
+    struct dcp_poll poll;
+    dcp_poll_init(&poll);
+    for (uint32_t m = 0; m < n; m++) {
+        while (atomic_load_explicit(&f[m], memory_order_acquire) < epoch) {
+            if (__atomic_load_n(&g->aborted, __ATOMIC_ACQUIRE))
+                return dcp_error(DCP_EABORTED, "rank %u: the step was aborted while it waited for group rank %u's "
+                                 "partial results (p2p)", r->tp_rank, m);
+            if (dcp_now_seconds() - start > g->timeout_s) {
+                const uint64_t has = atomic_load_explicit(&f[m], memory_order_acquire);
+                rank_group_abort(g);
+                return dcp_error(DCP_ETIMEOUT, "rank %u: group rank %u did not publish epoch %llu of its p2p stores "
+                                 "within %.3g s (it published %llu): that rank failed, or never reached this layer "
+                                 "(runtime.cuda.nccl_timeout_s)", r->tp_rank, m, (unsigned long long)epoch,
+                                 g->timeout_s, (unsigned long long)has);
+            }
+            dcp_poll_pause(&poll);
+        }
+    }
+    return DCP_OK;
+}
+
 /* Wire bytes of the rank's collectives: what its peers copied from it. */
 static uint64_t host_wire_bytes(const struct dcp_rank *r)
 {
@@ -164,6 +210,7 @@ static int host_engine_init(const struct dcp_engine *e, void **state, struct dcp
     caps->layer_types = (1u << DCP_LAYER_FULL) | (1u << DCP_LAYER_SLIDING_WINDOW) | (1u << DCP_LAYER_SPARSE_TOPK) |
                         (1u << DCP_LAYER_NONE);
     caps->sinks = true;
+    caps->peer_writes = true; /* one address space */
     snprintf(caps->detail, sizeof(caps->detail), "%u CPU thread%s per rank, %u CPUs, attention kernel %s",
              h->threads_per_rank, h->threads_per_rank == 1 ? "" : "s", cpus, dcpk_cpu_isa_name(dcpk_cpu_isa_active()));
     return DCP_OK;
@@ -325,6 +372,8 @@ const struct dcp_backend_ops dcp_host_backend = {
     .all_gather = host_all_gather,
     .reduce_scatter = host_reduce_scatter,
     .all_to_all = host_all_to_all,
+    .peer_put = host_peer_put,
+    .peer_wait = host_peer_wait,
     .wire_bytes = host_wire_bytes,
     .synchronize = host_synchronize,
     .abort = host_abort,
