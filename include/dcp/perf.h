@@ -20,7 +20,8 @@
  *              communication rows, in the layers that merge) for decode tokens; a prefill chunk
  *              over a cached sharded context gathers that context's KV or gathers its queries,
  *              whichever is cheaper
- *              each exchange: alpha + bytes / beta by kind and link (NVLink or network)
+ *              each exchange: alpha + bytes / beta by kind and link (NVLink or network); an
+ *              all-reduce over NVLink the cheaper of a ring and a one-shot all-reduce
  *   overhead   kernels_per_layer x layers x the gap between kernels (CUDA graph or eager)
  *   step       linear + attention + comm + overhead   (no overlap of communication and compute)
  *
@@ -85,6 +86,9 @@ struct dcp_perf_params {
     double link_efficiency;      ///< Fraction of link bandwidth a collective's bytes move at. Default 0.8.
     double hop_latency;          ///< Seconds per ring step of a collective over NVLink. Default 0.47e-6.
     double eager_collective;     ///< Extra seconds per collective call outside a CUDA graph. Default 8e-6.
+    double oneshot_latency;      ///< Seconds of a one-shot all-reduce over NVLink (each rank reads every peer's
+                                 ///< buffer and sums: serving engines' custom all-reduce for small messages),
+                                 ///< launch included. Default 6e-6; 0 prices every all-reduce as a ring.
     uint32_t kernels_per_layer;  ///< Kernels one layer launches besides the collectives. Default 20.
     double kernel_gap_graph;     ///< Seconds between kernels replayed in a CUDA graph. Default 1e-6.
     double kernel_gap_eager;     ///< Seconds per kernel launched eagerly. Default 4e-6.
@@ -328,7 +332,10 @@ DCP_API uint32_t dcp_perf_wins_from(const struct dcp_perf_model *a, uint64_t a_f
  * collective_latency + steps x hop + bytes / (bandwidth x link_efficiency), with
  * n - 1 steps (2 (n - 1) for an all-reduce), or for peer writes (comm p2p)
  * peer_latency + bytes / (bandwidth x link_efficiency), plus eager_collective
- * outside a graph. 0 for fewer than 2 ranks.
+ * outside a graph. An all-reduce over NVLink (bytes = 2 (n - 1) / n of the buffer S,
+ * what a ring sends) takes the cheaper of that ring and a one-shot all-reduce:
+ * oneshot_latency + (n - 1) S / (bandwidth x link_efficiency), graph or eager alike.
+ * 0 for fewer than 2 ranks.
  */
 DCP_API double dcp_perf_collective_time(const struct dcp_perf_model *m, enum dcp_plan_comm_kind kind, uint32_t ranks,
                                         enum dcp_perf_link link, double bytes, bool graph);

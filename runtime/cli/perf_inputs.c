@@ -59,6 +59,7 @@ static int list_inputs(const struct cli_perf_opts *o, const struct dcp_perf_para
     in[n++] = (struct input){"link_efficiency", p->link_efficiency, "", "default"};
     in[n++] = (struct input){"hop_latency_us", p->hop_latency * 1e6, " us", "default"};
     in[n++] = (struct input){"eager_collective_us", p->eager_collective * 1e6, " us", "default"};
+    in[n++] = (struct input){"oneshot_latency_us", p->oneshot_latency * 1e6, " us", "default"};
     in[n++] = (struct input){"kernels_per_layer", p->kernels_per_layer, "", "default"};
     in[n++] = (struct input){"kernel_gap_graph_us", p->kernel_gap_graph * 1e6, " us", cal_graph ? "calibration" : "default"};
     in[n++] = (struct input){"kernel_gap_eager_us", p->kernel_gap_eager * 1e6, " us", cal_launch ? "calibration" : "default"};

@@ -33,6 +33,7 @@ void dcp_perf_default_params(struct dcp_perf_params *p)
         .link_efficiency = 0.8,
         .hop_latency = 0.47e-6,
         .eager_collective = 8e-6,
+        .oneshot_latency = 6e-6,
         .kernels_per_layer = 20,
         .kernel_gap_graph = 1e-6,
         .kernel_gap_eager = 4e-6,
@@ -56,6 +57,7 @@ static int check_params(const struct dcp_perf_params *p)
                          "attention %g, link %g)", p->weight_efficiency, p->kv_efficiency, p->gemm_efficiency,
                          p->attention_efficiency, p->link_efficiency);
     if (!(p->attention_call >= 0) || !(p->hop_latency >= 0) || !(p->eager_collective >= 0) ||
+        !(p->oneshot_latency >= 0) || !isfinite(p->oneshot_latency) ||
         !(p->kernel_gap_graph >= 0) || !(p->kernel_gap_eager >= 0) || !(p->activation_bytes > 0) ||
         !isfinite(p->attention_call + p->hop_latency + p->eager_collective + p->kernel_gap_graph +
                   p->kernel_gap_eager + p->activation_bytes) ||
@@ -317,7 +319,13 @@ double dcp_perf_collective_time(const struct dcp_perf_model *m, enum dcp_plan_co
     /* One round of one-sided stores with its epoch (comm p2p): its own fixed cost, no ring. */
     const double fixed = kind == DCP_PLAN_COMM_PEER_WRITE ? m->peer_latency
                                                           : m->collective_latency + ring_steps(kind, ranks) * hop;
-    return fixed + (bw > 0 ? bytes / bw : 0) + eager;
+    const double ring = fixed + (bw > 0 ? bytes / bw : 0) + eager;
+    if (kind != DCP_PLAN_COMM_ALL_REDUCE || net || !(m->params.oneshot_latency > 0) || !(bw > 0))
+        return ring;
+    /* One-shot: every rank reads the n - 1 peers' whole buffers S = bytes n / (2 (n - 1))
+     * over NVLink and sums them in one kernel (no ring steps, no NCCL call). */
+    const double peers = (double)(ranks - 1) * bytes * ranks / (2.0 * (ranks - 1));
+    return DCP_MIN(ring, m->params.oneshot_latency + peers / bw);
 }
 
 /* What a step does, summed over its entries. Decode and prefill attention are

@@ -171,9 +171,12 @@ static void test_kv_and_attention(void **state)
 
 /*
  * Collectives: call latency + ring steps x hop + bytes / (bandwidth x 0.8). The TP
- * all-reduce of one token moves 2 (8-1)/8 x 7,168 x 2 B = 25,088 B per rank:
- * 12 us + 14 x 0.47 us + 25,088 / 720e9. DCP's a2a rows (Q gather, outputs + LSEs)
- * take 7 steps each. A calibrated fit replaces the model for its kind, ranks and link.
+ * all-reduce of one token moves 2 (8-1)/8 x 7,168 x 2 B = 25,088 B per rank in a ring:
+ * 12 us + 14 x 0.47 us + 25,088 / 720e9; one-shot, each rank reads the 7 peers'
+ * 14,336 B (= 25,088 x 8 / 2): 6 us + 7 x 14,336 / 720e9, the cheaper (graph or eager).
+ * A 100 MB all-reduce (a prefill chunk) runs as the ring. DCP's a2a rows (Q gather,
+ * outputs + LSEs) take 7 steps each. A calibrated fit replaces the model for its kind,
+ * ranks and link.
  */
 static void test_collectives(void **state)
 {
@@ -183,11 +186,21 @@ static void test_collectives(void **state)
     struct dcp_perf_model m;
     deepseek_model(&cfg, &p, 8, &m);
     check_near(m.allreduce_bytes, 25088, 1e-12, "all-reduce bytes");
-    const double ar = 12e-6 + 14 * 0.47e-6 + 25088 / 720e9;
+    const double ring = 12e-6 + 14 * 0.47e-6 + 25088 / 720e9, ar = 6e-6 + 7 * 14336 / 720e9;
+    assert_true(ar < ring);
     check_near(dcp_perf_collective_time(&m, DCP_PLAN_COMM_ALL_REDUCE, 8, DCP_PERF_LINK_NVLINK, 25088, true), ar, 1e-12,
-               "all-reduce");
-    check_near(dcp_perf_collective_time(&m, DCP_PLAN_COMM_ALL_REDUCE, 8, DCP_PERF_LINK_NVLINK, 25088, false),
-               ar + 8e-6, 1e-12, "eager");
+               "one-shot all-reduce");
+    check_near(dcp_perf_collective_time(&m, DCP_PLAN_COMM_ALL_REDUCE, 8, DCP_PERF_LINK_NVLINK, 25088, false), ar,
+               1e-12, "one-shot all-reduce, eager");
+    const double big = 100e6;
+    check_near(dcp_perf_collective_time(&m, DCP_PLAN_COMM_ALL_REDUCE, 8, DCP_PERF_LINK_NVLINK, big, false),
+               12e-6 + 14 * 0.47e-6 + big / 720e9 + 8e-6, 1e-12, "a large all-reduce runs as the ring");
+    struct dcp_perf_params ring_only = p;
+    ring_only.oneshot_latency = 0;
+    struct dcp_perf_model r;
+    model_of(&cfg, 8, &ring_only, &r);
+    check_near(dcp_perf_collective_time(&r, DCP_PLAN_COMM_ALL_REDUCE, 8, DCP_PERF_LINK_NVLINK, 25088, false),
+               ring + 8e-6, 1e-12, "no one-shot: the ring, eager");
     check_near(dcp_perf_collective_time(&m, DCP_PLAN_COMM_ALL_GATHER, 1, DCP_PERF_LINK_NVLINK, 1e6, true), 0, 0,
                "one rank");
     assert_int_equal(m.num_rows, 2);
@@ -319,7 +332,9 @@ static void test_collective_kinds(void **state)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         /* A round of peer writes (comm p2p): hardware.peer_latency_us (3.7 us) and no ring. */
         const bool peer = cases[i].kind == DCP_PLAN_COMM_PEER_WRITE;
-        const double nv = (peer ? 3.7e-6 : 12e-6 + cases[i].steps * 0.47e-6) + B / (900e9 * 0.8);
+        double nv = (peer ? 3.7e-6 : 12e-6 + cases[i].steps * 0.47e-6) + B / (900e9 * 0.8);
+        if (cases[i].kind == DCP_PLAN_COMM_ALL_REDUCE) /* or one-shot over NVLink: n/2 x B from the peers */
+            nv = fmin(nv, 6e-6 + cases[i].ranks / 2.0 * B / (900e9 * 0.8));
         const double net = (peer ? 3.7e-6 : 12e-6 + cases[i].steps * 2.7e-6) + B / (50e9 * 0.8);
         check_near(dcp_perf_collective_time(&m, cases[i].kind, cases[i].ranks, DCP_PERF_LINK_NVLINK, B, true), nv,
                    1e-12, "nvlink collective");
@@ -328,6 +343,9 @@ static void test_collective_kinds(void **state)
         check_near(dcp_perf_collective_time(&m, cases[i].kind, cases[i].ranks, DCP_PERF_LINK_NETWORK, B, false),
                    net + 8e-6, 1e-12, "network collective, eager");
     }
+    /* A 2-rank all-reduce of 3 MB: one-shot (6 + 4.17 us) beats the ring (12 + 0.94 + 4.17 us). */
+    check_near(dcp_perf_collective_time(&m, DCP_PLAN_COMM_ALL_REDUCE, 2, DCP_PERF_LINK_NVLINK, B, true),
+               6e-6 + B / (900e9 * 0.8), 1e-12, "2-rank one-shot");
     /* The network is slower per byte and per hop than NVLink: a group spanning nodes costs more. */
     assert_true(dcp_perf_collective_time(&m, DCP_PLAN_COMM_ALL_GATHER, 8, DCP_PERF_LINK_NETWORK, 1e3, true) >
                 dcp_perf_collective_time(&m, DCP_PLAN_COMM_ALL_GATHER, 8, DCP_PERF_LINK_NVLINK, 1e3, true));
@@ -355,7 +373,9 @@ static void test_graph_and_eager(void **state)
     assert_false(b.graph);
     check_near(a.overhead, 20 * 61 * 1e-6, 1e-12, "graph gaps");
     check_near(b.overhead, 20 * 61 * 4e-6, 1e-12, "eager gaps");
-    check_near(b.tp_comm - a.tp_comm, 2 * 61 * 8e-6, 1e-9, "eager all-reduces");
+    /* 16 tokens' all-reduce (229 KB) runs one-shot, which a graph does not change. */
+    check_near(a.tp_comm, 2 * 61 * (6e-6 + 7 * 16 * 14336.0 / 720e9), 1e-12, "one-shot all-reduces");
+    check_near(b.tp_comm, a.tp_comm, 1e-12, "one-shot all-reduces, eager");
     check_near(b.dcp_comm - a.dcp_comm, (double)g.num_rows * 61 * 8e-6, 1e-9, "eager DCP rows");
     check_near(b.linear, a.linear, 0, "same linear");
     check_near(b.attention, a.attention, 0, "same attention");
@@ -370,7 +390,8 @@ static void test_graph_and_eager(void **state)
  *   prefill: bytes 4,096 x 1,152 x 61 (its own KV), + 2 us x 61;
  *            FLOPs 4,096 x (0 + 4,097 / 2) x 2 x 16 x (128 + 64 + 128) x 61 at 2.25e15 x 0.6
  *   GEMMs:   2 x 37e9 x 4,097 / 8 at 4.5e15 x 0.6 (all experts' weights read: below it)
- *   comm:    2 x 61 all-reduces of 4,097 x 25,088 B, eager; overhead 20 x 61 x 4 us
+ *   comm:    2 x 61 all-reduces of 4,097 x 25,088 B, eager rings (one-shot would read 4x
+ *            more); overhead 20 x 61 x 4 us
  */
 static void test_mixed_step(void **state)
 {
