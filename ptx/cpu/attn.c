@@ -810,6 +810,57 @@ DCPK_INLINE void attn_item(const struct dcpk_attn_params *p, const struct attn_s
     }
 }
 
+/*
+ * The fused split-KV combine (params.h, split_counters) after work item `item` stored
+ * its split's partials: it counts itself in (acquire-release: the partials the other
+ * splits stored before their counts are seen), and the split that counts last sets
+ * the counter back to 0 and merges the item's rows from the workspace with
+ * dcpk_merge_cpu, one row at a time (the bits of a separate dcpk_merge launch); its
+ * scratch is the item's output accumulators (v_dim * row_cap floats, 64-byte aligned),
+ * free once the item's rows are written.
+ */
+static void attn_split_combine(const struct dcpk_attn_params *p, const struct attn_shape *sh, uint64_t item,
+                               const struct attn_scratch *w)
+{
+    uint32_t *counter = (uint32_t *)(uintptr_t)p->split_counters + item / sh->splits;
+    if (__atomic_fetch_add(counter, 1u, __ATOMIC_ACQ_REL) != sh->splits - 1)
+        return;
+    __atomic_store_n(counter, 0u, __ATOMIC_RELAXED); /* no other split of this launch counts here again */
+    const uint64_t gy = (uint64_t)p->num_kv_heads * sh->head_tiles;
+    const uint32_t y = (uint32_t)(item / sh->splits % gy), seq = (uint32_t)(item / sh->splits / gy);
+    const uint32_t kv_head = y / sh->head_tiles, tile = y % sh->head_tiles;
+    const uint32_t head0 = kv_head * sh->heads_per_kv + tile * sh->head_tile;
+    const uint32_t nheads = sh->heads_per_kv - tile * sh->head_tile < sh->head_tile
+                                ? sh->heads_per_kv - tile * sh->head_tile
+                                : sh->head_tile;
+    const int32_t *q_start = (const int32_t *)(uintptr_t)p->q_start;
+    const uint32_t tok0 = (uint32_t)q_start[seq];
+    const uint32_t ntok = q_start[seq + 1] > q_start[seq] ? (uint32_t)(q_start[seq + 1] - q_start[seq]) : 0;
+    const uint64_t rows_per_chunk = (uint64_t)p->num_q_tokens * sh->heads_per_chunk;
+    const uint32_t out_size = dcpk_dtype_size(p->out_dtype);
+    for (uint32_t r = 0; r < ntok * nheads; r++) {
+        const uint32_t tok = tok0 + r / nheads, head = head0 + r % nheads;
+        const uint64_t chunk = head / sh->heads_per_chunk;
+        const uint64_t in_chunk = (uint64_t)tok * sh->heads_per_chunk + head % sh->heads_per_chunk;
+        const uint64_t ws_row = chunk * rows_per_chunk + in_chunk;
+        const struct dcpk_merge_params mp = {
+            .src_o = p->ws_o + 4 * ws_row * p->v_dim,
+            .src_lse = p->ws_lse + 4 * ws_row,
+            .out = p->out + out_size * (chunk * p->out_chunk_stride + in_chunk * p->v_dim),
+            .out_lse = p->lse ? p->lse + 4 * (chunk * p->lse_chunk_stride + in_chunk) : 0,
+            .src_stride_o = p->ws_split_stride_o,
+            .src_stride_lse = p->ws_split_stride_lse,
+            .n_src = sh->splits,
+            .rows = 1,
+            .rows_per_chunk = 1,
+            .v_dim = p->v_dim,
+            .src_dtype = DCPK_FP32,
+            .out_dtype = p->out_dtype,
+        };
+        dcpk_merge_cpu(&mp, 0, 1, w->ot);
+    }
+}
+
 /** Items [begin, end) in variant isa (a constant in each caller, so each gets its own code). */
 DCPK_INLINE void attn_items(const struct dcpk_attn_params *p, uint64_t begin, uint64_t end,
                             void *scratch, enum dcpk_cpu_isa isa)
@@ -819,8 +870,11 @@ DCPK_INLINE void attn_items(const struct dcpk_attn_params *p, uint64_t begin, ui
     const struct attn_shape sh = attn_shape_of(p);
     struct attn_scratch w;
     attn_scratch_layout(p, &sh, scratch, &w);
-    for (uint64_t item = begin; item < end; item++)
+    for (uint64_t item = begin; item < end; item++) {
         attn_item(p, &sh, item, &w, isa);
+        if (sh.splits > 1 && p->split_counters)
+            attn_split_combine(p, &sh, item, &w);
+    }
 }
 
 #if DCP_ARCH_X86_64

@@ -34,6 +34,7 @@
 #include "dcp_kernels/placement.h"
 #include "dcp_kernels/variants.h"
 #include "device.cuh"
+#include "merge.cuh"
 #include "mma.cuh"
 
 extern __shared__ __align__(16) unsigned char dcpk_smem[];
@@ -1003,7 +1004,62 @@ __device__ bool sparse_item(const dcpk_sparse_attn_params &p, AttnItem &it)
     return true;
 }
 
-template <class C, KeysMutant M = KeysMutant::none>
+/**
+ * Deliberate bugs of the fused split-KV combine, for tests/kernels_build (the fatbin
+ * instantiates none): no_fence counts the split in with no __threadfence after its
+ * partials (the last split could read stale ones); no_reset leaves the counter at
+ * num_splits (the next launch, a graph replay, never combines).
+ */
+enum class CombineMutant { none, no_fence, no_reset };
+
+/**
+ * The fused split-KV combine (params.h, split_counters), after a dcpk_attn block has
+ * stored its split's partials of work item (blockIdx.y, blockIdx.z): every thread
+ * fences its stores, the block counts itself in (thread 0, after a barrier), and the
+ * block that counts last sets the counter back to 0, fences (the other splits'
+ * partials are seen after their counts) and merges the item's rows, one warp per row
+ * (warp_merge_row: dcpk_merge's bits). Every thread of the block calls it.
+ */
+template <CombineMutant M = CombineMutant::none>
+__device__ __forceinline__ void split_combine(const dcpk_attn_params &p)
+{
+    if (p.num_splits <= 1 || p.split_counters == 0)
+        return;
+    if constexpr (M != CombineMutant::no_fence)
+        __threadfence();
+    __syncthreads();
+    uint32_t *counter = reinterpret_cast<uint32_t *>(p.split_counters) + (uint64_t)blockIdx.z * gridDim.y + blockIdx.y;
+    if (!__syncthreads_or(threadIdx.x == 0 && atomicAdd(counter, 1u) == p.num_splits - 1u))
+        return;
+    if (M != CombineMutant::no_reset && threadIdx.x == 0)
+        *counter = 0; // no other block of this launch counts here again
+    __threadfence();
+    // The item again from blockIdx and params (attn_item's decoding): nothing of the
+    // attention stays live in registers across it for the combine.
+    const uint32_t heads_per_kv = p.num_heads / p.num_kv_heads;
+    const uint32_t head_tiles = (heads_per_kv + p.head_tile - 1) / p.head_tile, tile = blockIdx.y % head_tiles;
+    const uint32_t head0 = blockIdx.y / head_tiles * heads_per_kv + tile * p.head_tile;
+    const uint32_t nheads = min(p.head_tile, heads_per_kv - tile * p.head_tile);
+    const int32_t *q_start = reinterpret_cast<const int32_t *>(p.q_start);
+    const uint32_t q0 = (uint32_t)q_start[blockIdx.z], nq = (uint32_t)(q_start[blockIdx.z + 1] - q_start[blockIdx.z]);
+    const uint32_t lane = threadIdx.x % 32, warps = blockDim.x / 32, rows = nq * nheads;
+    const uint64_t rows_per_chunk = (uint64_t)p.num_q_tokens * p.heads_per_chunk;
+    for (uint32_t r = threadIdx.x / 32; r < rows; r += warps) {
+        const uint32_t tok = q0 + r / nheads, g = head0 + r % nheads;
+        const uint64_t c = g / p.heads_per_chunk;
+        const uint64_t in_chunk = (uint64_t)tok * p.heads_per_chunk + g % p.heads_per_chunk;
+        const uint64_t ws_row = c * rows_per_chunk + in_chunk;
+        float *out_lse = p.lse != 0 ? reinterpret_cast<float *>(p.lse) + c * p.lse_chunk_stride + in_chunk : nullptr;
+        warp_merge_row<MergeMutant::none, DCPK_FP32>(reinterpret_cast<const void *>(p.ws_o), ws_row * p.v_dim,
+                                                     p.ws_split_stride_o,
+                                                     reinterpret_cast<const float *>(p.ws_lse) + ws_row,
+                                                     p.ws_split_stride_lse, p.num_splits, p.v_dim, p.out,
+                                                     c * p.out_chunk_stride + in_chunk * p.v_dim, p.out_dtype,
+                                                     out_lse, lane);
+    }
+}
+
+template <class C, KeysMutant M = KeysMutant::none, CombineMutant F = CombineMutant::none>
 __device__ __forceinline__ void attn_kernel(const dcpk_attn_params &p)
 {
     AttnItem it;
@@ -1011,6 +1067,7 @@ __device__ __forceinline__ void attn_kernel(const dcpk_attn_params &p)
         return;
     AttnBlock<C, DenseKeysOf<M>> block(p, it);
     block.run();
+    split_combine<F>(p);
 }
 
 /** A SIMT sparse entry: the token's top-k keys of this rank through AttnBlock. */
@@ -1037,6 +1094,7 @@ __device__ __forceinline__ void attn_tc_kernel(const dcpk_attn_params &p)
         return;
     Block<C> block(p, it);
     block.run();
+    split_combine(p);
 }
 
 /** The body of a tensor-core sparse entry (Block = MlaTcSparseBlock), as attn_tc_kernel's. */

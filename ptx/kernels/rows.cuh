@@ -19,6 +19,7 @@
 #include "dcp_kernels/params.h"
 #include "dcp_kernels/variants.h"
 #include "device.cuh"
+#include "merge.cuh"
 
 namespace dcpk {
 
@@ -93,122 +94,27 @@ __device__ __forceinline__ void sink_rows(const dcpk_sink_params &p)
     }
 }
 
-/**
- * Deliberate bugs of the merge kernel, for tests/kernels_build to prove that its
- * emulated tests catch them (the fatbin instantiates none): short_max drops the
- * xor-16 step of the warp's max, so lanes 0-15 never see the LSEs lanes 16-31
- * hold (a row whose largest LSE is there overflows exp); tree_sum adds the
- * exponentials as a butterfly instead of in source order (other bits than the
- * CPU implementation's).
- */
-enum class MergeMutant { none, short_max, tree_sum };
-
-constexpr uint32_t kFullWarp = 0xffffffffu;
 /** Rows dcpk_merge's block merges at once: one per warp (params.h's work item). */
 constexpr uint32_t kMergeWarps = kBlock_merge / 32;
 static_assert(kMergeWarps == DCPK_MERGE_ROWS_PER_ITEM, "a dcpk_merge work item is one row per warp");
-/** Output columns a lane accumulates per pass over the sources (32 x this per warp). */
-constexpr uint32_t kMergeCols = 4;
 
 /**
- * dcpk_merge_lambda of one row, by one warp: the lanes take sources lane, lane +
- * 32, ...; the max (and whether any LSE is NaN or +inf) by xor shuffles, exact in
- * any order; the exponentials computed by their lanes and added in source order
- * (each lane adds the 32 of a round, shuffled from their lanes, one after another),
- * the order of dcpk_merge_lambda: the same bits. Every lane returns it.
- */
-template <MergeMutant M>
-__device__ __forceinline__ float warp_merge_lambda(const float *lse, uint32_t n, uint64_t stride, uint32_t lane)
-{
-    const float neg_inf = dcpk_neg_inf();
-    float m = neg_inf;
-    uint32_t bad = 0;
-    for (uint32_t s = lane; s < n; s += 32) {
-        const float v = lse[s * stride];
-        bad |= dcpk_lse_poisoned(v) ? 1u : 0u;
-        m = v > m ? v : m;
-    }
-    for (int off = M == MergeMutant::short_max ? 8 : 16; off > 0; off >>= 1) {
-        const float o = __shfl_xor_sync(kFullWarp, m, off);
-        m = o > m ? o : m;
-        bad |= __shfl_xor_sync(kFullWarp, bad, off);
-    }
-    m = __shfl_sync(kFullWarp, m, 0); // one max for all lanes (+0 and -0 tie)
-    if (bad)
-        return dcpk_qnan();
-    if (m == neg_inf)
-        return neg_inf;
-    float sum = 0.0f;
-    for (uint32_t s0 = 0; s0 < n; s0 += 32) {
-        const float v = s0 + lane < n ? lse[(s0 + lane) * stride] : neg_inf;
-        const float t = dcpk_lse_empty(v) ? 0.0f : expf(v - m); // + 0 leaves the sum's bits as they are
-        if constexpr (M == MergeMutant::tree_sum) {
-            float x = t;
-            for (int off = 16; off > 0; off >>= 1)
-                x += __shfl_xor_sync(kFullWarp, x, off);
-            sum += x;
-        } else {
-            const uint32_t k = min(n - s0, 32u);
-            for (uint32_t j = 0; j < k; j++)
-                sum += __shfl_sync(kFullWarp, t, (int)j);
-        }
-    }
-    return m + logf(sum);
-}
-
-/**
- * dcpk_merge from sources of dtype SD: one warp per row (kMergeWarps rows per block, rows grid-strided by
- * warp). Lambda by warp_merge_lambda; then, kMergeCols x 32 columns at a time, each
- * lane's weight exp(lse_s - Lambda) of source s0 + lane, the sources' non-empty
- * mask by ballot, and every lane adds weight_s * o_s of its columns over s in
- * order, from 0 (weights shuffled from their lanes), rounding to out_dtype once:
- * dcpk_merge_cpu's arithmetic in its order, for any number of sources. No shared
+ * dcpk_merge from sources of dtype SD: one warp per row (kMergeWarps rows per block,
+ * rows grid-strided by warp), each through warp_merge_row (merge.cuh). No shared
  * memory, no block barrier.
  */
 template <MergeMutant M, uint32_t SD>
 __device__ __forceinline__ void merge_rows_from(const dcpk_merge_params &p)
 {
     const uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const float neg_inf = dcpk_neg_inf();
-    const float *src_lse = reinterpret_cast<const float *>(p.src_lse);
-    const void *src_o = reinterpret_cast<const void *>(p.src_o);
     for (uint64_t row = block_linear() * kMergeWarps + warp; row < p.rows; row += grid_blocks() * kMergeWarps) {
-        const float total = warp_merge_lambda<M>(src_lse + row, p.n_src, p.src_stride_lse, lane);
         const uint64_t chunk = row / p.rows_per_chunk, in_chunk = row % p.rows_per_chunk;
-        const uint64_t out_row = chunk * p.out_chunk_stride + in_chunk * p.v_dim;
-        for (uint32_t d0 = 0; d0 < p.v_dim; d0 += 32 * kMergeCols) {
-            float acc[kMergeCols];
-#pragma unroll
-            for (uint32_t k = 0; k < kMergeCols; k++)
-                acc[k] = 0.0f;
-            for (uint32_t s0 = 0; s0 < p.n_src; s0 += 32) {
-                const bool mine = s0 + lane < p.n_src;
-                const float lse = mine ? src_lse[(s0 + lane) * p.src_stride_lse + row] : neg_inf;
-                const float w = dcpk_merge_weight(lse, total);
-                const uint32_t live = __ballot_sync(kFullWarp, mine && !dcpk_lse_empty(lse));
-                const uint32_t n = min(p.n_src - s0, 32u);
-                for (uint32_t j = 0; j < n; j++) {
-                    const float wj = __shfl_sync(kFullWarp, w, (int)j);
-                    if (!(live >> j & 1u))
-                        continue; // never 0 * o: an empty source's o may hold anything
-                    const uint64_t o = (s0 + j) * p.src_stride_o + row * p.v_dim;
-#pragma unroll
-                    for (uint32_t k = 0; k < kMergeCols; k++) {
-                        const uint32_t d = d0 + 32 * k + lane;
-                        if (d < p.v_dim) // even at weight 0: a NaN in o_s shows
-                            acc[k] += wj * dcpk_load_as_f32(src_o, o + d, SD);
-                    }
-                }
-            }
-#pragma unroll
-            for (uint32_t k = 0; k < kMergeCols; k++) {
-                const uint32_t d = d0 + 32 * k + lane;
-                if (d < p.v_dim)
-                    store_as(p.out, out_row + d, p.out_dtype, acc[k]);
-            }
-        }
-        if (p.out_lse != 0 && lane == 0)
-            reinterpret_cast<float *>(p.out_lse)[chunk * p.out_lse_chunk_stride + in_chunk] = total;
+        float *out_lse = p.out_lse != 0
+                             ? reinterpret_cast<float *>(p.out_lse) + chunk * p.out_lse_chunk_stride + in_chunk
+                             : nullptr;
+        warp_merge_row<M, SD>(reinterpret_cast<const void *>(p.src_o), row * p.v_dim, p.src_stride_o,
+                              reinterpret_cast<const float *>(p.src_lse) + row, p.src_stride_lse, p.n_src, p.v_dim,
+                              p.out, chunk * p.out_chunk_stride + in_chunk * p.v_dim, p.out_dtype, out_lse, lane);
     }
 }
 

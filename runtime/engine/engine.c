@@ -279,6 +279,8 @@ static void plan_rank_buffers(struct dcp_engine *e, struct dcp_rank_buffers *b, 
     if (e->split_rows) {
         dcp_buffer_plan_add(bp, &b->ws_o, e->split_rows, Hg, v, f);
         dcp_buffer_plan_add(bp, &b->ws_lse, e->split_rows, Hg, f, 1);
+        /* a work item per (sequence, kv head, head tile): at most max_batch x Hg of them */
+        dcp_buffer_plan_add(bp, &b->split_counters, e->max_batch, Hg, sizeof(uint32_t), 1);
     }
 }
 
@@ -318,6 +320,21 @@ static int upload_w_uv(struct dcp_rank *r)
             return err;
     }
     return DCP_OK;
+}
+
+/* The fused split-KV combine's counters start at 0 (each launch leaves them so). */
+static int zero_split_counters(struct dcp_rank *r)
+{
+    const struct dcp_engine *e = r->engine;
+    if (!e->split_rows)
+        return DCP_OK;
+    const size_t bytes = (size_t)e->max_batch * e->geo.gathered_heads * sizeof(uint32_t);
+    uint32_t *zeros = calloc(1, bytes);
+    if (!zeros)
+        return dcp_error(DCP_ENOMEM, "zeroing the split-KV counters: out of host memory");
+    int err = e->ops->upload(r, r->buf.split_counters, zeros, bytes);
+    free(zeros);
+    return err;
 }
 
 static void free_rank_buffers(struct dcp_rank *r)
@@ -561,6 +578,8 @@ DCP_API int dcp_engine_create(const struct dcp_engine_params *params, dcp_engine
         err = alloc_rank_buffers(r);
         if (!err)
             err = upload_w_uv(r);
+        if (!err)
+            err = zero_split_counters(r);
         if (!err)
             err = dcp_merge_rank_init(r);
         if (!err)

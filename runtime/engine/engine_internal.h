@@ -178,6 +178,9 @@ struct dcp_rank_buffers {
     uint64_t lse_scratch;   ///< fp32 [T][H_l] when the caller passes no LSE buffer
     uint64_t ws_o;          ///< fp32 split-KV partial outputs [splits][T][Hg][v], split_rows x Hg x v in all
     uint64_t ws_lse;        ///< fp32 split-KV partial LSEs [splits][T][Hg], split_rows x Hg in all
+    uint64_t split_counters;///< uint32 [max_batch][Hg]: the fused split-KV combine's counters (one per attention
+                            ///< work item of a sequence, kv head and head tile), zeroed at creation; every
+                            ///< launch leaves them 0 (params.h), so captured graphs replay with them
     uint64_t w_uv;          ///< fp32 [layers][Hg][v][o]: W_UV of the gathered heads (merge_after_uv)
     struct dcp_layer_buffers kinds; ///< The layer kinds' (layers.c).
 };

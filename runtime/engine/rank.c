@@ -271,9 +271,12 @@ static int launch_attention(struct dcp_rank *r, uint32_t layer, uint64_t q, uint
         .out_dtype = t->out_dtype,
         .window = kind->type == DCP_LAYER_SLIDING_WINDOW ? kind->window : 0,
         .ring_pages = pages.ring ? e->ring_pages : 0,
+        .split_counters = s->num_splits > 1 ? r->buf.split_counters : 0,
     };
+    /* With split_counters the launch combines its splits itself (the last split of each
+     * work item merges them into the target, params.h): no dcpk_merge launch. */
     int err = dcp_rank_launch(r, PROF_ATTENTION, DCPK_KERNEL_attn, &p);
-    if (err || s->num_splits == 1)
+    if (err || s->num_splits == 1 || p.split_counters)
         return err;
     /* Combine the splits: source s row i lives at ws + s * stride + i * v, rows in the
      * chunked order (chunk c = destination rank), written to the target's chunks. */

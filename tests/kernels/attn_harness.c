@@ -304,6 +304,18 @@ static void *typed_output(const struct attn_problem *pb, const struct rank_run *
     return out;
 }
 
+/** NaN over the rows a rank's attention writes in out (of out_dtype) and dst->lse, padding left as it is. */
+static void poison_rows(const struct attn_problem *pb, const struct rank_run *run, const struct attn_output *dst,
+                        void *out)
+{
+    const uint64_t rows = (uint64_t)problem_tokens(pb) * (pb->heads / run->chunks);
+    const uint32_t es = dcpk_dtype_size(pb->out_dtype);
+    for (uint64_t c = 0; c < run->chunks; c++) {
+        memset((unsigned char *)out + c * dst->out_chunk_stride * es, 0xff, rows * pb->v_dim * es);
+        memset(dst->lse + c * dst->lse_chunk_stride, 0xff, rows * sizeof(float));
+    }
+}
+
 static void typed_output_finish(const struct attn_problem *pb, const struct rank_run *run,
                                 const struct attn_output *dst, void *out)
 {
@@ -407,7 +419,7 @@ void rank_attention(const struct attn_problem *pb, const struct rank_run *run,
         run_kernel(DCPK_KERNEL_sparse_attn, &sp, rng);
         goto done;
     }
-    const struct dcpk_attn_params ap = {
+    struct dcpk_attn_params ap = {
         .q = (uint64_t)(uintptr_t)q, .k_cache = (uint64_t)(uintptr_t)k_cache,
         .v_cache = (uint64_t)(uintptr_t)(pb->mla ? k_cache : v_cache),
         .block_table = (uint64_t)(uintptr_t)table, .seq_lens = (uint64_t)(uintptr_t)seq_lens,
@@ -424,11 +436,30 @@ void rank_attention(const struct attn_problem *pb, const struct rank_run *run,
         .kv_scale = pb->kv_scale, .q_dtype = pb->q_dtype, .out_dtype = pb->out_dtype,
         .window = pb->window, .ring_pages = ring,
     };
-    run_kernel_with(DCPK_KERNEL_attn,
-                    run->variant > 0 && run->variant <= DCPK_CPU_ISA_COUNT ? attn_variants[run->variant - 1] : dcpk_attn_cpu,
-                    &ap, rng);
-    if (run->num_splits > 1)
-        merge_splits(pb, run, rng, ws_o, ws_lse, ws_stride_o, ws_stride_lse, dst, out);
+    const dcpk_cpu_fn attn_fn =
+        run->variant > 0 && run->variant <= DCPK_CPU_ISA_COUNT ? attn_variants[run->variant - 1] : dcpk_attn_cpu;
+    if (run->fused && run->num_splits > 1) {
+        const struct dcpk_grid g = dcpk_attn_grid(&ap);
+        const size_t items = (size_t)g.y * g.z;
+        uint32_t *counters = xmalloc(items * sizeof(uint32_t));
+        memset(counters, 0, items * sizeof(uint32_t));
+        ap.split_counters = (uint64_t)(uintptr_t)counters;
+        for (int replay = 0; replay < 2; replay++) {
+            if (replay) /* what the first run wrote is gone: the second must write it all again */
+                poison_rows(pb, run, dst, out);
+            run_kernel_with(DCPK_KERNEL_attn, attn_fn, &ap, rng);
+            for (size_t i = 0; i < items; i++)
+                if (counters[i] != 0) {
+                    harness_fail("fused split-KV combine: counter %zu is %u after the launch, not 0", i, counters[i]);
+                    break;
+                }
+        }
+        free(counters);
+    } else {
+        run_kernel_with(DCPK_KERNEL_attn, attn_fn, &ap, rng);
+        if (run->num_splits > 1)
+            merge_splits(pb, run, rng, ws_o, ws_lse, ws_stride_o, ws_stride_lse, dst, out);
+    }
 done:
     typed_output_finish(pb, run, dst, out);
     free(topk);

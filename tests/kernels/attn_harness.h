@@ -49,6 +49,9 @@ struct rank_run {
     uint32_t num_splits, head_tile;
     uint32_t chunks;  ///< Head chunks of the layout (heads_per_chunk = heads / chunks).
     int variant;      ///< 0: dcpk_attn_cpu (the variant it picks); k > 0: variant k - 1 of enum dcpk_cpu_isa.
+    int fused;        ///< num_splits > 1: the attention launch combines its splits (split_counters) instead of
+                      ///< dcpk_merge; it runs twice, the output poisoned between (a graph replay), and the
+                      ///< counters must be 0 after each run.
 };
 
 /** Where a rank's output goes: chunked layout with these strides (floats). The

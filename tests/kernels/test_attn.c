@@ -106,6 +106,7 @@ static void random_run(const struct attn_problem *pb, struct rank_run *run, stru
     run->head_tile = test_rng_range(rng, 0, 3) ? (uint32_t)test_rng_range(rng, 1, hpk) : 0; /* 0: all */
     run->chunks = random_divisor(rng, pb->heads);
     run->variant = (int)test_rng_range(rng, 0, DCPK_CPU_ISA_COUNT); /* 0: the default pick */
+    run->fused = run->num_splits > 1 && test_rng_range(rng, 0, 1); /* the splits combined by the launch */
 }
 
 /*

@@ -31,7 +31,10 @@
  *     thread wrote in the same epoch (no __syncthreads between, or __syncwarp for
  *     lanes of one warp), a write of a unit another thread read or wrote in the
  *     same epoch, a read of a unit not written since the block started, and a
- *     read of a cp.async destination before its wait are errors.
+ *     read of a cp.async destination before its wait are errors;
+ *   - a global atomic (atomicAdd) of a block that changed memory a test watches
+ *     (emu::watch: a workspace other blocks read after the atomic) with a thread of
+ *     the block that executed no __threadfence before it (emu::on_global_atomic).
  * Include this before the kernel sources (with the CUDA headers on the include
  * path: cuda_fp16.h and friends work in host code).
  */
@@ -140,6 +143,7 @@ struct Fiber {
     char *stack = nullptr; // from stack_pool
     unsigned tid = 0;
     bool done = false;
+    unsigned fences = 0;                        // __threadfence calls since the block started
     std::vector<AsyncCopy> open;                // issued since the last commit
     std::vector<std::vector<AsyncCopy>> groups; // committed, oldest first
 };
@@ -166,6 +170,7 @@ struct Block {
     void (*body)(const void *) = nullptr;
     const void *params = nullptr;
     uint64_t progress = 0; // arrivals and exits, for deadlock detection
+    int vote = 0, vote_result = 0; // __syncthreads_or: the open barrier's votes, the last one's result
 };
 
 inline Block *running;
@@ -271,6 +276,50 @@ inline void on_write(const void *p, size_t bytes, const char *what, bool pending
     }
 }
 
+/* ---- global memory published by atomics --------------------------------------- */
+
+/**
+ * Global memory a test watches (a split-KV workspace): its bytes at the start of the
+ * running block. A global atomic of a block that changed watched bytes publishes
+ * them to other blocks, which on a GPU requires each storing thread's __threadfence
+ * before the atomic; the emulator, which cannot tell which thread stored what,
+ * requires a __threadfence of every thread of the block before it (the discipline the
+ * kernels follow), else reports the missing fence.
+ */
+struct Watch {
+    unsigned char *base;
+    size_t bytes;
+    std::vector<unsigned char> at_start;
+};
+inline std::vector<Watch> watches;
+
+inline void watch(void *base, size_t bytes) { watches.push_back(Watch{static_cast<unsigned char *>(base), bytes, {}}); }
+inline void unwatch_all() { watches.clear(); }
+
+inline bool in_shared(const void *p)
+{
+    const unsigned char *c = static_cast<const unsigned char *>(p);
+    return smem_base && c >= smem_base && c < smem_base + smem_size;
+}
+
+/** A global atomic by the running thread: checks the fences that publish the block's watched stores. */
+inline void on_global_atomic(const void *addr)
+{
+    if (in_shared(addr))
+        return;
+    bool stored = false;
+    for (const Watch &w : watches)
+        stored = stored || std::memcmp(w.base, w.at_start.data(), w.bytes) != 0;
+    if (!stored)
+        return;
+    for (const Fiber &f : running->fibers)
+        if (f.fences == 0) {
+            report("thread %u: a global atomic publishes the block's stores to watched memory, but thread %u "
+                   "executed no __threadfence before it (another block may read stale data)", tid(), f.tid);
+            return;
+        }
+}
+
 /* ---- scheduling --------------------------------------------------------------- */
 
 inline void yield()
@@ -284,8 +333,11 @@ inline void release_if_full(Barrier &b, bool block_barrier)
         b.arrived = 0;
         b.generation++;
         running->progress++;
-        if (block_barrier)
+        if (block_barrier) {
             epoch++;
+            running->vote_result = running->vote;
+            running->vote = 0;
+        }
     }
 }
 
@@ -384,6 +436,8 @@ inline void run_block(void (*body)(const void *), const void *params)
     if (smem_base)
         std::memset(smem_base, 0xff, smem_size);
     block_epoch = ++epoch;
+    for (Watch &w : watches)
+        w.at_start.assign(w.base, w.base + w.bytes);
     std::vector<unsigned> order(n);
     for (unsigned t = 0; t < n; t++) {
         order[t] = t;
@@ -668,6 +722,21 @@ inline void __syncthreads()
     emu::wait(emu::running->block);
 }
 
+/** A block barrier that returns nonzero when any thread's predicate was nonzero. */
+inline int __syncthreads_or(int pred)
+{
+    if (pred)
+        emu::running->vote = 1;
+    emu::wait(emu::running->block);
+    return emu::running->vote_result;
+}
+
+/** Counts the thread's fences (emu::on_global_atomic checks them); blocks run one after another. */
+inline void __threadfence()
+{
+    emu::running->current->fences++;
+}
+
 inline void __syncwarp(unsigned mask = 0xffffffffu)
 {
     emu::syncwarp(mask);
@@ -690,6 +759,7 @@ inline unsigned atomicMin(unsigned *address, unsigned val)
 
 inline unsigned atomicAdd(unsigned *address, unsigned val)
 {
+    emu::on_global_atomic(address);
     const unsigned old = *address;
     *address = old + val;
     return old;

@@ -4,15 +4,22 @@
  * its CPU implementation (ptx/cpu/merge.c: the same arithmetic in the same order),
  * for 0 to a few hundred sources (one to several rounds of a warp's 32 lanes),
  * every edge case of dcp_kernels/merge.h and every activation dtype; with
- * mutants of the warp's reductions that must fail. Kept small: DCP_TEST_QUICK
- * runs fewer cases.
+ * mutants of the warp's reductions that must fail.
+ * The fused split-KV combine (dcpk_attn_params.split_counters: the last split of a
+ * work item merges them) through the kernel tests' attention harness
+ * (tests/kernels/attn_harness.h) on the SIMT and tensor-core entries: the bits of
+ * the separate dcpk_merge launch, the oracle, counters back at 0, a second launch
+ * (a graph replay) right; mutants without the fence before the count and without
+ * the counter's reset. Kept small: DCP_TEST_QUICK runs fewer cases.
  */
 #include "emu_kernels.h"
 extern "C" {
+#include "attn_harness.h"
 #include "dcp_kernels/cpu.h"
 #include "oracle.h"
 }
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -222,6 +229,193 @@ void test_merge_mutants(void **state)
     print_message("dcpk_merge: mutants 'max without the xor-16 step' and 'butterfly sum' caught\n");
 }
 
+/* ---- the fused split-KV combine ------------------------------------------------- */
+
+/** The attention kernel the harness's launches take (null: the entry dcpk_attn_variant_find picks). */
+AttnKernel fused_override;
+
+/** harness_launch: attention (the workspace watched), kv_append and merge on the emulator. */
+int emu_run(enum dcpk_kernel_id id, const void *params)
+{
+    if (id == DCPK_KERNEL_kv_append) {
+        const auto &p = *static_cast<const dcpk_kv_append_params *>(params);
+        const dcpk_grid g = dcpk_kv_append_grid(&p);
+        if (dcpk_grid_items(g))
+            launch(dcpk_kv_append, p, dim3((unsigned)std::min<uint64_t>(dcpk_grid_items(g), 3)),
+                   dim3(dcpk::kBlock_kv_append));
+        return 1;
+    }
+    if (id == DCPK_KERNEL_merge) {
+        const auto &p = *static_cast<const dcpk_merge_params *>(params);
+        launch(dcpk_merge, p, dim3((unsigned)std::max<uint64_t>(1, dcpk_grid_items(dcpk_merge_grid(&p)))),
+               dim3(dcpk::kBlock_merge));
+        return 1;
+    }
+    if (id != DCPK_KERNEL_attn)
+        return 0;
+    dcpk_attn_params p = *static_cast<const dcpk_attn_params *>(params);
+    const dcpk_attn_variant *v = dcpk_attn_variant_find(p.qk_dim, p.v_dim, p.v_cache == p.k_cache, p.dtype);
+    if (!v)
+        fail_msg("no GPU attention entry for qk %u v %u dtype %u", p.qk_dim, p.v_dim, p.dtype);
+    const uint32_t per_kv = p.num_heads / p.num_kv_heads;
+    if (p.head_tile == 0 || p.head_tile > per_kv)
+        p.head_tile = per_kv;
+    p.precision = DCPK_PRECISION_EXACT;
+    const dcpk_grid g = dcpk_attn_grid(&p);
+    if (p.num_splits > 1) { // the partials other blocks read after the count
+        emu::watch(reinterpret_cast<void *>(p.ws_o), (p.num_splits - 1) * p.ws_split_stride_o * 4 +
+                                                         p.ws_split_stride_o * 4);
+        emu::watch(reinterpret_cast<void *>(p.ws_lse), p.num_splits * p.ws_split_stride_lse * 4);
+    }
+    emu::reset_errors();
+    emu::launch(fused_override ? fused_override : attn_entry(v->entry), p, dim3(g.x, g.y, g.z), dim3(v->threads));
+    emu::unwatch_all();
+    if (emu::errors())
+        harness_fail("emulator: %u errors, the first: %s", emu::errors(), emu::first_error());
+    return 1;
+}
+
+struct FusedCase {
+    const char *what;
+    uint32_t heads, kv_heads, qk, v, dtype, splits, chunks;
+    int mla;
+};
+
+/** A problem of c's shape: two sequences, 1 and 3 query tokens. */
+void fused_problem(attn_problem &pb, const FusedCase &c, test_rng *rng)
+{
+    std::memset(&pb, 0, sizeof pb);
+    pb.batch = 2;
+    pb.seq_len[0] = 45;
+    pb.seq_len[1] = 70;
+    pb.q_len[0] = 1;
+    pb.q_len[1] = 3;
+    pb.heads = c.heads;
+    pb.kv_heads = c.kv_heads;
+    pb.qk_dim = c.qk;
+    pb.v_dim = c.v;
+    pb.mla = c.mla;
+    pb.dtype = c.dtype;
+    pb.block_size = 8;
+    pb.scale = (float)(1.0 / std::sqrt((double)c.qk));
+    pb.kv_scale = 1.0f;
+    pb.q_dtype = DCPK_FP32;
+    pb.src_dtype = DCPK_FP32;
+    pb.out_dtype = c.dtype == DCPK_FP32 ? DCPK_FP32 : DCPK_BF16;
+    problem_fill(&pb, rng, 1.0f);
+}
+
+/** Output and LSE of one run of pb (fused or through dcpk_merge) with the rng at seed. */
+struct FusedResult {
+    std::vector<float> out, lse;
+};
+
+FusedResult fused_run(const attn_problem &pb, const FusedCase &c, int fused, uint64_t seed)
+{
+    const uint64_t rows = (uint64_t)problem_tokens(&pb) * (pb.heads / c.chunks);
+    FusedResult r;
+    r.out.assign((rows * pb.v_dim + 3) * c.chunks, -7.f);
+    r.lse.assign((rows + 2) * c.chunks, -7.f);
+    attn_output dst{r.out.data(), r.lse.data(), rows * pb.v_dim + 3, rows + 2};
+    rank_run run{};
+    run.group_size = 1;
+    run.interleave = 1;
+    run.num_splits = c.splits;
+    run.head_tile = 2;
+    run.chunks = c.chunks;
+    run.fused = fused;
+    test_rng rng;
+    test_rng_seed(&rng, seed);
+    rank_attention(&pb, &run, &rng, &dst);
+    return r;
+}
+
+const FusedCase kFusedCases[] = {
+    {"gqa d64 fp32 (SIMT)", 8, 2, 64, 64, DCPK_FP32, 3, 2, 0},
+    {"gqa d128 bf16 (tensor cores)", 4, 1, 128, 128, DCPK_BF16, 4, 1, 0},
+    {"mla bf16 (tensor cores)", 4, 1, 576, 512, DCPK_BF16, 2, 2, 1},
+};
+
+/** Whether fused and separate runs give the same bits, on the CPU and on the emulator, and the oracle's result. */
+void test_fused_combine(void **state)
+{
+    (void)state;
+    test_rng rng;
+    test_rng_seed(&rng, test_seed() + 2);
+    const size_t count = test_quick() ? 2 : sizeof kFusedCases / sizeof kFusedCases[0];
+    for (size_t k = 0; k < count; k++) {
+        const FusedCase &c = kFusedCases[k];
+        attn_problem pb;
+        fused_problem(pb, c, &rng);
+        const uint64_t seed = test_rng_next(&rng);
+        for (int gpu = 0; gpu < 2; gpu++) {
+            harness_launch = gpu ? emu_run : nullptr;
+            const FusedResult a = fused_run(pb, c, 0, seed), b = fused_run(pb, c, 1, seed);
+            harness_launch = nullptr;
+            if (std::memcmp(a.out.data(), b.out.data(), a.out.size() * 4) != 0 ||
+                std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4) != 0)
+                fail_msg("%s on the %s: the fused combine differs from dcpk_merge's bits", c.what,
+                         gpu ? "emulated GPU" : "CPU");
+            const uint64_t rows = (uint64_t)problem_tokens(&pb) * (pb.heads / c.chunks);
+            const attn_output res{const_cast<float *>(b.out.data()), const_cast<float *>(b.lse.data()),
+                                  rows * pb.v_dim + 3, rows + 2};
+            check_against_oracle(&pb, 0, pb.heads, pb.heads / c.chunks, &res,
+                                 pb.out_dtype == DCPK_FP32 ? 1e-5 : 1e-2, c.what);
+        }
+        problem_free(&pb);
+    }
+}
+
+/** The gqa_d64 fp32 SIMT entry with a fused-combine bug M (attn.cuh, CombineMutant). */
+template <dcpk::CombineMutant M>
+void combine_mutant(dcpk_attn_params p)
+{
+    dcpk::attn_kernel<dcpk::AttnCfg<64, 64, 0, DCPK_FP32, 128, 16, 64>, dcpk::KeysMutant::none, M>(p);
+}
+
+/** Failed harness checks (emulator errors, counters, oracle) of a fused run through kernel. */
+int fused_failures(AttnKernel kernel, test_rng *rng)
+{
+    const FusedCase &c = kFusedCases[0];
+    attn_problem pb;
+    fused_problem(pb, c, rng);
+    harness_soft_failures = 0;
+    harness_launch = emu_run;
+    fused_override = kernel;
+    const FusedResult b = fused_run(pb, c, 1, test_rng_next(rng));
+    const uint64_t rows = (uint64_t)problem_tokens(&pb) * (pb.heads / c.chunks);
+    const attn_output res{const_cast<float *>(b.out.data()), const_cast<float *>(b.lse.data()), rows * pb.v_dim + 3,
+                          rows + 2};
+    check_against_oracle(&pb, 0, pb.heads, pb.heads / c.chunks, &res, 1e-5, c.what);
+    const int failures = harness_soft_failures;
+    harness_soft_failures = -1;
+    harness_launch = nullptr;
+    fused_override = nullptr;
+    problem_free(&pb);
+    return failures;
+}
+
+void test_fused_mutants(void **state)
+{
+    (void)state;
+    test_rng rng;
+    test_rng_seed(&rng, test_seed() + 3);
+    emu::quiet = true;
+    const int none = fused_failures(combine_mutant<dcpk::CombineMutant::none>, &rng);
+    const int no_fence = fused_failures(combine_mutant<dcpk::CombineMutant::no_fence>, &rng);
+    const int no_reset = fused_failures(combine_mutant<dcpk::CombineMutant::no_reset>, &rng);
+    emu::quiet = false;
+    emu::reset_errors();
+    if (none)
+        fail_msg("the unmutated fused combine fails the mutant harness (%d failures)", none);
+    if (!no_fence)
+        fail_msg("mutant 'no __threadfence before the count' went unnoticed");
+    if (!no_reset)
+        fail_msg("mutant 'counter not reset' went unnoticed");
+    print_message("fused combine: mutants 'no fence before the count' (%d failures) and 'counter not reset' (%d) "
+                  "caught\n", no_fence, no_reset);
+}
+
 } // namespace
 
 int main()
@@ -231,6 +425,8 @@ int main()
     const CMUnitTest tests[] = {
         cmocka_unit_test(test_merge_warps),
         cmocka_unit_test(test_merge_mutants),
+        cmocka_unit_test(test_fused_combine),
+        cmocka_unit_test(test_fused_mutants),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

@@ -83,7 +83,13 @@ DCPK_STATIC_ASSERT(sizeof(struct dcpk_kv_append_params) == 72, "kv_append ABI");
  * num_splits == 1: writes out/lse (chunked layout) directly.
  * num_splits > 1:  writes partials for split s at ws_o + s * ws_split_stride_o and
  *   ws_lse + s * ws_split_stride_lse, in the chunked layout with chunk strides
- *   T * heads_per_chunk * v_dim and T * heads_per_chunk; dcpk_merge then combines them.
+ *   T * heads_per_chunk * v_dim and T * heads_per_chunk; dcpk_merge then combines them,
+ *   unless split_counters != 0: then the launch combines them itself. Work item (y, z)
+ *   owns counter y + z * grid_y of split_counters (uint32, 0 before the launch); each
+ *   split of it stores its partials, counts itself in, and the last to count combines
+ *   the item's rows from the workspace into out/lse as dcpk_merge would (the same
+ *   arithmetic and order: the same bits) and sets the counter back to 0, so the
+ *   counters are 0 after every launch (a captured graph replays with them as they are).
  * Empty range (no visible key): LSE = -INFINITY and output row = 0, decided from the
  * lengths, never from arithmetic on an empty set (and so is a row whose visible
  * scores are all -inf: its softmax denominator is 0).
@@ -151,8 +157,10 @@ struct dcpk_attn_params {
                                 ///< (c / block_size) % ring_pages] (max_blocks >= ring_pages), which holds the last
                                 ///< ring_pages * block_size local keys; the window must keep every row within them.
     uint32_t pad0;
+    uint64_t split_counters;    ///< uint32 [num_kv_heads * head_tiles * batch] counters of the fused split-KV
+                                ///< combine (0 before the launch, 0 after it), or 0: dcpk_merge combines the splits.
 };
-DCPK_STATIC_ASSERT(sizeof(struct dcpk_attn_params) == 216, "attn ABI");
+DCPK_STATIC_ASSERT(sizeof(struct dcpk_attn_params) == 224, "attn ABI");
 
 /* ------------------------------------------------------------------------- */
 /**

@@ -69,7 +69,7 @@ static const char *attn_problem(const struct dcpk_attn_variant *v, uint32_t thre
         return problem;
     if (!p->num_splits)
         return "a zero size";
-    if (!aligned(p->ws_o | p->ws_lse, 4))
+    if (!aligned(p->ws_o | p->ws_lse | p->split_counters, 4))
         return "misaligned buffer";
     if (p->precision > DCPK_PRECISION_EXACT)
         return "unknown precision";
