@@ -22,7 +22,7 @@ struct dcpk_grid dcpk_index_score_grid(const void *params)
 size_t dcpk_index_score_scratch_bytes(const void *params)
 {
     const struct dcpk_index_score_params *p = params;
-    return ((size_t)p->num_index_heads + 1) * p->index_dim * sizeof(float);
+    return ((size_t)p->num_index_heads + 1) * p->index_dim * sizeof(float) + sizeof(float) - 1; /* + alignment */
 }
 
 void dcpk_index_score_cpu(const void *params, uint64_t begin, uint64_t end, void *scratch)
@@ -34,7 +34,8 @@ void dcpk_index_score_cpu(const void *params, uint64_t begin, uint64_t end, void
     const int32_t *q_start = (const int32_t *)(uintptr_t)p->q_start;
     const int32_t *seq_lens = (const int32_t *)(uintptr_t)p->seq_lens;
     const float *w = (const float *)(uintptr_t)p->weights;
-    float *qf = (float *)scratch, *kf = qf + (size_t)p->num_index_heads * p->index_dim;
+    /* The caller's scratch may sit at any address: floats from the first aligned one. */
+    float *qf = (float *)(((uintptr_t)scratch + sizeof(float) - 1) & ~(uintptr_t)(sizeof(float) - 1)), *kf = qf + (size_t)p->num_index_heads * p->index_dim;
     const uint64_t hd = (uint64_t)p->num_index_heads * p->index_dim;
     const float kscale = dcpk_dtype_scaled(p->dtype) ? p->kv_scale : 1.0f;
     const uint32_t esize = dcpk_dtype_size(p->dtype);

@@ -40,7 +40,8 @@ size_t dcpk_sparse_attn_scratch_bytes(const void *params)
     const struct dcpk_sparse_attn_params *p = params;
     uint32_t per_kv, tile, tiles;
     sparse_tiles(p, &per_kv, &tile, &tiles);
-    return ((size_t)tile * ((size_t)p->qk_dim + p->v_dim + 3) + p->qk_dim + p->v_dim) * sizeof(float);
+    return ((size_t)tile * ((size_t)p->qk_dim + p->v_dim + 3) + p->qk_dim + p->v_dim) * sizeof(float) +
+           sizeof(float) - 1; /* + alignment */
 }
 
 /** True when none of the n values is NaN or infinite. */
@@ -63,7 +64,8 @@ void dcpk_sparse_attn_cpu(const void *params, uint64_t begin, uint64_t end, void
         return;
     const uint32_t qk = p->qk_dim, vd = p->v_dim;
     const uint32_t hpc = p->heads_per_chunk ? p->heads_per_chunk : p->num_heads;
-    float *qs = (float *)scratch;               /* [tile][qk] */
+    /* The caller's scratch may sit at any address: floats from the first aligned one. */
+    float *qs = (float *)(((uintptr_t)scratch + sizeof(float) - 1) & ~(uintptr_t)(sizeof(float) - 1)); /* [tile][qk] */
     float *acc = qs + (size_t)tile * qk;       /* [tile][vd] */
     float *m = acc + (size_t)tile * vd;        /* [tile] */
     float *l = m + tile;                       /* [tile] */

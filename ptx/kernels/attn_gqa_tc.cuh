@@ -65,7 +65,8 @@ struct GqaTcCfg {
     static constexpr uint32_t kOffP = kOffQ + DCPK_ATTN_GQA_TC_SMEM_Q(D, ROWS);
     static constexpr uint32_t kOffML = kOffP + DCPK_ATTN_GQA_TC_SMEM_P(NT, ROWS);
     static constexpr uint32_t kOffNan = kOffML + DCPK_ATTN_GQA_TC_SMEM_ML(NT, ROWS);
-    static constexpr uint32_t kSmem = kOffNan + DCPK_ATTN_GQA_TC_SMEM_NAN;
+    static constexpr uint32_t kOffRange = kOffNan + DCPK_ATTN_GQA_TC_SMEM_NAN;
+    static constexpr uint32_t kSmem = kOffRange + DCPK_ATTN_GQA_TC_SMEM_RANGE(ROWS);
 
     static_assert(DT == DCPK_BF16 || DT == DCPK_FP16, "the MMA takes bf16 or fp16 inputs");
     static_assert(D == 64 || D == 128 || D == 256, "GQA head dims");
@@ -102,8 +103,8 @@ class GqaTcBlock {
 
     float o_[C::kKSteps][C::kNTiles][4]; // O^T C fragments: dims 16 m + g + 8 (i / 2), row 8 n + 2t + i % 2
     float m_[C::kNTiles][2], l_[C::kNTiles][2]; // rows 8 n + 2t + j: running max (log2), this lane's share of the sum
-    uint32_t vis_[C::kNTiles][2];               // keys of the pass those rows see: [its start, vis_); 0: none
-    uint32_t from_[C::kNTiles][2];              // those rows' window starts (row_begin), once per pass
+    uint32_t vis_[C::kNTiles][2];               // keys of the pass those rows see: [from_, vis_); 0: none
+    uint32_t from_[C::kNTiles][2];              // those rows' window starts (a division each: kept out of the tile loop)
     uint32_t lead_;                             // keys before the last row's window start (some rows do not see them)
     uint32_t bad_;                              // bit 2n + j: row 8n + 2t + j met a NaN or +inf score
 
@@ -130,6 +131,8 @@ class GqaTcBlock {
     }
     /** Bit r: pass row r sees a key whose (non-finite) value sanitize_values() zeroed. */
     __device__ static uint32_t *nan_rows() { return reinterpret_cast<uint32_t *>(dcpk_smem + C::kOffNan); }
+    /** Pass row r's visible keys [begin, end) (uint2), for sanitize_values(): no division in the tile loop. */
+    __device__ static uint2 *row_keys(int r) { return reinterpret_cast<uint2 *>(dcpk_smem + C::kOffRange) + r; }
 
     /** mma_split of (x, y): returns (hi.x + lo.x, hi.y + lo.y), the values the MMAs use. */
     __device__ static float2 split(float x, float y, uint32_t &hi, uint32_t &lo)
@@ -148,6 +151,11 @@ class GqaTcBlock {
         const float qscale = p_.scale * kLog2e;
         if (threadIdx.x == 0)
             smem_store(nan_rows(), 0u); // read after the pass's next barrier
+        for (uint32_t r = threadIdx.x; r < nvalid; r += C::kNT) { // read by sanitize_values(), after barriers too
+            uint32_t begin, end;
+            keys_.row_range(first + r, begin, end);
+            smem_store(row_keys((int)r), make_uint2(begin, end));
+        }
         for (int idx = (int)threadIdx.x; idx < 32 * C::kKSteps * C::kNTiles; idx += C::kNT) {
             const int l = idx % 32, ks = idx / 32 % C::kKSteps, n = idx / (32 * C::kKSteps);
             const uint32_t r = (uint32_t)(8 * n + l / 4);
@@ -172,7 +180,7 @@ class GqaTcBlock {
                 if (r < nvalid)
                     keys_.row_range(first + r, begin, end);
                 vis_[n][j] = end > begin ? end : 0u;
-                from_[n][j] = begin; // the tile loop reads it, so its divisions stay out of the loop
+                from_[n][j] = begin;
             }
     }
 
@@ -238,7 +246,7 @@ class GqaTcBlock {
 #pragma unroll
             for (int j = 0; j < 2; j++) {
                 float *lo_key = &st[n][j], *hi_key = &st[n][2 + j];
-                const uint32_t from = lead ? from_[n][j] : 0u; // the row's window start (0 for rows past nvalid)
+                const uint32_t from = lead ? from_[n][j] : 0u; // the row's window start (rows past nvalid: vis_ 0)
                 *lo_key = key0 >= from && key0 < vis_[n][j] ? *lo_key : neg_inf();
                 *hi_key = key0 + 8 >= from && key0 + 8 < vis_[n][j] ? *hi_key : neg_inf();
                 // A visible NaN or +inf score (masked ones are -inf): fmaxf would drop a NaN.
@@ -311,7 +319,7 @@ class GqaTcBlock {
      * the rows that see such a key: a row that does not see it must not add 0 * NaN
      * through P.V; the rows that see it are flagged in finish() (docs/design.md §4).
      */
-    __device__ void sanitize_values(int s, uint32_t first, uint32_t nvalid, uint32_t done, uint32_t lo,
+    __device__ void sanitize_values(int s, uint32_t nvalid, uint32_t done, uint32_t lo,
                                     uint32_t hi) const
     {
         unsigned char *vt = v_tile(s);
@@ -337,9 +345,8 @@ class GqaTcBlock {
                 const uint32_t key = done + (uint32_t)r;
                 uint32_t rows = 0;
                 for (uint32_t row = 0; row < nvalid; row++) { // rare: a non-finite value in the cache
-                    uint32_t begin, end;
-                    keys_.row_range(first + row, begin, end);
-                    rows |= key >= begin && key < end ? 1u << row : 0u;
+                    const uint2 range = smem_load(row_keys((int)row));
+                    rows |= key >= range.x && key < range.y ? 1u << row : 0u;
                 }
                 atomicOr(nan_rows(), rows);
             }
@@ -479,10 +486,10 @@ class GqaTcBlock {
             const bool tail = nmin < ntok && nmin < done + C::kTK; // past the first row's end (block-uniform)
             if (tail || done < lead_) { // keys some rows see and some do not
                 const uint32_t n = min(ntok - done, (uint32_t)C::kTK);
-                sanitize_values(s, first, nvalid, done, tail ? (nmin > done ? nmin - done : 0u) : 0u,
+                sanitize_values(s, nvalid, done, tail ? (nmin > done ? nmin - done : 0u) : 0u,
                                 tail ? n : min(lead_ - done, n));
                 if (tail && done < lead_) // both ends in one tile: the part before the tail too
-                    sanitize_values(s, first, nvalid, done, 0u, min(lead_ - done, nmin > done ? nmin - done : 0u));
+                    sanitize_values(s, nvalid, done, 0u, min(lead_ - done, nmin > done ? nmin - done : 0u));
                 __syncthreads(); // the values P.V reads
             }
             float st[C::kNTiles][4] = {};

@@ -105,8 +105,8 @@ class MlaTcBlockOf {
 
     float o_[C::kOTiles][4];                           // C fragments of this warp's O columns
     float m_[2], l_[2];    // rows g and g + 8: running max (log2 domain), this lane's share of the sum
-    uint32_t vis_[2];      // keys of the segment rows g and g + 8 see: [their start, vis_); 0: none
-    uint32_t from_[2];     // their window starts in the segment (row_begin), once per segment
+    uint32_t vis_[2];      // keys of the segment rows g and g + 8 see: [from_, vis_); 0: none
+    uint32_t from_[2];     // those rows' window starts (a division each: kept out of the tile loop)
     uint32_t lead_;        // keys before the last row's window start (some rows do not see them)
     bool bad_[2];          // rows g and g + 8 met a NaN or +inf score: their result is NaN (design.md §4)
 
@@ -157,7 +157,7 @@ class MlaTcBlockOf {
             if (r < nvalid)
                 keys_.row_range(first + r, begin, end);
             vis_[h] = end > begin ? end : 0u;
-            from_[h] = begin; // the tile loop reads it, so its divisions stay out of the loop
+            from_[h] = begin;
         }
     }
 
@@ -288,7 +288,7 @@ class MlaTcBlockOf {
         for (int h = 0; h < 2; h++) {
             const uint32_t vis = vis_[h] > done ? min(vis_[h] - done, (uint32_t)C::kTK) : 0u;
             // Before the row's window start (only in the tiles before the last row's, block-uniform).
-            const uint32_t from = done < lead_ ? from_[h] : 0u; // 0 for rows past the pass's
+            const uint32_t from = done < lead_ ? from_[h] : 0u; // rows past nvalid: vis_ 0
             const uint32_t lead = from > done ? min(from - done, (uint32_t)C::kTK) : 0u;
             float mx = neg_inf();
             uint32_t bad = 0; // a visible score that is NaN or +inf (fmaxf would drop a NaN)

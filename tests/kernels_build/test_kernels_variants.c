@@ -90,14 +90,15 @@ static void test_shared_memory_plan(void **state)
             /* GQA: 3-4 stages of unpadded (swizzled) K and V tiles, 16 keys per warp;
              * Q fragments per lane; per-warp P^T tiles and softmax states; the warps'
              * fp32 outputs fit in the KV ring at the end; 16 bytes for the pass's
-             * first sanitized key (the NaN policy, docs/design.md §4). */
+             * first sanitized key (the NaN policy, docs/design.md §4); the pass rows'
+             * visible key ranges, 8 bytes a row (no division in the tile loop). */
             const uint32_t warps = v->threads / 32, stage = 2 * v->tile_tokens * v->qk_dim * es;
             const uint32_t stages = stage <= 16384 ? 4 : 3;
             assert_int_equal(v->tile_tokens, 16 * warps);
             assert_int_equal(v->rows % 8, 0);
             assert_int_equal(v->qk_dim * es / 16 % 8, 0);
             const uint32_t want = stages * stage + 32 * (v->qk_dim / 16) * (v->rows / 8) * 16 +
-                                  warps * (v->rows / 8) * 512 + warps * v->rows * 8 + 16;
+                                  warps * (v->rows / 8) * 512 + warps * v->rows * 8 + 16 + 8 * v->rows;
             assert_int_equal(v->smem_bytes, want);
             assert_true(warps * v->rows * (v->qk_dim + 4) * 4 <= stages * stage);
             /* Two blocks per SM on sm_90 (227 KiB), one on the A100. */

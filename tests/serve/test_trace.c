@@ -316,6 +316,7 @@ static void test_memory_bounded(void **state)
     size_t n = 0;
     for (int i = 0; i < 100; i++)
         text[n++] = '1', text[n++] = '\n';
+    text[n] = '\0'; /* parse_ok below takes its length with strlen */
     struct dcp_trace_options o = {.max_memory_bytes = 2000};
     struct dcp_trace *t = (struct dcp_trace *)1;
     assert_int_equal(dcp_trace_parse("many.txt", text, n, &o, &t), DCP_ENOMEM);

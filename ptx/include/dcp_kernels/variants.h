@@ -197,13 +197,15 @@
 #define DCPK_ATTN_GQA_TC_SMEM_ML(threads, rows) ((threads) / 32u * (rows) * 8u)
 /** Bytes of the pass's NaN slot: the first key whose value was sanitized (docs/design.md §4), padded. */
 #define DCPK_ATTN_GQA_TC_SMEM_NAN 16u
+/** Bytes of the pass rows' visible key ranges (begin, end), set once a pass: the tile loop divides by nothing. */
+#define DCPK_ATTN_GQA_TC_SMEM_RANGE(rows) ((rows) * 8u)
 /** Floats per row of the per-warp fp32 output tiles the warps combine (in the KV tiles' space). */
 #define DCPK_ATTN_GQA_TC_O_STRIDE(d) ((d) + 4u)
 /** Dynamic shared memory of a tensor-core GQA entry, in bytes. */
 #define DCPK_ATTN_GQA_TC_SMEM_BYTES(d, esize, threads, rows, tile)                                   \
     (DCPK_ATTN_GQA_TC_SMEM_KV(d, esize, tile) + DCPK_ATTN_GQA_TC_SMEM_Q(d, rows) +                   \
      DCPK_ATTN_GQA_TC_SMEM_P(threads, rows) + DCPK_ATTN_GQA_TC_SMEM_ML(threads, rows) +               \
-     DCPK_ATTN_GQA_TC_SMEM_NAN)
+     DCPK_ATTN_GQA_TC_SMEM_NAN + DCPK_ATTN_GQA_TC_SMEM_RANGE(rows))
 
 /* ---- host-side view ------------------------------------------------------- */
 
