@@ -225,18 +225,32 @@ static int ag_rs_run(struct dcp_rank *r, uint64_t out, uint64_t lse)
 
 /* ---- a2a: one all-to-all of outputs + LSEs, merged in fp32 by the receiver ----------------- */
 
-/* H_l value rows plus their LSEs per peer, in one collective. */
+/* The queries (kind q_kind), then H_l value rows plus their LSEs per peer (kind kind). */
+static void packed_rows(const struct comm_dims *d, struct dcp_plan_comm *c, enum dcp_plan_comm_kind q_kind,
+                        enum dcp_plan_comm_kind kind)
+{
+    q_gather_row(d, c, q_kind);
+    add_row(c, kind, "outputs + LSEs", d, d->peers * d->heads * (d->v * d->wire + LSE_BYTES));
+}
+
+/* dcp send chunks and `areas` receive areas of dcp chunks. */
+static void packed_buffers(const struct dcp_engine *e, struct dcp_merge_buffers *b, struct dcp_buffer_plan *bp,
+                           uint32_t areas)
+{
+    const struct packed_chunk c = engine_chunk(e, e->max_qtokens, &bp->overflow);
+    dcp_buffer_plan_add(bp, &b->part, e->geo.dcp, c.bytes, 1, 1);
+    dcp_buffer_plan_add(bp, &b->recv, (uint64_t)areas * e->geo.dcp, c.bytes, 1, 1);
+}
+
+/* Outputs + LSEs in one collective. */
 static void a2a_rows(const struct comm_dims *d, struct dcp_plan_comm *c)
 {
-    q_gather_row(d, c, DCP_PLAN_COMM_ALL_GATHER);
-    add_row(c, DCP_PLAN_COMM_ALL_TO_ALL, "outputs + LSEs", d, d->peers * d->heads * (d->v * d->wire + LSE_BYTES));
+    packed_rows(d, c, DCP_PLAN_COMM_ALL_GATHER, DCP_PLAN_COMM_ALL_TO_ALL);
 }
 
 static void a2a_buffers(const struct dcp_engine *e, struct dcp_merge_buffers *b, struct dcp_buffer_plan *bp)
 {
-    const struct packed_chunk c = engine_chunk(e, e->max_qtokens, &bp->overflow);
-    dcp_buffer_plan_add(bp, &b->part, e->geo.dcp, c.bytes, 1, 1);
-    dcp_buffer_plan_add(bp, &b->recv, e->geo.dcp, c.bytes, 1, 1);
+    packed_buffers(e, b, bp, 1);
 }
 
 /* Partial rows and their LSEs go to one packed chunk per destination (strides in elements). */
@@ -290,8 +304,7 @@ enum dcp_p2p_mutant dcp_p2p_test_mutant = DCP_P2P_MUTANT_NONE;
 /* The same rows as a2a (queries, then outputs + LSEs), each one round of peer writes. */
 static void p2p_rows(const struct comm_dims *d, struct dcp_plan_comm *c)
 {
-    q_gather_row(d, c, DCP_PLAN_COMM_PEER_WRITE);
-    add_row(c, DCP_PLAN_COMM_PEER_WRITE, "outputs + LSEs", d, d->peers * d->heads * (d->v * d->wire + LSE_BYTES));
+    packed_rows(d, c, DCP_PLAN_COMM_PEER_WRITE, DCP_PLAN_COMM_PEER_WRITE);
 }
 
 /* a2a's send chunks; two receive areas of dcp chunks (by the exchange's parity: a slot is
@@ -299,9 +312,7 @@ static void p2p_rows(const struct comm_dims *d, struct dcp_plan_comm *c)
  * the epochs the members publish. The query slots are planned with the gather's (plan_q_buffers). */
 static void p2p_buffers(const struct dcp_engine *e, struct dcp_merge_buffers *b, struct dcp_buffer_plan *bp)
 {
-    const struct packed_chunk c = engine_chunk(e, e->max_qtokens, &bp->overflow);
-    dcp_buffer_plan_add(bp, &b->part, e->geo.dcp, c.bytes, 1, 1);
-    dcp_buffer_plan_add(bp, &b->recv, 2 * (uint64_t)e->geo.dcp, c.bytes, 1, 1);
+    packed_buffers(e, b, bp, 2);
     dcp_buffer_plan_add(bp, &b->p2p_flags, e->geo.dcp, sizeof(uint64_t), 1, 1);
 }
 
